@@ -1,0 +1,314 @@
+"""Avro single-object encoding of the envelopes in ``tidings.core.records``.
+
+Wire format (Avro specification, "Single-object encoding")::
+
+    C3 01 | CRC-64-AVRO fingerprint of the writer schema, 8 bytes little-endian | body
+
+The body is the schemaless Avro binary of the record. Every version of every schema in
+``schemas/`` (``{kind}.v{n}.avsc``) is loaded once into an immutable catalogue keyed by
+fingerprint; a record is read with its writer schema resolved against the newest version
+of its kind, so a record written before a defaulted field existed reads with the default.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from io import BytesIO
+from types import MappingProxyType
+from typing import Any, Final, TypeVar, cast, get_args
+
+from fastavro import parse_schema, schemaless_reader, schemaless_writer
+from fastavro.schema import fingerprint, to_parsing_canonical_form
+
+from tidings.codec.resources import shipped_data
+from tidings.core.records import (
+    CommandEnvelope,
+    DeadLetter,
+    EventEnvelope,
+    ReplyEnvelope,
+    ReplyStatus,
+)
+from tidings.errors import DecodeError, SchemaError
+
+Record = CommandEnvelope | EventEnvelope | ReplyEnvelope | DeadLetter
+R = TypeVar("R", CommandEnvelope, EventEnvelope, ReplyEnvelope, DeadLetter)
+
+MAGIC: Final = b"\xc3\x01"
+_HEADER_LEN: Final = 10
+_REPLY_STATUSES: Final = frozenset(get_args(ReplyStatus))
+_FILE_NAME = re.compile(r"^(?P<kind>[a-z]+)\.v(?P<version>[0-9]+)\.avsc$")
+
+# The Avro record name of each envelope type; the schema files must use these names.
+_RECORD_NAMES: Final[Mapping[type, str]] = MappingProxyType(
+    {
+        CommandEnvelope: "tidings.CommandEnvelope",
+        EventEnvelope: "tidings.EventEnvelope",
+        ReplyEnvelope: "tidings.ReplyEnvelope",
+        DeadLetter: "tidings.DeadLetter",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaVersion:
+    """One version of one envelope schema, parsed once.
+
+    Attributes:
+        kind: The file's kind prefix, e.g. ``command``.
+        version: The ``n`` of ``{kind}.v{n}.avsc``.
+        record_type: The envelope class this schema encodes.
+        parsed: The fastavro-parsed schema.
+        fingerprint: The 8-byte CRC-64-AVRO fingerprint of its parsing canonical form.
+    """
+
+    kind: str
+    version: int
+    record_type: type
+    parsed: Any
+    fingerprint: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaCatalogue:
+    """Every schema version, by fingerprint, and the newest version of each envelope type."""
+
+    by_fingerprint: Mapping[bytes, SchemaVersion]
+    newest: Mapping[type, SchemaVersion]
+
+
+def schema_fingerprint(schema: Any) -> bytes:
+    """Return the 8 header bytes of the single-object encoding for ``schema``.
+
+    Args:
+        schema: An Avro schema as JSON-decoded Python values.
+
+    Returns:
+        The CRC-64-AVRO fingerprint of its parsing canonical form, little-endian (the
+        byte order of the Avro specification and of Java's ``SchemaNormalization``).
+    """
+    # fastavro already renders the 64-bit value in little-endian byte order.
+    return bytes.fromhex(fingerprint(to_parsing_canonical_form(schema), "CRC-64-AVRO"))
+
+
+def load_catalogue() -> SchemaCatalogue:
+    """Parse every ``schemas/*.avsc`` shipped with tidings.
+
+    Returns:
+        The catalogue. ``CATALOGUE`` holds the one built at import; call this only to
+        inspect the files afresh.
+
+    Raises:
+        SchemaError: A file is misnamed, names an unknown record, or two files share a
+            fingerprint or a (kind, version).
+    """
+    by_name = {name: record_type for record_type, name in _RECORD_NAMES.items()}
+    by_fingerprint: dict[bytes, SchemaVersion] = {}
+    newest: dict[type, SchemaVersion] = {}
+    problems: list[str] = []
+    seen: set[tuple[str, int]] = set()
+    for entry in sorted(shipped_data("schemas").iterdir(), key=lambda e: e.name):
+        if not entry.name.endswith(".avsc"):
+            continue
+        match = _FILE_NAME.match(entry.name)
+        if match is None:
+            problems.append(f"{entry.name}: not named {{kind}}.v{{n}}.avsc")
+            continue
+        raw = json.loads(entry.read_text(encoding="utf-8"))
+        # A fresh named_schemas per file: reply.vN.avsc defines tidings.EventEnvelope
+        # inline too, and each file must stand alone as a writer schema.
+        parsed = parse_schema(raw, named_schemas={})
+        record_type = by_name.get(parsed["name"])
+        if record_type is None:
+            problems.append(f"{entry.name}: record {parsed['name']!r} is no tidings envelope")
+            continue
+        key = (match["kind"], int(match["version"]))
+        if key in seen:
+            problems.append(f"{entry.name}: duplicate version")
+            continue
+        seen.add(key)
+        version = SchemaVersion(key[0], key[1], record_type, parsed, schema_fingerprint(raw))
+        if version.fingerprint in by_fingerprint:
+            other = by_fingerprint[version.fingerprint]
+            problems.append(f"{entry.name}: same fingerprint as {other.kind}.v{other.version}")
+            continue
+        by_fingerprint[version.fingerprint] = version
+        if record_type not in newest or newest[record_type].version < version.version:
+            newest[record_type] = version
+    missing = [name for record_type, name in _RECORD_NAMES.items() if record_type not in newest]
+    problems += [f"no schema for {name}" for name in missing]
+    if problems:
+        raise SchemaError("invalid schemas/: " + "; ".join(problems))
+    return SchemaCatalogue(MappingProxyType(by_fingerprint), MappingProxyType(newest))
+
+
+# Parsed once at import and never mutated: parsing is far too slow for the hot path.
+CATALOGUE: Final = load_catalogue()
+
+
+def _command_fields(record: CommandEnvelope) -> dict[str, Any]:
+    return {
+        "command_id": record.command_id,
+        "correlation_id": record.correlation_id,
+        "aggregate_id": record.aggregate_id,
+        "type": record.type,
+        "payload": record.payload,
+        "timestamp_ms": record.timestamp_ms,
+        "expected_version": record.expected_version,
+        "reply_to": record.reply_to,
+        "causation_id": record.causation_id,
+        "metadata": record.metadata,
+    }
+
+
+def _event_fields(record: EventEnvelope) -> dict[str, Any]:
+    return {
+        "event_id": record.event_id,
+        "command_id": record.command_id,
+        "correlation_id": record.correlation_id,
+        "aggregate_id": record.aggregate_id,
+        "version": record.version,
+        "type": record.type,
+        "payload": record.payload,
+        "timestamp_ms": record.timestamp_ms,
+        "deferred": record.deferred,
+        "metadata": record.metadata,
+    }
+
+
+def _reply_fields(record: ReplyEnvelope) -> dict[str, Any]:
+    return {
+        "command_id": record.command_id,
+        "correlation_id": record.correlation_id,
+        "aggregate_id": record.aggregate_id,
+        "status": record.status,
+        "version": record.version,
+        "timestamp_ms": record.timestamp_ms,
+        "events": [_event_fields(event) for event in record.events],
+        "expected_version": record.expected_version,
+        "reason": record.reason,
+    }
+
+
+def _dead_letter_fields(record: DeadLetter) -> dict[str, Any]:
+    return {
+        "source_topic": record.source_topic,
+        "partition": record.partition,
+        "offset": record.offset,
+        "key": record.key,
+        "value": record.value,
+        "reason": record.reason,
+        "error_type": record.error_type,
+        "timestamp_ms": record.timestamp_ms,
+        "headers": record.headers,
+    }
+
+
+def _reply_from(fields: dict[str, Any]) -> ReplyEnvelope:
+    if fields["status"] not in _REPLY_STATUSES:
+        raise SchemaError(f"reply status {fields['status']!r} is not one of {sorted(_REPLY_STATUSES)}")
+    fields["events"] = tuple(EventEnvelope(**event) for event in fields["events"])
+    return ReplyEnvelope(**fields)
+
+
+_TO_FIELDS: Final[Mapping[type, Callable[[Any], dict[str, Any]]]] = MappingProxyType(
+    {
+        CommandEnvelope: _command_fields,
+        EventEnvelope: _event_fields,
+        ReplyEnvelope: _reply_fields,
+        DeadLetter: _dead_letter_fields,
+    }
+)
+_FROM_FIELDS: Final[Mapping[type, Callable[[dict[str, Any]], Any]]] = MappingProxyType(
+    {
+        CommandEnvelope: lambda fields: CommandEnvelope(**fields),
+        EventEnvelope: lambda fields: EventEnvelope(**fields),
+        ReplyEnvelope: _reply_from,
+        DeadLetter: lambda fields: DeadLetter(**fields),
+    }
+)
+
+
+def encode(record: Record) -> bytes:
+    """Encode an envelope as an Avro single-object record with the newest schema.
+
+    Args:
+        record: A ``CommandEnvelope``, ``EventEnvelope``, ``ReplyEnvelope`` or ``DeadLetter``.
+
+    Returns:
+        ``C3 01`` + fingerprint + schemaless Avro body.
+
+    Raises:
+        TypeError: ``record`` is not an envelope.
+        SchemaError: A field does not fit the schema (e.g. a non-string metadata value).
+    """
+    record_type = type(record)
+    to_fields = _TO_FIELDS.get(record_type)
+    if to_fields is None:
+        raise TypeError(f"cannot encode {record_type.__name__}: not a tidings envelope")
+    schema = CATALOGUE.newest[record_type]
+    out = BytesIO()
+    out.write(MAGIC)
+    out.write(schema.fingerprint)
+    try:
+        schemaless_writer(out, schema.parsed, to_fields(record))
+    except (TypeError, ValueError, AttributeError, OverflowError) as exc:
+        raise SchemaError(f"cannot encode {record_type.__name__}: {exc}") from exc
+    return out.getvalue()
+
+
+def decode(data: bytes) -> Record:
+    """Decode an Avro single-object record written with any shipped schema version.
+
+    Args:
+        data: The record's bytes (a Kafka record value).
+
+    Returns:
+        The envelope, read with the newest schema of its type (defaults fill new fields).
+
+    Raises:
+        DecodeError: The bytes are not a single-object record of a known schema, or the
+            body does not parse.
+        SchemaError: The body parses but a field's value is invalid (e.g. reply status).
+    """
+    if len(data) < _HEADER_LEN or data[:2] != MAGIC:
+        hint = " (it looks like JSON: send it with header content-type: application/json)" if data[:1] == b"{" else ""
+        raise DecodeError(f"not an Avro single-object record: no C3 01 magic{hint}")
+    writer = CATALOGUE.by_fingerprint.get(bytes(data[2:_HEADER_LEN]))
+    if writer is None:
+        raise DecodeError(f"unknown writer schema fingerprint {bytes(data[2:_HEADER_LEN]).hex()}")
+    newest = CATALOGUE.newest[writer.record_type]
+    body = BytesIO(data)
+    body.seek(_HEADER_LEN)
+    try:
+        if writer is newest:
+            fields = schemaless_reader(body, writer.parsed, None)
+        else:
+            fields = schemaless_reader(body, writer.parsed, newest.parsed)
+    except (EOFError, ValueError, TypeError, IndexError, UnicodeDecodeError, OverflowError) as exc:
+        raise DecodeError(f"corrupt {writer.kind}.v{writer.version} record: {exc!r}") from exc
+    if body.tell() != len(data):
+        raise DecodeError(f"{len(data) - body.tell()} trailing bytes after a {writer.kind}.v{writer.version} record")
+    return cast(Record, _FROM_FIELDS[writer.record_type](cast(dict[str, Any], fields)))
+
+
+def decode_as(data: bytes, record_type: type[R]) -> R:
+    """Decode an Avro single-object record that must be of ``record_type``.
+
+    Args:
+        data: The record's bytes.
+        record_type: The envelope class the topic carries.
+
+    Returns:
+        The envelope.
+
+    Raises:
+        DecodeError: As for ``decode``.
+        SchemaError: A valid envelope of another type, or an invalid field value.
+    """
+    record = decode(data)
+    if type(record) is not record_type:
+        raise SchemaError(f"expected a {record_type.__name__}, got a {type(record).__name__}")
+    return cast(R, record)
