@@ -1,0 +1,30 @@
+"""A local single-node Apache Kafka for development and tests, provisioned from Maven Central.
+
+``LocalBroker(data_dir).start()`` resolves the Kafka jars once into ``$TIDINGS_HOME`` (default
+``~/.cache/tidings``), formats a KRaft log dir, starts a combined broker+controller JVM on
+127.0.0.1 and returns its bootstrap address. Needs ``java`` (17+) and ``mvn`` on PATH.
+"""
+
+from tidings.broker._config import render_log4j2_yaml as render_log4j2_yaml
+from tidings.broker._config import render_server_properties as render_server_properties
+from tidings.broker._local import BrokerStatus as BrokerStatus
+from tidings.broker._local import LocalBroker as LocalBroker
+from tidings.broker._provisioning import KAFKA_VERSION as KAFKA_VERSION
+from tidings.broker._provisioning import cache_home as cache_home
+from tidings.broker._provisioning import kafka_libs_dir as kafka_libs_dir
+from tidings.broker._provisioning import provision_kafka as provision_kafka
+from tidings.broker._state import BrokerState as BrokerState
+from tidings.broker._state import default_state_file as default_state_file
+
+__all__ = [
+    "KAFKA_VERSION",
+    "BrokerState",
+    "BrokerStatus",
+    "LocalBroker",
+    "cache_home",
+    "default_state_file",
+    "kafka_libs_dir",
+    "provision_kafka",
+    "render_log4j2_yaml",
+    "render_server_properties",
+]
