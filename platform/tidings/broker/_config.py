@@ -101,6 +101,8 @@ def render_log4j2_yaml(log_file: Path) -> str:
     # A JSON string is a valid YAML double-quoted scalar, so any path is quoted safely.
     return f"""Configuration:
   status: warn
+  # Kafka stops itself on SIGTERM; log4j's own hook would race it and warn on every stop.
+  shutdownHook: disable
   Appenders:
     File:
       name: FILE

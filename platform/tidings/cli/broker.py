@@ -1,0 +1,141 @@
+"""``tidings broker start|stop|status``: a local single-node Apache Kafka for development."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from tidings.broker import KAFKA_VERSION, LocalBroker, default_state_file
+
+_DESCRIPTION = f"""\
+Run a local single-node Apache Kafka {KAFKA_VERSION} (KRaft, broker and controller in one JVM)
+on 127.0.0.1, for development and tests. The first start downloads the Kafka jars from Maven
+Central into $TIDINGS_HOME (default ~/.cache/tidings); it needs `java` (17+) and `mvn`.
+The broker runs in the background; its PID and address are kept in a state file
+(default .tidings/broker.json under the current directory), so `stop` and `status` find it.
+"""
+
+_START_EPILOG = """\
+`start` prints shell lines, so this points the current shell at the broker:
+  eval "$(tidings broker start)"
+"""
+
+
+def register(subparsers: Any) -> None:
+    """Add ``broker`` and its ``start``, ``stop`` and ``status`` subcommands.
+
+    Args:
+        subparsers: The top-level ``add_subparsers()`` object.
+    """
+    parser = subparsers.add_parser(
+        "broker",
+        help="start, stop or inspect a local Apache Kafka broker",
+        description=_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    start = actions.add_parser(
+        "start",
+        help="provision (first time) and start the broker, print its address",
+        description="Start the local broker in the background and wait until it answers. "
+        "Does nothing if the broker recorded in the state file is already running.",
+        epilog=_START_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_state_file(start)
+    start.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="where the broker keeps config, logs and data (default: .tidings/broker)",
+    )
+    start.add_argument("--port", type=int, default=0, help="client port (default: a free one)")
+    start.add_argument("--heap", default="1g", help="JVM maximum heap, -Xmx (default: 1g)")
+    start.add_argument(
+        "--timeout", type=float, default=120.0, help="seconds to wait for the broker (default 120)"
+    )
+    start.set_defaults(run=_start)
+
+    stop = actions.add_parser(
+        "stop",
+        help="stop the broker by its PID",
+        description="Stop the broker recorded in the state file: SIGTERM, then SIGKILL "
+        "after --timeout seconds. Its data directory is kept.",
+    )
+    _add_state_file(stop)
+    stop.add_argument(
+        "--timeout", type=float, default=30.0, help="seconds before SIGKILL (default 30)"
+    )
+    stop.set_defaults(run=_stop)
+
+    status = actions.add_parser(
+        "status",
+        help="say whether the broker runs, and its address",
+        description="Say whether the broker recorded in the state file is running, and where. "
+        "Exits 0 when it runs, 3 when it does not.",
+    )
+    _add_state_file(status)
+    status.set_defaults(run=_status)
+
+
+def _add_state_file(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--state-file",
+        type=Path,
+        default=None,
+        help="the broker's state file (default: .tidings/broker.json)",
+    )
+
+
+def _broker(args: argparse.Namespace) -> LocalBroker:
+    state_file = args.state_file or default_state_file()
+    data_dir = getattr(args, "data_dir", None) or state_file.parent / "broker"
+    return LocalBroker(
+        data_dir,
+        state_file=state_file,
+        port=getattr(args, "port", 0),
+        heap=getattr(args, "heap", "1g"),
+        startup_timeout=getattr(args, "timeout", 120.0),
+        on_progress=lambda line: print(line, file=sys.stderr, flush=True),
+    )
+
+
+def _start(args: argparse.Namespace) -> int:
+    broker = _broker(args)
+    before = broker.status()
+    bootstrap = broker.start()
+    status = broker.status()
+    verb = "was already running" if before.running else "is running"
+    # Shell syntax on stdout (a comment, then an export) so `eval "$(...)"` works.
+    print(
+        f"# Apache Kafka {KAFKA_VERSION} {verb} at {bootstrap} (pid {status.pid}, "
+        f"data in {status.data_dir}); stop it with `tidings broker stop`."
+    )
+    print(f"export TIDINGS_BOOTSTRAP={bootstrap}")
+    return 0
+
+
+def _stop(args: argparse.Namespace) -> int:
+    broker = _broker(args)
+    status = broker.status()
+    if broker.stop(timeout=args.timeout):
+        print(f"Stopped the broker at {status.bootstrap} (pid {status.pid}).")
+    else:
+        print("No broker was running.")
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    status = _broker(args).status()
+    if status.running:
+        print(f"running at {status.bootstrap} (pid {status.pid}, data in {status.data_dir})")
+        print(f"export TIDINGS_BOOTSTRAP={status.bootstrap}")
+        return 0
+    if status.pid is not None:
+        print(f"not running (pid {status.pid}, recorded at {status.bootstrap}, has exited)")
+    else:
+        print("not running")
+    return 3

@@ -1,0 +1,65 @@
+"""The ``tidings`` command: one argparse subcommand per module of ``tidings.cli``.
+
+To add a command ``foo``: write ``tidings/cli/foo.py`` with ``register(subparsers)``, which adds
+its parser and sets ``run`` (``Callable[[argparse.Namespace], int]``, the exit code) with
+``set_defaults``; then add ``"foo"`` to :data:`COMMANDS`. Nothing else changes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from tidings.errors import TidingsError
+
+# The command modules, in the order `tidings --help` lists them.
+COMMANDS: tuple[str, ...] = ("broker",)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the parser with every command of :data:`COMMANDS` registered.
+
+    Returns:
+        The top-level parser.
+
+    Raises:
+        TypeError: A command module has no ``register`` function.
+    """
+    parser = argparse.ArgumentParser(
+        prog="tidings",
+        description="Event-sourced aggregates, sagas and durable workflows on Apache Kafka.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMANDS:
+        module = importlib.import_module(f"{__package__}.{name}")
+        register = getattr(module, "register", None)
+        if not callable(register):
+            raise TypeError(f"{module.__name__} must define register(subparsers)")
+        register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``tidings`` command line.
+
+    Args:
+        argv: The arguments after the program name (defaults to ``sys.argv[1:]``).
+
+    Returns:
+        The process exit code.
+    """
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.run(args))
+    except TidingsError as exc:
+        print(f"tidings: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

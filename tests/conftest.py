@@ -1,0 +1,81 @@
+"""Fixtures every test directory shares: one Kafka broker per session, fresh app ids.
+
+The broker comes from, in order: ``TIDINGS_BOOTSTRAP``; testcontainers' Kafka when a Docker
+engine answers; a local Apache Kafka that tidings provisions and starts in a temp dir. Tests that
+need it fail (never skip) when none of these works.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from tidings.broker import LocalBroker
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """Yield the bootstrap address of the session's Kafka broker, starting one if needed."""
+    configured = os.environ.get("TIDINGS_BOOTSTRAP")
+    if configured:
+        yield configured
+    elif _docker_answers():
+        with _kafka_container() as bootstrap:
+            yield bootstrap
+    else:
+        broker = LocalBroker(
+            tmp_path_factory.mktemp("kafka"), on_progress=_terminal_writer(request.config)
+        )
+        bootstrap = broker.start()
+        try:
+            yield bootstrap
+        finally:
+            broker.stop()
+
+
+@pytest.fixture
+def app_id() -> str:
+    """Return a fresh app id, so each test's topics and consumer groups are its own."""
+    return f"t{uuid.uuid4().hex[:12]}"
+
+
+def _docker_answers() -> bool:
+    # No engine is the common case here; answer within a second or two and never raise.
+    try:
+        import docker
+
+        client = docker.from_env(timeout=2)
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
+    except Exception:
+        return False
+
+
+@contextmanager
+def _kafka_container() -> Iterator[str]:
+    try:
+        from testcontainers.community.kafka import KafkaContainer
+    except ImportError:  # testcontainers < 4.10 keeps it at the old path
+        from testcontainers.kafka import KafkaContainer
+    with KafkaContainer().with_kraft() as kafka:
+        yield kafka.get_bootstrap_server()
+
+
+def _terminal_writer(config: pytest.Config) -> Callable[[str], None]:
+    # Session fixtures run under output capture; the terminal reporter still reaches the
+    # user, so a 40 s first download does not look like a hang.
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+
+    def write(line: str) -> None:
+        if reporter is not None:
+            reporter.write_line(f"[tidings broker] {line}")
+
+    return write
