@@ -23,4 +23,5 @@ bench: install
 	$(BIN)/python -m bench
 
 clean:
+	-[ -x $(BIN)/tidings ] && $(BIN)/tidings broker stop
 	rm -rf $(VENV) .tidings
