@@ -89,7 +89,7 @@ def load_roles(text: str | None = None) -> Mapping[str, RoleSpec]:
             continue
         config = MappingProxyType({key: _text(value) for key, value in settings.items()})
         roles[role] = RoleSpec(partitions, replication, config)
-    if not roles:
+    if not document.get("roles"):
         problems.append("no [roles.*] table")
     if problems:
         raise DefinitionError("topics/roles.toml", problems)
