@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from tidings.codec.resources import shipped_data
 from tidings.errors import BrokerError, DefinitionError
 
-_TIMEOUT_S: Final = 30.0
+DEFAULT_TIMEOUT_S: Final = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,13 +191,13 @@ def _unique(specs: Iterable[TopicSpec]) -> list[TopicSpec]:
     return list(by_name.values())
 
 
-def _create(admin: AdminClient, specs: list[TopicSpec]) -> list[str]:
+def _create(admin: AdminClient, specs: list[TopicSpec], timeout: float) -> list[str]:
     if not specs:
         return []
     futures = admin.create_topics(
         [NewTopic(s.name, s.partitions, s.replication_factor, config=dict(s.config)) for s in specs],
-        operation_timeout=_TIMEOUT_S,
-        request_timeout=_TIMEOUT_S,
+        operation_timeout=timeout,
+        request_timeout=timeout,
     )
     created = []
     for name, future in futures.items():
@@ -212,12 +212,14 @@ def _create(admin: AdminClient, specs: list[TopicSpec]) -> list[str]:
     return sorted(created)
 
 
-def _differences(admin: AdminClient, specs: list[TopicSpec], partition_counts: Mapping[str, int]) -> list[TopicDifference]:
+def _differences(
+    admin: AdminClient, specs: list[TopicSpec], partition_counts: Mapping[str, int], timeout: float
+) -> list[TopicDifference]:
     differences: list[TopicDifference] = []
     if not specs:
         return differences
     futures = admin.describe_configs(
-        [ConfigResource(ConfigResource.Type.TOPIC, s.name) for s in specs], request_timeout=_TIMEOUT_S
+        [ConfigResource(ConfigResource.Type.TOPIC, s.name) for s in specs], request_timeout=timeout
     )
     actual_by_topic = {resource.name: future.result() for resource, future in futures.items()}
     for spec in specs:
@@ -234,7 +236,11 @@ def _differences(admin: AdminClient, specs: list[TopicSpec], partition_counts: M
 
 
 def apply_topics(
-    bootstrap: str, specs: Iterable[TopicSpec], *, out: Callable[[str], Any] = print
+    bootstrap: str,
+    specs: Iterable[TopicSpec],
+    *,
+    out: Callable[[str], Any] = print,
+    timeout: float = DEFAULT_TIMEOUT_S,
 ) -> ApplyReport:
     """Create missing topics and report every setting of existing ones that differs.
 
@@ -245,6 +251,7 @@ def apply_topics(
         bootstrap: Kafka bootstrap servers, ``host:port[,host:port]``.
         specs: The topics to apply; repeats of one identical spec are fine.
         out: Where to write one line per created topic and per difference.
+        timeout: Seconds each admin request may take.
 
     Returns:
         The topics created and the differences found.
@@ -256,10 +263,11 @@ def apply_topics(
     wanted = _unique(specs)
     admin = AdminClient({"bootstrap.servers": bootstrap})
     try:
-        metadata = admin.list_topics(timeout=_TIMEOUT_S)
+        metadata = admin.list_topics(timeout=timeout)
         partition_counts = {name: len(topic.partitions) for name, topic in metadata.topics.items()}
-        created = _create(admin, [s for s in wanted if s.name not in partition_counts])
-        differences = _differences(admin, [s for s in wanted if s.name in partition_counts], partition_counts)
+        created = _create(admin, [s for s in wanted if s.name not in partition_counts], timeout)
+        existing = [s for s in wanted if s.name in partition_counts]
+        differences = _differences(admin, existing, partition_counts, timeout)
     except KafkaException as exc:
         raise BrokerError(f"applying topics on {bootstrap} failed: {exc}") from exc
     for name in created:

@@ -1,0 +1,74 @@
+"""apply_topics against a real broker: creates, is idempotent, reports drift."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewPartitions,
+)
+
+from tidings.errors import BrokerError
+from tidings.shell.topics import TopicDifference, apply_topics, deadletter_topic, spec_for, topic_name
+
+pytestmark = pytest.mark.integration
+
+
+def specs_of(app_id: str) -> list:
+    return [
+        spec_for("commands", topic_name(app_id, "aggregate", "account", "commands"), partitions=2),
+        spec_for("events", topic_name(app_id, "aggregate", "account", "events"), partitions=2),
+        spec_for("outcomes", topic_name(app_id, "workflow", "enrich", "outcomes"), partitions=2),
+        spec_for("deadletter", deadletter_topic(app_id), partitions=2),
+    ]
+
+
+def test_a_second_apply_creates_nothing_and_reports_nothing(kafka_bootstrap: str, app_id: str) -> None:
+    specs = specs_of(app_id)
+    lines: list[str] = []
+    first = apply_topics(kafka_bootstrap, specs + specs[:1], out=lines.append)
+    assert first.created == tuple(sorted(spec.name for spec in specs))
+    assert first.in_sync
+    assert lines == [f"created {name}" for name in first.created]
+
+    second = apply_topics(kafka_bootstrap, specs, out=lines.append)
+    assert second.created == ()
+    assert second.differences == ()
+    assert len(lines) == len(specs)
+
+
+def test_settings_changed_out_of_band_are_reported_not_reverted(kafka_bootstrap: str, app_id: str) -> None:
+    specs = specs_of(app_id)
+    apply_topics(kafka_bootstrap, specs, out=lambda _: None)
+    commands, events = specs[0].name, specs[1].name
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    altered = ConfigResource(
+        ConfigResource.Type.TOPIC,
+        commands,
+        incremental_configs=[ConfigEntry("retention.ms", "1000", incremental_operation=AlterConfigOpType.SET)],
+    )
+    for future in admin.incremental_alter_configs([altered]).values():
+        future.result(timeout=30)
+    for future in admin.create_partitions([NewPartitions(events, 3)]).values():
+        future.result(timeout=30)
+
+    lines: list[str] = []
+    report = apply_topics(kafka_bootstrap, specs, out=lines.append)
+
+    assert report.created == ()
+    assert set(report.differences) == {
+        TopicDifference(commands, "retention.ms", "604800000", "1000"),
+        TopicDifference(events, "partitions", "2", "3"),
+    }
+    assert sorted(lines) == sorted(f"differs {d}" for d in report.differences)
+    # Reported, never reverted: the next apply still sees the drift.
+    assert set(apply_topics(kafka_bootstrap, specs, out=lambda _: None).differences) == set(report.differences)
+
+
+def test_an_unreachable_broker_is_a_broker_error() -> None:
+    # Port 9 (discard) on localhost: nothing listens, so metadata times out or is refused.
+    with pytest.raises(BrokerError, match="applying topics on 127.0.0.1:9"):
+        apply_topics("127.0.0.1:9", [spec_for("events", "x.events")], out=lambda _: None, timeout=2)
