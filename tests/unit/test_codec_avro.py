@@ -154,3 +154,9 @@ def test_a_field_that_does_not_fit_the_schema_is_a_schema_error_on_encode() -> N
 def test_encoding_something_else_is_a_type_error() -> None:
     with pytest.raises(TypeError, match="not a tidings envelope"):
         encode({"command_id": "c"})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("record_type", [CommandEnvelope, EventEnvelope, ReplyEnvelope, DeadLetter])
+def test_the_newest_schema_has_exactly_the_record_fields(record_type: type) -> None:
+    schema = CATALOGUE.newest[record_type].parsed
+    assert [f["name"] for f in schema["fields"]] == list(record_type.__slots__)
