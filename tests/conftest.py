@@ -70,12 +70,18 @@ def _kafka_container() -> Iterator[str]:
 
 
 def _terminal_writer(config: pytest.Config) -> Callable[[str], None]:
-    # Session fixtures run under output capture; the terminal reporter still reaches the
-    # user, so a 40 s first download does not look like a hang.
+    # Session fixtures run under output capture; suspend it around each line so a 40 s first
+    # download shows its progress instead of looking like a hang.
     reporter = config.pluginmanager.get_plugin("terminalreporter")
+    capture = config.pluginmanager.get_plugin("capturemanager")
 
     def write(line: str) -> None:
-        if reporter is not None:
+        if reporter is None:
+            return
+        if capture is None:
+            reporter.write_line(f"[tidings broker] {line}")
+            return
+        with capture.global_and_fixture_disabled():
             reporter.write_line(f"[tidings broker] {line}")
 
     return write

@@ -40,6 +40,7 @@ def test_record_produced_to_a_new_topic_is_consumed_back(kafka_bootstrap: str, a
         )
     finally:
         consumer.close()
+    assert message is not None
     assert (message.key(), message.value()) == (b"order-1", b'{"placed": true}')
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import string
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -134,7 +135,8 @@ def test_cluster_ids_look_like_kafka_uuids() -> None:
 
     assert len(ids) == 200
     assert all(len(i) == 22 and not i.startswith("-") for i in ids)
-    assert all(set(i) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_") for i in ids)
+    alphabet = set(string.ascii_letters + string.digits + "-_")
+    assert all(set(i) <= alphabet for i in ids)
 
 
 def test_state_file_round_trips(tmp_path: Path) -> None:

@@ -58,7 +58,7 @@ def test_other_exceptions_propagate_at_once() -> None:
     time = FakeTime()
 
     with pytest.raises(KeyError):
-        assert_eventually(lambda: {}["missing"], clock=time.clock, sleep=time.sleep)
+        assert_eventually(lambda: dict[str, int]()["missing"], clock=time.clock, sleep=time.sleep)
     assert time.sleeps == []
 
 
@@ -70,7 +70,12 @@ def test_timeout_fails_with_the_message_and_the_last_error() -> None:
 
     with pytest.raises(AssertionError, match="three records did not hold within 1 s") as info:
         assert_eventually(
-            never, timeout=1, interval=0.3, message="three records", clock=time.clock, sleep=time.sleep
+            never,
+            timeout=1,
+            interval=0.3,
+            message="three records",
+            clock=time.clock,
+            sleep=time.sleep,
         )
     assert "still 2 records" in str(info.value)
     assert isinstance(info.value.__cause__, AssertionError)

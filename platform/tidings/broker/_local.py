@@ -229,7 +229,8 @@ class LocalBroker:
         command = self._java(java, libs, "kafka.Kafka", str(self._layout.properties))
         command[1:1] = [f"-Xmx{self._heap}", *_JVM_FLAGS]
         with ExitStack() as stack:
-            console = stack.enter_context(self._layout.console_log.open("ab"))
+            # Truncated per start, so a failure's tail is never an older run's output.
+            console = stack.enter_context(self._layout.console_log.open("wb"))
             # A session of its own: Ctrl-C in the starting shell must not reach the broker,
             # and the broker outlives the `tidings broker start` process.
             return subprocess.Popen(
@@ -281,7 +282,10 @@ def _free_ports(port: int) -> tuple[int, int]:
         found: list[int] = []
         for wanted in (port, 0):
             sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-            sock.bind(("127.0.0.1", wanted))
+            try:
+                sock.bind(("127.0.0.1", wanted))
+            except OSError as exc:
+                raise BrokerError(f"port {wanted} on 127.0.0.1 is not free: {exc}") from exc
             found.append(sock.getsockname()[1])
         return found[0], found[1]
 

@@ -44,7 +44,9 @@ def read_state(path: Path) -> BrokerState | None:
     """
     try:
         raw = json.loads(path.read_text())
-        return BrokerState(pid=int(raw["pid"]), bootstrap=raw["bootstrap"], data_dir=raw["data_dir"])
+        return BrokerState(
+            pid=int(raw["pid"]), bootstrap=str(raw["bootstrap"]), data_dir=str(raw["data_dir"])
+        )
     except FileNotFoundError:
         return None
     except (ValueError, KeyError, TypeError) as exc:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
 from tidings.broker import KAFKA_VERSION, LocalBroker, default_state_file
+from tidings.cli.main import Subparsers
 
 _DESCRIPTION = f"""\
 Run a local single-node Apache Kafka {KAFKA_VERSION} (KRaft, broker and controller in one JVM)
@@ -23,7 +23,7 @@ _START_EPILOG = """\
 """
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subparsers) -> None:
     """Add ``broker`` and its ``start``, ``stop`` and ``status`` subcommands.
 
     Args:

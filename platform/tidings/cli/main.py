@@ -11,11 +11,15 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import TypeAlias
 
 from tidings.errors import TidingsError
 
+# What each command module's register() receives: the result of add_subparsers().
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
 # The command modules, in the order `tidings --help` lists them.
-COMMANDS: tuple[str, ...] = ("broker",)
+COMMANDS: tuple[str, ...] = ("worker", "send", "topics", "broker")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -11,7 +11,7 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import TypeVar, overload
 
 T = TypeVar("T")
 
@@ -55,20 +55,45 @@ def assert_eventually(
         error: BaseException | None = None
         result: object = None
         try:
-            result = predicate()
+            value = predicate()
         except retry_on as exc:
             error = exc
         else:
-            if result:
-                return result  # type: ignore[return-value]
+            if value:
+                return value
+            result = value
         now = clock()
         if now >= deadline:
             raise AssertionError(_failure(message, timeout, attempts, result, error)) from error
         sleep(min(interval, deadline - now))
 
 
+@overload
 async def assert_eventually_async(
-    predicate: Callable[[], T | Awaitable[T]],
+    predicate: Callable[[], Awaitable[T]],
+    *,
+    timeout: float = ...,
+    interval: float = ...,
+    message: str | None = ...,
+    retry_on: tuple[type[BaseException], ...] = ...,
+    clock: Callable[[], float] = ...,
+) -> T: ...
+
+
+@overload
+async def assert_eventually_async(
+    predicate: Callable[[], T],
+    *,
+    timeout: float = ...,
+    interval: float = ...,
+    message: str | None = ...,
+    retry_on: tuple[type[BaseException], ...] = ...,
+    clock: Callable[[], float] = ...,
+) -> T: ...
+
+
+async def assert_eventually_async(
+    predicate: Callable[[], Awaitable[T]] | Callable[[], T],
     *,
     timeout: float = 10.0,
     interval: float = 0.05,
@@ -101,12 +126,13 @@ async def assert_eventually_async(
         result: object = None
         try:
             outcome = predicate()
-            result = await outcome if inspect.isawaitable(outcome) else outcome
+            value = await outcome if inspect.isawaitable(outcome) else outcome
         except retry_on as exc:
             error = exc
         else:
-            if result:
-                return result  # type: ignore[return-value]
+            if value:
+                return value
+            result = value
         now = clock()
         if now >= deadline:
             raise AssertionError(_failure(message, timeout, attempts, result, error)) from error
@@ -121,4 +147,5 @@ def _failure(
     error: BaseException | None,
 ) -> str:
     last = f"last error: {error!r}" if error is not None else f"last result: {result!r}"
-    return f"{message or 'condition'} did not hold within {timeout:g} s ({attempts} attempts; {last})"
+    what = message or "condition"
+    return f"{what} did not hold within {timeout:g} s ({attempts} attempts; {last})"
