@@ -12,6 +12,7 @@ The tree::
     ├── WorkflowCancelled                   value() of a cancelled instance
     ├── WorkflowStepFailed                  a step failed inside a body (.error.kind)
     ├── NondeterminismError                 the body no longer matches its journal (parked)
+    ├── ForeignAwaitError (also TypeError)  a body awaited something that is not a ctx step
     ├── RecordError                         a record cannot be used; always dead-lettered
     │   ├── DecodeError                     bytes that are not a known envelope
     │   └── SchemaError                     a valid envelope whose type/payload is wrong
@@ -80,6 +81,15 @@ class WorkflowStepFailed(TidingsError):
 
 class NondeterminismError(TidingsError):
     """The body's requests no longer match its journal; the instance is parked."""
+
+
+class ForeignAwaitError(TidingsError, TypeError):
+    """A workflow body awaited something other than a ``ctx`` step or ``@subroutine`` call.
+
+    Its result could not be journaled or replayed (``asyncio.sleep``, a task, an HTTP call),
+    so the interpreter throws this into the body at that ``await``; uncaught, it faults the
+    instance.
+    """
 
 
 class RecordError(TidingsError):

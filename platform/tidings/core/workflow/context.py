@@ -1,0 +1,249 @@
+"""``WorkflowContext``: the steps a workflow body awaits.
+
+``ctx`` holds no state of the instance: each method returns a step request (plain data) and
+the interpreter that drives the body decides it. So one context serves every instance, and a
+body cannot reach the journal, the clock or the network except through a step.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable, Iterable
+from datetime import datetime, timedelta, timezone
+from typing import Any, TypeVar, overload
+
+from tidings.core.workflow.requests import (
+    ActivityRequest,
+    AllRequest,
+    GuidRequest,
+    NowRequest,
+    RaceRequest,
+    RandomRequest,
+    SignalRequest,
+    StepRequest,
+    TimerRequest,
+    VersionRequest,
+)
+from tidings.core.workflow.retry import RetryPolicy
+
+T = TypeVar("T")
+A = TypeVar("A")
+B = TypeVar("B")
+C = TypeVar("C")
+
+
+def duration_ms(duration: timedelta) -> int:
+    """Return ``duration`` in whole milliseconds."""
+    return int(duration.total_seconds() * 1000)
+
+
+def instant_ms(instant: datetime) -> int:
+    """Return ``instant`` as ms since the epoch; a naive datetime is read as UTC."""
+    if instant.tzinfo is None:
+        instant = instant.replace(tzinfo=timezone.utc)
+    return int(instant.timestamp() * 1000)
+
+
+def ms_instant(ms: int) -> datetime:
+    """Return the aware UTC datetime of ``ms`` since the epoch."""
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+
+
+class WorkflowContext:
+    """The steps of a workflow body: ``await ctx.<step>(...)``.
+
+    Every step is journaled under its path (see ``docs/workflows.md``); a body must await
+    nothing but these steps and ``@subroutine`` calls.
+    """
+
+    __slots__ = ()
+
+    def activity(
+        self,
+        name: str,
+        policy: RetryPolicy,
+        fn: Callable[..., T | Awaitable[T]],
+        *,
+        type: Any = None,
+    ) -> StepRequest[T]:
+        """Call an external system; the call runs at least once.
+
+        ``fn(attempt)`` runs outside the interpreter (a sync ``fn`` in a thread) and gets an
+        ``Attempt`` whose ``idempotency_key`` is the same for every attempt and restart:
+        pass it to the external system so a repeated call is recognised.
+
+        *Journaled:* the step's path, kind and ``name`` with its start time when first
+        reached; the result as JSON, or the failure, when it ends. Attempts are not stored.
+        *Idempotent by:* ``{workflow}/{instance_id}/{path}``.
+        *Replay:* a stored result is given without a call; a stored failure is raised; a
+        step with only its start stored runs again (attempts and backoff begin again, the
+        deadline stays measured from the stored start).
+
+        Args:
+            name: Stored; must not change while instances are running.
+            policy: Attempts, backoff, deadline, attempt timeout and ``retry_on``.
+            fn: The call, sync or async.
+            type: The declared result type (a pydantic model, ``list[int]`` ...); the result
+                is read back as this type. None keeps plain JSON values.
+
+        Raises:
+            WorkflowStepFailed: DEADLINE_EXCEEDED, ATTEMPTS_EXHAUSTED, NOT_RETRYABLE (also when
+                the result cannot be stored as JSON or read back as ``type``), CANCELLED.
+        """
+        return ActivityRequest(name, policy, fn, type)
+
+    def sleep(self, duration: timedelta) -> StepRequest[None]:
+        """Wait for ``duration``.
+
+        *Journaled:* the due time, when the step is first reached; then its completion.
+        *Idempotent by:* the step path (one timer per path).
+        *Replay:* the stored due time is used, so a restart does not postpone it; the timer
+        is re-armed with the time that remains.
+
+        Raises:
+            WorkflowStepFailed: CANCELLED.
+        """
+        return TimerRequest(delay_ms=max(duration_ms(duration), 0))
+
+    def until(self, instant: datetime) -> StepRequest[None]:
+        """Wait until ``instant``; a naive datetime is read as UTC.
+
+        *Journaled:* the due time, when first reached; then the completion.
+        *Idempotent by:* the step path.
+        *Replay:* as ``sleep``.
+
+        Raises:
+            WorkflowStepFailed: CANCELLED.
+        """
+        return TimerRequest(due_ms=instant_ms(instant))
+
+    def now(self) -> StepRequest[datetime]:
+        """Return the current UTC time (aware datetime, millisecond precision).
+
+        *Journaled:* the value. *Idempotent by:* the step path.
+        *Replay:* returns the stored value.
+        """
+        return NowRequest()
+
+    def new_guid(self) -> StepRequest[uuid.UUID]:
+        """Return a new random UUID.
+
+        *Journaled:* the value. *Idempotent by:* the step path.
+        *Replay:* returns the stored value.
+        """
+        return GuidRequest()
+
+    def random(self) -> StepRequest[float]:
+        """Return a random number in [0, 1).
+
+        *Journaled:* the value. *Idempotent by:* the step path.
+        *Replay:* returns the stored value.
+        """
+        return RandomRequest()
+
+    def all(self, branches: Iterable[Awaitable[T]]) -> StepRequest[list[T]]:
+        """Run the branches together and give every result, in branch order.
+
+        A branch is a step, a ``@subroutine`` call or a coroutine of this body. Branches
+        take turns deterministically; branch ``b`` of this step at path ``p`` numbers its
+        steps ``p.b.1, p.b.2 ...``. If a branch fails, the others are abandoned (their
+        activities cancelled) and the failure is raised here.
+
+        *Journaled:* the step's start; every branch's own steps. Every branch result is in
+        this instance's journal, so fan out over thousands of items with child workflows.
+        *Idempotent by:* the step path and the branch paths.
+        *Replay:* the branches replay from their stored steps.
+        """
+        return AllRequest(list(branches))
+
+    def all_at_most(
+        self, limit: int, items: Iterable[A], body: Callable[[A], Awaitable[T]]
+    ) -> StepRequest[list[T]]:
+        """Run ``body(item)`` for every item, at most ``limit`` at a time; results in item order.
+
+        *Journaled:* as ``all``, branch ``b`` being item ``b``.
+        *Idempotent by:* the step path and the branch paths.
+        *Replay:* as ``all``.
+        """
+        if limit < 1:
+            raise ValueError(f"all_at_most needs a limit of at least 1, got {limit}")
+        return AllRequest(list(items), body=body, limit=limit)
+
+    def race(self, branches: Iterable[Awaitable[T]]) -> StepRequest[T]:
+        """Run the branches together; the first to finish decides, with its value or exception.
+
+        The others are abandoned (their activities cancelled, their timers dropped).
+
+        *Journaled:* the step's start and the winner's branch number.
+        *Idempotent by:* the step path.
+        *Replay:* the stored winner is checked, so replay selects the same branch.
+        """
+        return RaceRequest(list(branches))
+
+    @overload
+    def both(self, a: Awaitable[A], b: Awaitable[B], /) -> StepRequest[tuple[A, B]]: ...
+    @overload
+    def both(self, a: Awaitable[A], b: Awaitable[B], c: Awaitable[C], /) -> StepRequest[tuple[A, B, C]]: ...
+    @overload
+    def both(self, *steps: Awaitable[Any]) -> StepRequest[tuple[Any, ...]]: ...
+    def both(self, *steps: Awaitable[Any]) -> StepRequest[tuple[Any, ...]]:
+        """Run a fixed set of steps of different types together (F#'s ``and!``); give a tuple.
+
+        If one fails, the others are abandoned and the failure is raised here.
+
+        *Journaled:* as ``all``. *Idempotent by:* the step path.
+        *Replay:* as ``all``.
+        """
+        if len(steps) < 2:
+            raise ValueError("both needs at least two steps")
+        return AllRequest(list(steps), as_tuple=True)
+
+    def wait_signal(self, name: str, type: Any = None) -> StepRequest[Any]:
+        """Wait for a signal named ``name`` and give its payload, read as ``type``.
+
+        A signal that arrived before the body reached this step was stored and is consumed
+        here; signals with one name are consumed oldest first.
+
+        *Journaled:* signals when they arrive; the step's start; the consumed signal's
+        number with its payload.
+        *Idempotent by:* the step path; a signal is consumed once.
+        *Replay:* gives the stored payload; no signal is lost or consumed twice.
+
+        Raises:
+            WorkflowStepFailed: BAD_PAYLOAD when the payload cannot be read as ``type`` (the
+                signal is consumed); CANCELLED.
+        """
+        return SignalRequest(name, type, None)
+
+    def wait_signal_for(self, name: str, timeout: timedelta, type: Any = None) -> StepRequest[Any]:
+        """Wait for a signal named ``name`` for at most ``timeout``; None when the time passes.
+
+        The timeout is measured from the stored start of the step. A signal that arrives
+        after the wait gave None stays stored for the next wait.
+
+        *Journaled:* as ``wait_signal``, plus the due time.
+        *Idempotent by:* the step path.
+        *Replay:* gives the stored payload or None; the timer is re-armed with the time left.
+
+        Raises:
+            WorkflowStepFailed: BAD_PAYLOAD, CANCELLED.
+        """
+        return SignalRequest(name, type, max(duration_ms(timeout), 0))
+
+    def version(self, change_id: str, latest: int) -> StepRequest[int]:
+        """Record which version of the code this instance runs, to change a running workflow.
+
+        A new instance stores ``latest`` and gets it. An instance that had already passed
+        this point (its journal holds a step of this branch at or after this position)
+        gets 1 and stores nothing. The step takes no position, so adding it does not move
+        the steps after it.
+
+        *Journaled:* a marker under (position, ``change_id``) for instances that get
+        ``latest``. *Idempotent by:* position and ``change_id``; the same ``change_id``
+        twice at one position is an error.
+        *Replay:* gives the stored number, or 1 as above.
+        """
+        if latest < 1:
+            raise ValueError(f"version numbers start at 1, got latest={latest}")
+        return VersionRequest(change_id, latest)
+

@@ -1,0 +1,114 @@
+"""What the shell must do after it has journaled a decision's records.
+
+Effects are instructions, never side effects of the core: the shell writes the records
+first, then carries the effects out. After a restart it replays the journal and gets the
+effects of every pending step again, so an effect lost in a crash is re-issued.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tidings.core.workflow.outcomes import Outcome
+
+
+class Cancellation:
+    """A flag an activity can poll, set when its step is cancelled or abandoned.
+
+    Thread-safe, so a sync function running in a worker thread can check it.
+    """
+
+    __slots__ = ("_event",)
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the step was cancelled."""
+        return self._event.is_set()
+
+    def cancel(self) -> None:
+        """Set the flag (the shell calls this on ``CancelActivity``)."""
+        self._event.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block up to ``timeout`` seconds for cancellation; return whether it happened."""
+        return self._event.wait(timeout)
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """What an activity function receives.
+
+    Attributes:
+        idempotency_key: ``{workflow}/{instance_id}/{path}``: the same for every attempt of
+            the step and across restarts. Pass it to the external system.
+        number: 1 for the first attempt (also the first after a restart).
+        cancellation: Set when the step is cancelled or abandoned.
+    """
+
+    idempotency_key: str
+    number: int
+    cancellation: Cancellation = field(default_factory=Cancellation)
+
+
+@dataclass(frozen=True, slots=True)
+class RunActivity:
+    """Call ``fn(Attempt(idempotency_key, attempt))`` at ``not_before`` (ms) or later.
+
+    ``fn`` may be sync (run it in a thread) or return an awaitable. Report the end with
+    ``ActivityResult(path, attempt, ...)``; give the attempt up at ``timeout_at`` (ms) and
+    report ``timed_out=True``.
+    """
+
+    path: str
+    name: str
+    attempt: int
+    fn: Callable[[Attempt], Any] = field(repr=False, compare=False)
+    idempotency_key: str
+    not_before: int
+    timeout_at: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CancelActivity:
+    """Cancel the running or scheduled attempt at ``path``; its result will be ignored."""
+
+    path: str
+
+
+@dataclass(frozen=True, slots=True)
+class ArmTimer:
+    """Send ``TimerFired(path)`` at ``due`` (ms); at once when ``due`` has passed."""
+
+    path: str
+    due: int
+
+
+@dataclass(frozen=True, slots=True)
+class CancelTimer:
+    """The timer at ``path`` is no longer needed (firing it anyway is harmless)."""
+
+    path: str
+
+
+@dataclass(frozen=True, slots=True)
+class PublishOutcome:
+    """The instance ended: publish ``outcome`` (to the compacted outcomes topic)."""
+
+    outcome: Outcome
+
+
+@dataclass(frozen=True, slots=True)
+class ReportParked:
+    """The body no longer matches its journal: log ``reason``, publish status PARKED."""
+
+    reason: str
+
+
+Effect = RunActivity | CancelActivity | ArmTimer | CancelTimer | PublishOutcome | ReportParked
+"""Anything a ``Decision`` asks the shell to do."""

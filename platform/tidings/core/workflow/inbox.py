@@ -1,0 +1,58 @@
+"""The messages that go into a workflow instance, one at a time, through ``advance``.
+
+The shell builds them from the instance's inbox topic (``Start``, ``Signal``, ``Cancel``)
+and from its own work (``ActivityResult`` when an attempt ends, ``TimerFired`` when an armed
+timer is due). Values are Python objects; the core encodes them to JSON for the journal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Start the instance with ``input``. Idempotent: a second start changes nothing."""
+
+    input: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Signal:
+    """Deliver the signal ``name`` with ``payload``; stored on arrival."""
+
+    name: str
+    payload: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    """Cancel the instance. A second cancel changes nothing."""
+
+
+@dataclass(frozen=True, slots=True)
+class ActivityResult:
+    """Attempt ``attempt`` of the activity at ``path`` ended.
+
+    Exactly one of these holds: ``error`` is None and ``value`` is the result; ``error`` is
+    the exception the function raised; ``timed_out`` is True because the attempt reached
+    its ``timeout_at``. A result for an attempt that is no longer current is ignored.
+    """
+
+    path: str
+    attempt: int
+    value: Any = None
+    error: BaseException | None = None
+    timed_out: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TimerFired:
+    """The timer armed for ``path`` is due. A timer of a step no longer pending is ignored."""
+
+    path: str
+
+
+InboxMessage = Start | Signal | Cancel | ActivityResult | TimerFired
+"""Anything ``WorkflowInstance.advance`` takes."""

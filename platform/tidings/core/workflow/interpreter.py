@@ -1,0 +1,835 @@
+"""The workflow interpreter: a pure state machine, one input in, a ``Decision`` out.
+
+``WorkflowInstance.advance(message, now)`` takes one inbox message and returns the journal
+records to store and the effects to carry out; ``WorkflowInstance.replay(...)`` rebuilds an
+instance from its journal. Neither raises: a body that no longer matches its journal parks
+the instance, a body that raises faults it, and an internal error parks it (never faults,
+because Faulted is final).
+
+The body is a coroutine driven with ``coro.send()``; every ``await ctx.<step>`` yields a
+step request here. Live and replay run the same code: replay walks the journal in order,
+lets the body produce its records again (each checked against the stored one, which wins)
+and applies as input every stored record the body did not produce (start, signals, cancel,
+activity results, timer fires), so branches interleave exactly as they did live.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tidings.core.workflow.context import WorkflowContext, ms_instant
+from tidings.core.workflow.definition import WorkflowDefinition
+from tidings.core.workflow.effects import (
+    ArmTimer,
+    CancelActivity,
+    CancelTimer,
+    Effect,
+    PublishOutcome,
+    ReportParked,
+    RunActivity,
+)
+from tidings.core.workflow.failures import ErrorKind, StepError
+from tidings.core.workflow.fibers import Fiber, Group, Pending
+from tidings.core.workflow.inbox import ActivityResult, Cancel, InboxMessage, Signal, Start, TimerFired
+from tidings.core.workflow.journal import (
+    CancelRequested,
+    Ended,
+    JournalRecord,
+    SignalReceived,
+    Started,
+    StepCompleted,
+    StepFailed,
+    StepKind,
+    StepStarted,
+    VersionMarker,
+)
+from tidings.core.workflow.outcomes import Cancelled, Faulted, Finished, Outcome, WorkflowStatus
+from tidings.core.workflow.paths import ROOT_PREFIX, idempotency_key, split_path
+from tidings.core.workflow.requests import (
+    ActivityRequest,
+    AllRequest,
+    CallRequest,
+    GuidRequest,
+    NowRequest,
+    RaceRequest,
+    RandomRequest,
+    SignalRequest,
+    TimerRequest,
+    VersionRequest,
+)
+from tidings.core.workflow.retry import GiveUp, RetryAt
+from tidings.errors import DefinitionError, ForeignAwaitError, WorkflowStepFailed
+
+Entropy = Callable[[int], bytes]
+"""Gives n random bytes; the only source of ``new_guid``/``random`` values (then journaled)."""
+
+_CONTEXT = WorkflowContext()
+_BLOCKED: Any = object()
+_ENDED = (WorkflowStatus.FINISHED, WorkflowStatus.FAULTED, WorkflowStatus.CANCELLED)
+_CANCELLED_ERROR = StepError(ErrorKind.CANCELLED, "the workflow was cancelled while the step was pending")
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What one input decided.
+
+    Attributes:
+        records: New journal records, in order. Store them before doing any effect.
+        effects: What the shell must do once the records are stored.
+        status: The instance's status afterwards (None: not started).
+        rejected: Why the input was refused, if it was (e.g. a signal to an ended
+            instance); nothing was recorded then.
+    """
+
+    records: tuple[JournalRecord, ...]
+    effects: tuple[Effect, ...]
+    status: WorkflowStatus | None
+    rejected: str | None = None
+
+
+class _Mismatch(Exception):
+    """The body's request does not match the journal (raised only while replaying)."""
+
+
+class _Replay:
+    """The journal being replayed, and what ``version`` needs to know about it."""
+
+    __slots__ = ("records", "pos", "versions", "max_step")
+
+    def __init__(self, records: Sequence[JournalRecord]) -> None:
+        self.records = records
+        self.pos = 0
+        self.versions: dict[tuple[str, str], int] = {}
+        # Per branch prefix, the highest step number the journal holds: "had passed".
+        self.max_step: dict[str, int] = {}
+        for record in records:
+            kind = type(record)
+            if kind is StepStarted:
+                prefix, number = split_path(record.path)  # type: ignore[union-attr]
+                if number > self.max_step.get(prefix, 0):
+                    self.max_step[prefix] = number
+            elif kind is VersionMarker:
+                self.versions[(record.position, record.change_id)] = record.version  # type: ignore[union-attr]
+
+
+class WorkflowInstance:
+    """One workflow instance: its body's frames, pending steps, stored signals and status.
+
+    Create it with ``WorkflowInstance(definition, instance_id)`` and feed it ``Start``, or
+    rebuild it with ``WorkflowInstance.replay``. Time comes in as ``now`` (ms since the
+    epoch, UTC) with every call and is never read here.
+    """
+
+    __slots__ = (
+        "definition",
+        "instance_id",
+        "_entropy",
+        "_status",
+        "_outcome",
+        "_root",
+        "_pending",
+        "_signals",
+        "_waiters",
+        "_cancel_requested",
+        "_next_seq",
+        "_out",
+        "_effects",
+        "_ready",
+        "_replay",
+        "_now",
+    )
+
+    def __init__(self, definition: WorkflowDefinition, instance_id: str, *, entropy: Entropy = os.urandom) -> None:
+        self.definition = definition
+        self.instance_id = instance_id
+        self._entropy = entropy
+        self._status: WorkflowStatus | None = None
+        self._outcome: Outcome | None = None
+        self._root: Fiber | None = None
+        self._pending: dict[str, Pending] = {}
+        self._signals: dict[str, deque[SignalReceived]] | None = None
+        self._waiters: dict[str, deque[Pending]] | None = None
+        self._cancel_requested = False
+        self._next_seq = 1
+        self._out: list[JournalRecord] = []
+        self._effects: list[Effect] = []
+        self._ready: deque[tuple[Fiber, Any, BaseException | None]] = deque()
+        self._replay: _Replay | None = None
+        self._now = 0
+
+    # ----------------------------------------------------------------------------- public
+
+    @property
+    def status(self) -> WorkflowStatus | None:
+        """RUNNING, FINISHED, FAULTED, CANCELLED or PARKED; None before ``Start``."""
+        return self._status
+
+    @property
+    def outcome(self) -> Outcome | None:
+        """How the instance ended, once it has."""
+        return self._outcome
+
+    @property
+    def pending_paths(self) -> tuple[str, ...]:
+        """The paths of the steps the body waits on (activities, timers, signal waits)."""
+        return tuple(self._pending)
+
+    @property
+    def next_seq(self) -> int:
+        """The sequence number the next journal record will get."""
+        return self._next_seq
+
+    def advance(self, message: InboxMessage, now: int) -> Decision:
+        """Apply one inbox message and return what it decided; never raises.
+
+        Args:
+            message: ``Start``, ``Signal``, ``Cancel``, ``ActivityResult`` or ``TimerFired``.
+            now: The current time, ms since the epoch (UTC).
+
+        Returns:
+            The records to journal (first) and the effects to carry out (after).
+        """
+        self._now = now
+        rejected: str | None = None
+        try:
+            rejected = self._accept(message)
+            self._drain()
+        except _Mismatch as exc:  # pragma: no cover - live inputs cannot mismatch
+            self._park(str(exc))
+        except Exception as exc:  # noqa: BLE001 - never raise out of the core; parking is safe
+            self._park(f"internal error while applying {type(message).__name__}: {exc!r}")
+        return self._decision(rejected)
+
+    @classmethod
+    def replay(
+        cls,
+        definition: WorkflowDefinition,
+        instance_id: str,
+        records: Sequence[JournalRecord],
+        now: int,
+        *,
+        entropy: Entropy = os.urandom,
+    ) -> tuple[WorkflowInstance, Decision]:
+        """Rebuild an instance from its journal; never raises.
+
+        Stored results are given to the body without running anything, stored failures are
+        raised in it, steps with only a start are issued again (an activity whose deadline
+        passed fails DEADLINE_EXCEEDED without another attempt; a timer is re-armed with its
+        stored due time). A body that does not match the journal parks the instance.
+
+        Args:
+            definition: The workflow, with the code deployed now.
+            instance_id: The instance's id.
+            records: The instance's journal, in sequence order.
+            now: The current time, ms since the epoch (UTC).
+            entropy: The source of ``new_guid``/``random`` values taken after the journal.
+
+        Returns:
+            The instance and the decision of the replay: records the body added after the
+            journal's end, and the effects of every pending step.
+        """
+        instance = cls(definition, instance_id, entropy=entropy)
+        instance._now = now
+        if not records:
+            return instance, instance._decision(None)
+        instance._next_seq = records[-1].seq + 1
+        last = records[-1]
+        if isinstance(last, Ended):
+            # An ended instance is its outcome; its body never runs again.
+            instance._set_outcome(last)
+            instance._effects.append(PublishOutcome(instance._outcome))  # type: ignore[arg-type]
+            return instance, instance._decision(None)
+        replay = instance._replay = _Replay(records)
+        try:
+            while replay.pos < len(records) and instance._status is not WorkflowStatus.PARKED:
+                record = records[replay.pos]
+                replay.pos += 1
+                instance._apply_stored(record)
+                instance._drain()
+        except _Mismatch as exc:
+            instance._park(str(exc))
+        except Exception as exc:  # noqa: BLE001 - never raise out of the core
+            instance._park(f"internal error during replay: {exc!r}")
+        instance._replay = None
+        if instance._status is WorkflowStatus.RUNNING:
+            try:
+                instance._reissue()
+                instance._drain()
+            except Exception as exc:  # noqa: BLE001
+                instance._park(f"internal error after replay: {exc!r}")
+        return instance, instance._decision(None)
+
+    # --------------------------------------------------------------------------- inputs
+
+    def _accept(self, message: InboxMessage) -> str | None:
+        kind = type(message)
+        status = self._status
+        if kind is Start:
+            if status is None:
+                return self._start(message)  # type: ignore[arg-type]
+            return None  # idempotent per instance id
+        if status is None:
+            return "the instance has not been started"
+        if status in _ENDED:
+            return "the instance has ended" if kind in (Signal, Cancel) else None
+        if kind is Signal:
+            return self._receive_signal(message)  # type: ignore[arg-type]
+        if kind is Cancel:
+            self._request_cancel()
+            return None
+        if status is WorkflowStatus.PARKED:
+            return None  # a parked instance runs nothing; no activity or timer is its own
+        if kind is ActivityResult:
+            self._activity_result(message)  # type: ignore[arg-type]
+        elif kind is TimerFired:
+            pending = self._pending.get(message.path)  # type: ignore[union-attr]
+            if pending is not None and pending.due is not None:
+                self._record(StepCompleted(self._next_seq, pending.path, "null"))
+                self._resolve(pending, None, None, stop_work=False)
+        return None
+
+    def _start(self, message: Start) -> str | None:
+        codec = self.definition.codec
+        try:
+            text, _ = codec.convert(message.input, self.definition.input_type)
+        except ValueError as exc:
+            return f"the input cannot be stored or read back: {exc}"
+        self._apply_stored(self._record(Started(self._next_seq, text, self._now)))
+        return None
+
+    def _receive_signal(self, message: Signal) -> str | None:
+        try:
+            payload = self.definition.codec.encode(message.payload)
+        except ValueError as exc:
+            return f"the signal's payload cannot be stored: {exc}"
+        record = self._record(SignalReceived(self._next_seq, message.name, payload, self._now))
+        if self._status is WorkflowStatus.RUNNING:
+            self._apply_stored(record)
+        return None
+
+    def _request_cancel(self) -> None:
+        if self._cancel_requested:
+            return  # a second cancel changes nothing
+        record = self._record(CancelRequested(self._next_seq, self._now))
+        if self._status is WorkflowStatus.PARKED:
+            # A parked body cannot run its cleanup: it ends at once.
+            self._cancel_requested = True
+            self._end(Ended(self._next_seq, "cancelled", self._now))
+            return
+        self._apply_stored(record)
+
+    def _activity_result(self, message: ActivityResult) -> None:
+        pending = self._pending.get(message.path)
+        if pending is None or pending.kind != StepKind.ACTIVITY or pending.attempt != message.attempt:
+            return  # a stale attempt, or a step that ended or was abandoned
+        request: ActivityRequest[Any] = pending.request  # type: ignore[assignment]
+        if message.error is None and not message.timed_out:
+            try:
+                text, value = self.definition.codec.convert(message.value, request.type)
+            except ValueError as exc:
+                self._fail(pending, StepError.of_exception(ErrorKind.NOT_RETRYABLE, exc, "the result cannot be stored: "))
+                return
+            self._record(StepCompleted(self._next_seq, pending.path, text))
+            self._resolve(pending, value, None, stop_work=False)
+            return
+        decision = request.policy.after_failure(
+            attempt=message.attempt,
+            started_at=pending.started_at,
+            now=self._now,
+            error=message.error,
+            timed_out=message.timed_out,
+        )
+        self._follow(pending, decision)
+
+    def _follow(self, pending: Pending, decision: RetryAt | GiveUp) -> None:
+        if isinstance(decision, GiveUp):
+            self._fail(pending, decision.error, stop_work=False)
+            return
+        request: ActivityRequest[Any] = pending.request  # type: ignore[assignment]
+        pending.attempt = decision.attempt
+        self._effects.append(
+            RunActivity(
+                path=pending.path,
+                name=request.name,
+                attempt=decision.attempt,
+                fn=request.fn,
+                idempotency_key=idempotency_key(self.definition.name, self.instance_id, pending.path),
+                not_before=decision.at,
+                timeout_at=decision.timeout_at,
+            )
+        )
+
+    # ---------------------------------------------------------- applying stored records
+
+    def _apply_stored(self, record: JournalRecord) -> None:
+        """Apply a record that is an input (live: just recorded; replay: not produced by the body)."""
+        kind = type(record)
+        if kind is StepCompleted or kind is StepFailed:
+            pending = self._pending.get(record.path)  # type: ignore[union-attr]
+            if pending is None:
+                raise _Mismatch(f"the journal ends step {record.path} that the body is not waiting on")  # type: ignore[union-attr]
+            if kind is StepFailed:
+                self._resolve(pending, None, WorkflowStepFailed(record.error), stop_work=False)  # type: ignore[union-attr]
+            else:
+                self._resolve(pending, self._stored_value(pending, record), None, stop_work=False)  # type: ignore[arg-type]
+        elif kind is SignalReceived:
+            signals = self._signals
+            if signals is None:
+                signals = self._signals = {}
+            queue = signals.get(record.name)  # type: ignore[union-attr]
+            if queue is None:
+                queue = signals[record.name] = deque()  # type: ignore[union-attr]
+            queue.append(record)  # type: ignore[arg-type]
+            self._deliver(record.name)  # type: ignore[union-attr]
+        elif kind is VersionMarker:
+            pass  # looked up by position, never applied in order
+        elif kind is CancelRequested:
+            self._cancel_requested = True
+            for pending in list(self._pending.values()):
+                self._fail(pending, _CANCELLED_ERROR)
+        elif kind is Started:
+            if self._root is not None:
+                raise _Mismatch("the journal starts the instance twice")
+            try:
+                value = self.definition.codec.decode(record.input, self.definition.input_type)  # type: ignore[union-attr]
+            except ValueError as exc:
+                raise _Mismatch(f"the stored input cannot be read as {self.definition.input_type!r}: {exc}") from exc
+            self._status = WorkflowStatus.RUNNING
+            self._root = Fiber(ROOT_PREFIX, self.definition.body(_CONTEXT, value))
+            self._ready.append((self._root, None, None))
+        else:
+            raise _Mismatch(f"the journal holds {record!r}, which the body did not produce")
+
+    def _stored_value(self, pending: Pending, record: StepCompleted) -> Any:
+        if pending.kind == StepKind.TIMER or (pending.kind == StepKind.SIGNAL and record.signal is None):
+            return None
+        declared = getattr(pending.request, "type", None)
+        try:
+            return self.definition.codec.decode(record.result, declared)
+        except ValueError as exc:
+            raise _Mismatch(f"the stored result of step {pending.path} cannot be read as {declared!r}: {exc}") from exc
+
+    def _record(self, record: JournalRecord) -> JournalRecord:
+        """Produce a record: live, append it; replaying, check it against the stored one and return that."""
+        replay = self._replay
+        if replay is not None:
+            records = replay.records
+            while replay.pos < len(records) and type(records[replay.pos]) is VersionMarker:
+                replay.pos += 1
+            if replay.pos < len(records):
+                stored = records[replay.pos]
+                if not _same(stored, record):
+                    raise _Mismatch(f"the body produced {_describe(record)} where the journal holds {_describe(stored)}")
+                replay.pos += 1
+                return stored
+            # The journal ends here: from now on the body runs live.
+            self._replay = None
+        return self._append(record)
+
+    def _append(self, record: JournalRecord) -> JournalRecord:
+        self._out.append(record)
+        self._next_seq += 1
+        return record
+
+    # ------------------------------------------------------------------------ scheduling
+
+    def _drain(self) -> None:
+        ready = self._ready
+        while ready:
+            fiber, value, exc = ready.popleft()
+            if not fiber.dead:
+                self._run(fiber, value, exc)
+
+    def _run(self, fiber: Fiber, value: Any, exc: BaseException | None) -> None:
+        """Resume ``fiber`` with a value (or exception) until it blocks or ends."""
+        frames = fiber.frames
+        handlers = _HANDLERS
+        fiber.waiting = None
+        while True:
+            frame = frames[-1]
+            try:
+                request = frame.send(value) if exc is None else frame.throw(exc)
+            except StopIteration as stop:
+                frames.pop()
+                if frames:
+                    value, exc = stop.value, None
+                    continue
+                self._fiber_ended(fiber, stop.value, None)
+                return
+            except Exception as error:  # noqa: BLE001 - the body's own exception
+                frames.pop()
+                if frames:
+                    value, exc = None, error
+                    continue
+                self._fiber_ended(fiber, None, _explain(error))
+                return
+            handler = handlers.get(type(request))
+            if handler is None:
+                value, exc = None, _foreign(request)
+                continue
+            result = handler(self, fiber, request)
+            if result is _BLOCKED:
+                return
+            value, exc = result
+
+    def _fiber_ended(self, fiber: Fiber, value: Any, exc: BaseException | None) -> None:
+        fiber.dead = True
+        group = fiber.group
+        if group is None:
+            self._body_ended(value, exc)
+            return
+        if group.done:
+            return
+        if group.is_race:
+            winner = str(fiber.branch)
+            stored = self._record(StepCompleted(self._next_seq, group.path, winner))
+            if stored.result != winner:  # type: ignore[union-attr]
+                raise _Mismatch(f"race {group.path} was won by branch {stored.result} and now by {winner}")  # type: ignore[union-attr]
+            self._close_group(group)
+            self._ready.append((group.parent, value, exc))
+            return
+        if exc is not None:
+            self._close_group(group)
+            self._ready.append((group.parent, None, exc))
+            return
+        group.results[fiber.branch - 1] = value
+        group.remaining -= 1
+        if group.spawned < len(group.fibers):
+            self._ready.append((group.spawn_next(), None, None))
+        if group.remaining == 0:
+            group.done = True
+            results = group.results
+            request = group.request
+            self._ready.append((group.parent, tuple(results) if request.as_tuple else results, None))  # type: ignore[union-attr]
+
+    def _close_group(self, group: Group) -> None:
+        """End a parallel step: abandon every branch still running."""
+        group.done = True
+        for fiber in group.fibers:
+            if fiber is not None and not fiber.dead:
+                self._abandon(fiber)
+
+    def _abandon(self, fiber: Fiber) -> None:
+        waiting = fiber.waiting
+        if isinstance(waiting, Pending):
+            self._forget(waiting, stop_work=True)
+        elif isinstance(waiting, Group):
+            self._close_group(waiting)
+        fiber.close()
+
+    def _resolve(self, pending: Pending, value: Any, exc: BaseException | None, *, stop_work: bool) -> None:
+        self._forget(pending, stop_work=stop_work)
+        self._ready.append((pending.fiber, value, exc))
+
+    def _forget(self, pending: Pending, *, stop_work: bool) -> None:
+        """Remove a pending step; with ``stop_work``, tell the shell to stop its activity/timer."""
+        self._pending.pop(pending.path, None)
+        if pending.kind == StepKind.SIGNAL and self._waiters is not None:
+            waiters = self._waiters.get(pending.request.name)  # type: ignore[attr-defined]
+            if waiters is not None and pending in waiters:
+                waiters.remove(pending)
+        if not pending.issued or self._replay is not None:
+            return
+        if pending.kind == StepKind.ACTIVITY:
+            if stop_work:
+                self._effects.append(CancelActivity(pending.path))
+        elif pending.due is not None and (stop_work or pending.kind == StepKind.SIGNAL):
+            self._effects.append(CancelTimer(pending.path))
+
+    def _fail(self, pending: Pending, error: StepError, *, stop_work: bool = True) -> None:
+        self._record(StepFailed(self._next_seq, pending.path, error))
+        self._resolve(pending, None, WorkflowStepFailed(error), stop_work=stop_work)
+
+    def _wait(self, fiber: Fiber, pending: Pending) -> Any:
+        """Register a pending step and, when live, tell the shell to run or arm it."""
+        self._pending[pending.path] = pending
+        fiber.waiting = pending
+        if self._replay is None:
+            self._issue(pending)
+        return _BLOCKED
+
+    def _issue(self, pending: Pending) -> None:
+        pending.issued = True
+        if pending.kind == StepKind.ACTIVITY:
+            policy = pending.request.policy  # type: ignore[attr-defined]
+            self._follow(pending, policy.first_attempt(started_at=pending.started_at, now=self._now))
+        elif pending.due is not None:
+            self._effects.append(ArmTimer(pending.path, pending.due))
+
+    def _reissue(self) -> None:
+        """After a replay: issue every pending step the journal had started but not ended."""
+        for pending in list(self._pending.values()):
+            if not pending.issued and pending.path in self._pending:
+                self._issue(pending)
+
+    # ------------------------------------------------------------------------- signals
+
+    def _deliver(self, name: str) -> None:
+        """Give stored signals named ``name`` to waiting steps, oldest to oldest."""
+        waiters = self._waiters.get(name) if self._waiters is not None else None
+        queue = self._signals.get(name) if self._signals is not None else None
+        while waiters and queue:
+            pending = waiters.popleft()
+            value, exc = self._consume(pending, queue.popleft())
+            self._resolve(pending, value, exc, stop_work=False)
+
+    def _consume(self, pending: Pending, signal: SignalReceived) -> tuple[Any, BaseException | None]:
+        declared = pending.request.type  # type: ignore[attr-defined]
+        try:
+            value = self.definition.codec.decode(signal.payload, declared)
+        except ValueError as exc:
+            error = StepError(ErrorKind.BAD_PAYLOAD, f"signal {signal.name!r} #{signal.seq} cannot be read: {exc}")
+            self._record(StepFailed(self._next_seq, pending.path, error, signal.seq))
+            return None, WorkflowStepFailed(error)
+        self._record(StepCompleted(self._next_seq, pending.path, signal.payload, signal.seq))
+        return value, None
+
+    # ------------------------------------------------------------------------- endings
+
+    def _body_ended(self, value: Any, exc: BaseException | None) -> None:
+        now = self._now
+        if exc is None:
+            try:
+                text, _ = self.definition.codec.convert(value, self.definition.result_type)
+            except ValueError as error:
+                failure = StepError.of_exception(ErrorKind.NOT_RETRYABLE, error, "the result cannot be stored: ")
+                self._end(Ended(self._next_seq, "faulted", now, error=failure))
+                return
+            self._end(Ended(self._next_seq, "finished", now, result=text))
+        elif isinstance(exc, WorkflowStepFailed) and isinstance(exc.error, StepError):
+            if exc.error.kind is ErrorKind.CANCELLED and self._cancel_requested:
+                self._end(Ended(self._next_seq, "cancelled", now))
+            else:
+                self._end(Ended(self._next_seq, "faulted", now, error=exc.error))
+        else:
+            self._end(Ended(self._next_seq, "faulted", now, error=StepError.of_exception(None, exc)))
+
+    def _end(self, record: Ended) -> None:
+        stored = self._record(record)
+        self._set_outcome(stored)  # type: ignore[arg-type]
+        self._effects.append(PublishOutcome(self._outcome))  # type: ignore[arg-type]
+
+    def _set_outcome(self, record: Ended) -> None:
+        if record.outcome == "finished":
+            value = self.definition.codec.decode(record.result or "null", self.definition.result_type)
+            self._outcome, self._status = Finished(value), WorkflowStatus.FINISHED
+        elif record.outcome == "cancelled":
+            self._outcome, self._status = Cancelled(), WorkflowStatus.CANCELLED
+        else:
+            error = record.error or StepError(None, "faulted")
+            self._outcome, self._status = Faulted(error), WorkflowStatus.FAULTED
+        # An ended instance keeps only its outcome: drop frames, steps and signals.
+        self._root = None
+        self._pending = {}
+        self._signals = self._waiters = None
+        self._ready.clear()
+
+    def _park(self, reason: str) -> None:
+        """Stop running the body: it does not match its journal. Nothing it produced is kept."""
+        if self._replay is not None:
+            self._next_seq = self._replay.records[-1].seq + 1
+            self._out.clear()
+            self._replay = None
+        self._effects.clear()
+        root = self._root
+        if root is not None and not root.dead:
+            self._abandon(root)
+        self._pending = {}
+        self._waiters = None
+        self._ready.clear()
+        self._status = WorkflowStatus.PARKED
+        self._effects.append(ReportParked(reason))
+
+    def _decision(self, rejected: str | None) -> Decision:
+        decision = Decision(tuple(self._out), tuple(self._effects), self._status, rejected)
+        self._out.clear()
+        self._effects.clear()
+        return decision
+
+
+def _same(stored: JournalRecord, produced: JournalRecord) -> bool:
+    """Whether a produced record is the stored one (values and times excepted: stored wins)."""
+    kind = type(produced)
+    if type(stored) is not kind:
+        return False
+    if kind is StepStarted:
+        return (
+            stored.path == produced.path  # type: ignore[union-attr]
+            and stored.kind == produced.kind  # type: ignore[union-attr]
+            and stored.name == produced.name  # type: ignore[union-attr]
+        )
+    if kind is StepCompleted or kind is StepFailed:
+        return stored.path == produced.path and stored.signal == produced.signal  # type: ignore[union-attr]
+    if kind is Ended:
+        return stored.outcome == produced.outcome  # type: ignore[union-attr]
+    return True
+
+
+def _describe(record: JournalRecord) -> str:
+    if isinstance(record, StepStarted):
+        return f"step {record.path} ({record.kind} {record.name!r})".replace(" ''", "")
+    if isinstance(record, (StepCompleted, StepFailed)):
+        return f"the end of step {record.path}"
+    return type(record).__name__
+
+
+def _foreign(awaited: Any) -> ForeignAwaitError:
+    cancel = getattr(awaited, "cancel", None)
+    if callable(cancel):
+        cancel()  # an asyncio future: nobody will ever wait for it
+    return ForeignAwaitError(
+        f"a workflow body awaited {awaited!r}, which is not a ctx step: its result could not be "
+        "journaled or replayed. Await only ctx steps and @subroutine calls; do I/O in ctx.activity."
+    )
+
+
+def _explain(error: BaseException) -> BaseException:
+    if isinstance(error, RuntimeError) and "no running event loop" in str(error):
+        explained = _foreign(error)
+        explained.__cause__ = error
+        return explained
+    return error
+
+
+# ------------------------------------------------------------------- step handlers
+# Each takes (instance, fiber, request) and returns (value, exception) to continue the
+# fiber at once, or _BLOCKED when the fiber waits for an input.
+
+
+def _activity(self: WorkflowInstance, fiber: Fiber, request: ActivityRequest[Any]) -> Any:
+    path = fiber.next_path()
+    started = self._record(StepStarted(self._next_seq, path, StepKind.ACTIVITY, request.name, self._now))
+    return self._wait(fiber, Pending(path, StepKind.ACTIVITY, fiber, request, started.at, None))  # type: ignore[union-attr]
+
+
+def _timer(self: WorkflowInstance, fiber: Fiber, request: TimerRequest) -> Any:
+    path = fiber.next_path()
+    due = request.due_ms if request.due_ms is not None else self._now + (request.delay_ms or 0)
+    started = self._record(StepStarted(self._next_seq, path, StepKind.TIMER, "", self._now, due))
+    return self._wait(fiber, Pending(path, StepKind.TIMER, fiber, request, started.at, started.due))  # type: ignore[union-attr]
+
+
+def _inline(self: WorkflowInstance, fiber: Fiber, kind: str, produce: Callable[[], str]) -> str:
+    path = fiber.next_path()
+    self._record(StepStarted(self._next_seq, path, kind, "", self._now))
+    replay = self._replay
+    # While replaying, the stored value wins: do not draw entropy for nothing.
+    value = "" if replay is not None and replay.pos < len(replay.records) else produce()
+    return self._record(StepCompleted(self._next_seq, path, value)).result  # type: ignore[union-attr]
+
+
+def _now(self: WorkflowInstance, fiber: Fiber, request: NowRequest) -> Any:
+    return ms_instant(int(_inline(self, fiber, StepKind.NOW, lambda: str(self._now)))), None
+
+
+def _guid(self: WorkflowInstance, fiber: Fiber, request: GuidRequest) -> Any:
+    def produce() -> str:
+        return json.dumps(str(uuid.UUID(bytes=self._entropy(16), version=4)))
+
+    return uuid.UUID(json.loads(_inline(self, fiber, StepKind.GUID, produce))), None
+
+
+def _random(self: WorkflowInstance, fiber: Fiber, request: RandomRequest) -> Any:
+    def produce() -> str:
+        return repr((int.from_bytes(self._entropy(8), "big") >> 11) / float(1 << 53))
+
+    return float(_inline(self, fiber, StepKind.RANDOM, produce)), None
+
+
+def _signal(self: WorkflowInstance, fiber: Fiber, request: SignalRequest[Any]) -> Any:
+    path = fiber.next_path()
+    due = None if request.timeout_ms is None else self._now + request.timeout_ms
+    started = self._record(StepStarted(self._next_seq, path, StepKind.SIGNAL, request.name, self._now, due))
+    pending = Pending(path, StepKind.SIGNAL, fiber, request, started.at, started.due)  # type: ignore[union-attr]
+    queue = self._signals.get(request.name) if self._signals is not None else None
+    if queue:
+        # Stored signals exist only while nobody waits for them, so this wait is the oldest.
+        return self._consume(pending, queue.popleft())
+    waiters = self._waiters
+    if waiters is None:
+        waiters = self._waiters = {}
+    queue_of_waiters = waiters.get(request.name)
+    if queue_of_waiters is None:
+        queue_of_waiters = waiters[request.name] = deque()
+    queue_of_waiters.append(pending)
+    return self._wait(fiber, pending)
+
+
+def _version(self: WorkflowInstance, fiber: Fiber, request: VersionRequest) -> Any:
+    number = fiber.counter + 1
+    position = f"{fiber.prefix}{number}"
+    if fiber.version_at != number:
+        fiber.version_at, fiber.version_ids = number, set()
+    ids = fiber.version_ids
+    assert ids is not None
+    if request.change_id in ids:
+        return None, DefinitionError(
+            f"version({request.change_id!r})",
+            [f"the change id {request.change_id!r} is used twice at position {position}; give each change its own id"],
+        )
+    ids.add(request.change_id)
+    replay = self._replay
+    if replay is not None:
+        stored = replay.versions.get((position, request.change_id))
+        if stored is not None:
+            return stored, None
+        if replay.max_step.get(fiber.prefix, 0) >= number:
+            return 1, None  # the instance had passed this point before the change: old code
+    # Appended, never checked in order: a marker may be new in the middle of a replay.
+    self._append(VersionMarker(self._next_seq, position, request.change_id, request.latest))
+    return request.latest, None
+
+
+def _parallel(self: WorkflowInstance, fiber: Fiber, request: AllRequest | RaceRequest) -> Any:
+    path = fiber.next_path()
+    kind = StepKind.RACE if isinstance(request, RaceRequest) else StepKind.ALL
+    self._record(StepStarted(self._next_seq, path, kind, "", self._now))
+    branches = request.branches
+    if not branches:
+        if kind == StepKind.RACE:
+            return None, DefinitionError("race", ["race needs at least one branch"])
+        return (() if request.as_tuple else []), None  # type: ignore[union-attr]
+    group = Group(path, request, fiber)
+    limit = getattr(request, "limit", None) or len(branches)
+    for _ in range(min(limit, len(branches))):
+        self._ready.append((group.spawn_next(), None, None))
+    fiber.waiting = group
+    return _BLOCKED
+
+
+def _call(self: WorkflowInstance, fiber: Fiber, request: CallRequest[Any]) -> Any:
+    # The subroutine becomes the innermost frame; the caller resumes when it returns.
+    fiber.frames.append(request.start())
+    return None, None
+
+
+_HANDLERS: dict[type[Any], Callable[[WorkflowInstance, Fiber, Any], Any]] = {
+    ActivityRequest: _activity,
+    TimerRequest: _timer,
+    NowRequest: _now,
+    GuidRequest: _guid,
+    RandomRequest: _random,
+    SignalRequest: _signal,
+    VersionRequest: _version,
+    AllRequest: _parallel,
+    RaceRequest: _parallel,
+    CallRequest: _call,
+}
+
+
+def replay(
+    definition: WorkflowDefinition,
+    instance_id: str,
+    records: Sequence[JournalRecord],
+    now: int,
+    *,
+    entropy: Entropy = os.urandom,
+) -> tuple[WorkflowInstance, Decision]:
+    """Rebuild an instance from its journal (see ``WorkflowInstance.replay``)."""
+    return WorkflowInstance.replay(definition, instance_id, records, now, entropy=entropy)

@@ -1,0 +1,166 @@
+"""The records a workflow instance journals, as frozen, JSON-compatible values.
+
+Every record carries ``seq``, its per-instance sequence number (1, 2, 3 ...), which makes the
+Kafka key ``{instance_id}/{seq}`` unique so compaction never drops history. User values
+(input, results, signal payloads) are stored as JSON text, so a codec can carry any record
+as plain JSON or Avro strings without knowing user types.
+
+Which records are *inputs* and which are *produced by the body* is not a property of the
+type: replay walks the journal in order and feeds it every record the body did not produce
+itself (see ``docs/workflows.md``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from tidings.core.workflow.failures import StepError
+
+
+class StepKind:
+    """The stored kind of a step. Steps that store the same kind may replace each other."""
+
+    ACTIVITY = "activity"
+    TIMER = "timer"
+    NOW = "now"
+    GUID = "guid"
+    RANDOM = "random"
+    SIGNAL = "signal"
+    ALL = "all"
+    RACE = "race"
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """The instance started with ``input`` (JSON text) at ``at`` (ms)."""
+
+    seq: int
+    input: str
+    at: int
+
+
+@dataclass(frozen=True, slots=True)
+class StepStarted:
+    """The body reached step ``path``; ``due`` (ms) is stored for timers and timed waits."""
+
+    seq: int
+    path: str
+    kind: str
+    name: str
+    at: int
+    due: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StepCompleted:
+    """Step ``path`` gave ``result`` (JSON text). ``signal`` is the seq of the signal a wait consumed."""
+
+    seq: int
+    path: str
+    result: str
+    signal: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StepFailed:
+    """Step ``path`` failed with ``error``. ``signal`` is the seq of a consumed unreadable signal."""
+
+    seq: int
+    path: str
+    error: StepError
+    signal: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SignalReceived:
+    """A signal ``name`` with ``payload`` (JSON text) arrived at ``at`` (ms)."""
+
+    seq: int
+    name: str
+    payload: str
+    at: int
+
+
+@dataclass(frozen=True, slots=True)
+class VersionMarker:
+    """``version(change_id, ...)`` at ``position`` gave ``version`` to this instance."""
+
+    seq: int
+    position: str
+    change_id: str
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class CancelRequested:
+    """Cancellation was requested at ``at`` (ms)."""
+
+    seq: int
+    at: int
+
+
+OutcomeName = Literal["finished", "faulted", "cancelled"]
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """The body ended: ``result`` (JSON text) when finished, ``error`` when faulted."""
+
+    seq: int
+    outcome: OutcomeName
+    at: int
+    result: str | None = None
+    error: StepError | None = None
+
+
+JournalRecord = (
+    Started | StepStarted | StepCompleted | StepFailed | SignalReceived | VersionMarker | CancelRequested | Ended
+)
+"""Any record of a workflow journal."""
+
+_TYPES: dict[str, type[Any]] = {
+    "started": Started,
+    "step_started": StepStarted,
+    "step_completed": StepCompleted,
+    "step_failed": StepFailed,
+    "signal_received": SignalReceived,
+    "version_marker": VersionMarker,
+    "cancel_requested": CancelRequested,
+    "ended": Ended,
+}
+_NAMES: dict[type[Any], str] = {cls: name for name, cls in _TYPES.items()}
+
+
+def record_type_name(record: JournalRecord) -> str:
+    """Return the stable type name of ``record`` (e.g. ``step_started``), used by codecs."""
+    return _NAMES[type(record)]
+
+
+def record_to_json(record: JournalRecord) -> dict[str, Any]:
+    """Return ``record`` as a JSON-compatible dict with its type name under ``"type"``."""
+    data: dict[str, Any] = {"type": _NAMES[type(record)]}
+    for name in record.__slots__:  # type: ignore[union-attr]
+        value = getattr(record, name)
+        data[name] = value.to_json() if isinstance(value, StepError) else value
+    return data
+
+
+def record_from_json(data: dict[str, Any]) -> JournalRecord:
+    """Rebuild a record from ``record_to_json``'s output.
+
+    Raises:
+        ValueError: The type name is unknown or a field is missing.
+    """
+    fields = dict(data)
+    name = fields.pop("type", None)
+    cls = _TYPES.get(str(name))
+    if cls is None:
+        raise ValueError(f"unknown workflow journal record type {name!r}")
+    if isinstance(fields.get("error"), dict):
+        fields["error"] = StepError.from_json(fields["error"])
+    try:
+        record: JournalRecord = cls(**fields)
+    except TypeError as exc:
+        raise ValueError(f"invalid {name!r} record: {exc}") from exc
+    return record

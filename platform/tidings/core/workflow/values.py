@@ -1,0 +1,66 @@
+"""User values <-> the JSON text the journal stores.
+
+Every value a body receives goes through the journal's form, live and on replay alike:
+a result is encoded, decoded as the declared type and only then given to the body, so a
+live run and its replay see equal values and a result that cannot be read back fails at
+once (NOT_RETRYABLE) instead of on the next restart.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pydantic_core
+from pydantic import TypeAdapter
+
+
+class ValueCodec:
+    """Encodes values to JSON text and decodes them as a declared type.
+
+    One codec belongs to one workflow definition; it caches a pydantic ``TypeAdapter`` per
+    declared type because building one costs far more than using it.
+    """
+
+    __slots__ = ("_adapters",)
+
+    def __init__(self) -> None:
+        self._adapters: dict[Any, TypeAdapter[Any]] = {}
+
+    def encode(self, value: Any) -> str:
+        """Return ``value`` as JSON text.
+
+        Raises:
+            ValueError: ``value`` cannot be written as JSON.
+        """
+        if value is None or type(value) in (int, str, bool):
+            return json.dumps(value)
+        try:
+            return pydantic_core.to_json(value).decode()
+        except pydantic_core.PydanticSerializationError as exc:
+            raise ValueError(f"cannot store a value of type {type(value).__name__} as JSON: {exc}") from exc
+
+    def decode(self, text: str, declared: Any = None) -> Any:
+        """Read JSON text back, as ``declared`` when given (a type or type expression).
+
+        Raises:
+            ValueError: The text is not JSON or does not validate as ``declared``.
+        """
+        if declared is None or declared is Any:
+            return json.loads(text)
+        adapter = self._adapters.get(declared)
+        if adapter is None:
+            adapter = self._adapters[declared] = TypeAdapter(declared)
+        try:
+            return adapter.validate_json(text)
+        except pydantic_core.ValidationError as exc:
+            raise ValueError(str(exc)) from exc
+
+    def convert(self, value: Any, declared: Any = None) -> tuple[str, Any]:
+        """Encode ``value`` and decode it back as ``declared``: ``(stored text, value for the body)``.
+
+        Raises:
+            ValueError: The value cannot be stored or read back.
+        """
+        text = self.encode(value)
+        return text, self.decode(text, declared)
