@@ -17,7 +17,7 @@ from tidings.broker import (
     render_log4j2_yaml,
     render_server_properties,
 )
-from tidings.broker._config import new_cluster_id
+from tidings.broker._config import new_cluster_id, previous_ports
 from tidings.broker._process import is_alive, is_kafka, log_tail
 from tidings.broker._provisioning import kafka_artifacts, parse_downloaded_jar, render_pom
 from tidings.broker._state import read_state, write_state
@@ -121,6 +121,16 @@ def test_server_properties_describe_a_single_node_kraft_broker_on_loopback() -> 
     assert props["transaction.state.log.min.isr"] == "1"
     assert props["group.initial.rebalance.delay.ms"] == "0"
     assert props["auto.create.topics.enable"] == "true"
+
+
+def test_a_restart_finds_the_ports_of_the_previous_run(tmp_path: Path) -> None:
+    properties = tmp_path / "server.properties"
+    properties.write_text(
+        render_server_properties(port=40001, controller_port=40002, log_dirs=tmp_path)
+    )
+
+    assert previous_ports(properties) == (40001, 40002)
+    assert previous_ports(tmp_path / "missing.properties") is None
 
 
 def test_log4j_config_writes_warnings_to_the_given_file() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,3 +133,24 @@ def new_cluster_id() -> str:
         text = base64.urlsafe_b64encode(secrets.token_bytes(16)).decode().rstrip("=")
         if not text.startswith("-"):
             return text
+
+
+_LISTENERS = re.compile(
+    r"^listeners=PLAINTEXT://127\.0\.0\.1:(\d+),CONTROLLER://127\.0\.0\.1:(\d+)$", re.M
+)
+
+
+def previous_ports(properties: Path) -> tuple[int, int] | None:
+    """Return the (client, controller) ports a server.properties rendered here names, if any.
+
+    Args:
+        properties: A server.properties written by :func:`render_server_properties`.
+
+    Returns:
+        The two ports, or None when the file is missing or not ours.
+    """
+    try:
+        match = _LISTENERS.search(properties.read_text())
+    except FileNotFoundError:
+        return None
+    return (int(match.group(1)), int(match.group(2))) if match else None

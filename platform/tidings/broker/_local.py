@@ -15,6 +15,7 @@ from confluent_kafka.admin import AdminClient
 from tidings.broker._config import (
     BrokerLayout,
     new_cluster_id,
+    previous_ports,
     render_log4j2_yaml,
     render_server_properties,
 )
@@ -122,7 +123,7 @@ class LocalBroker:
             return recorded.bootstrap
         java = require_tool("java")
         libs = provision_kafka(self._home, on_progress=self._on_progress)
-        port, controller_port = _free_ports(self._port)
+        port, controller_port = self._ports()
         self._write_config(port, controller_port)
         if not self._layout.formatted.exists():
             self._on_progress(f"Formatting KRaft storage in {self._layout.log_dirs}")
@@ -183,6 +184,18 @@ class LocalBroker:
         if self._state_file is not None:
             return read_state(self._state_file)
         return self._state
+
+    def _ports(self) -> tuple[int, int]:
+        if self._port:
+            return _free_ports((self._port, 0))
+        previous = previous_ports(self._layout.properties)
+        if previous is not None:
+            # A restart keeps its address, so clients and exported TIDINGS_BOOTSTRAP still work.
+            try:
+                return _free_ports(previous)
+            except BrokerError:
+                pass
+        return _free_ports((0, 0))
 
     def _write_config(self, port: int, controller_port: int) -> None:
         layout = self._layout
@@ -276,16 +289,18 @@ class LocalBroker:
         )
 
 
-def _free_ports(port: int) -> tuple[int, int]:
+def _free_ports(wanted: tuple[int, int]) -> tuple[int, int]:
     # Hold every probe socket until both ports are known, so the two cannot collide.
     with ExitStack() as stack:
         found: list[int] = []
-        for wanted in (port, 0):
+        for port in wanted:
             sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            # As the JVM does, so a port whose old connections linger in TIME_WAIT counts as free.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
-                sock.bind(("127.0.0.1", wanted))
+                sock.bind(("127.0.0.1", port))
             except OSError as exc:
-                raise BrokerError(f"port {wanted} on 127.0.0.1 is not free: {exc}") from exc
+                raise BrokerError(f"port {port} on 127.0.0.1 is not free: {exc}") from exc
             found.append(sock.getsockname()[1])
         return found[0], found[1]
 
