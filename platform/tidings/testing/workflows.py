@@ -1,0 +1,360 @@
+"""An in-memory workflow runtime for unit tests: a fake clock, journals in a dict, no Kafka.
+
+It plays the shell's part exactly as the Faust agent does: it journals a decision's records
+first, then carries out its effects; ``crash()`` forgets everything that is not journaled
+(live instances, scheduled attempts and timers, a result not yet stored) and ``recover()``
+rebuilds every instance by replay. Time moves only when the test moves it, so a test of a
+five-minute sleep or a one-hour deadline takes no real time::
+
+    runtime = WorkflowTestRuntime()
+    enrich = runtime.register(define_workflow("enrich", enrich_body))
+    enrich.start("order-17", "ABC")
+    runtime.run_until_idle()              # runs the activities that are due
+    runtime.advance(timedelta(minutes=5))  # fires the sleep
+    assert isinstance(enrich.outcome("order-17"), Finished)
+
+Activities run synchronously in ``run_until_idle``/``advance`` (an async function on a
+private event loop), or concurrently as asyncio tasks in ``run_until_idle_async``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import inspect
+import random
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from tidings.core.workflow import (
+    ActivityResult,
+    ArmTimer,
+    Attempt,
+    Cancel,
+    CancelActivity,
+    CancelTimer,
+    Decision,
+    InboxMessage,
+    JournalRecord,
+    Outcome,
+    PublishOutcome,
+    ReportParked,
+    RunActivity,
+    Signal,
+    Start,
+    TimerFired,
+    WorkflowDefinition,
+    WorkflowInstance,
+    WorkflowStatus,
+)
+from tidings.core.workflow.context import instant_ms, ms_instant
+from tidings.errors import WorkflowEnded, WorkflowNotFound
+
+DEFAULT_START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+"""Where a ``FakeClock`` starts unless told otherwise."""
+
+
+class FakeClock:
+    """A clock that moves only when told to; ``now_ms`` is what the interpreter receives."""
+
+    __slots__ = ("_ms",)
+
+    def __init__(self, start: datetime = DEFAULT_START) -> None:
+        self._ms = instant_ms(start)
+
+    @property
+    def now_ms(self) -> int:
+        """The current time in ms since the epoch (UTC)."""
+        return self._ms
+
+    def now(self) -> datetime:
+        """The current time as an aware UTC datetime."""
+        return ms_instant(self._ms)
+
+    def advance(self, delta: timedelta) -> None:
+        """Move the clock forward by ``delta``."""
+        if delta < timedelta(0):
+            raise ValueError("a clock does not go back")
+        self._ms += int(delta.total_seconds() * 1000)
+
+    def set_ms(self, ms: int) -> None:
+        """Move the clock to ``ms`` (never backwards)."""
+        self._ms = max(self._ms, ms)
+
+
+class AttemptTimedOut(Exception):
+    """Raise this in a test activity to report that the attempt ran out of time."""
+
+
+@dataclass(order=True)
+class _Scheduled:
+    due: int
+    order: int
+    key: tuple[str, str] = field(compare=False)
+    message: InboxMessage | None = field(compare=False, default=None)
+    run: RunActivity | None = field(compare=False, default=None)
+    attempt: Attempt | None = field(compare=False, default=None)
+    cancelled: bool = field(compare=False, default=False)
+
+
+class WorkflowHandle:
+    """Starts, signals, cancels and inspects the instances of one registered workflow."""
+
+    def __init__(self, runtime: WorkflowTestRuntime, name: str) -> None:
+        self._runtime = runtime
+        self.name = name
+
+    def start(self, instance_id: str, input: Any = None) -> Decision:
+        """Start an instance (idempotent per id) and return what the start decided."""
+        return self._runtime.deliver(self.name, instance_id, Start(input))
+
+    def signal(self, instance_id: str, name: str, payload: Any = None) -> Decision:
+        """Send a signal; raises ``WorkflowEnded`` when the instance has ended."""
+        return self._runtime.deliver(self.name, instance_id, Signal(name, payload))
+
+    def cancel(self, instance_id: str) -> Decision:
+        """Request cancellation; a second request changes nothing."""
+        return self._runtime.deliver(self.name, instance_id, Cancel())
+
+    def status(self, instance_id: str) -> WorkflowStatus | None:
+        """RUNNING/FINISHED/FAULTED/CANCELLED/PARKED, or None when never started."""
+        instance = self._runtime.instance(self.name, instance_id)
+        return None if instance is None else instance.status
+
+    def outcome(self, instance_id: str) -> Outcome | None:
+        """The instance's outcome once it has ended, else None."""
+        instance = self._runtime.instance(self.name, instance_id)
+        return None if instance is None else instance.outcome
+
+    def journal(self, instance_id: str) -> list[JournalRecord]:
+        """The stored journal of an instance (a copy)."""
+        return list(self._runtime.journals.get((self.name, instance_id), []))
+
+    def parked_reason(self, instance_id: str) -> str | None:
+        """Why the instance is parked, if it is."""
+        return self._runtime.parked.get((self.name, instance_id))
+
+
+class WorkflowTestRuntime:
+    """Hosts workflow instances in memory with a fake clock, like the Faust shell does on Kafka.
+
+    Args:
+        clock: The clock; a new ``FakeClock`` by default.
+        seed: Seeds the entropy ``new_guid``/``random`` draw from, so tests are repeatable.
+    """
+
+    def __init__(self, *, clock: FakeClock | None = None, seed: int = 0) -> None:
+        self.clock = clock or FakeClock()
+        self.journals: dict[tuple[str, str], list[JournalRecord]] = {}
+        self.parked: dict[tuple[str, str], str] = {}
+        self.outcomes: dict[tuple[str, str], Outcome] = {}
+        self._definitions: dict[str, WorkflowDefinition] = {}
+        self._instances: dict[tuple[str, str], WorkflowInstance] = {}
+        self._random = random.Random(seed)
+        self._queue: list[_Scheduled] = []
+        self._by_path: dict[tuple[str, str, str], _Scheduled] = {}
+        self._order = 0
+        self._generation = 0
+
+    # ----------------------------------------------------------------- definitions
+
+    def register(self, definition: WorkflowDefinition) -> WorkflowHandle:
+        """Register a workflow and return its handle."""
+        self._definitions[definition.name] = definition
+        return WorkflowHandle(self, definition.name)
+
+    def deploy(self, definition: WorkflowDefinition) -> None:
+        """Replace a workflow's code; running instances use it after the next ``crash``/``recover``."""
+        self._definitions[definition.name] = definition
+
+    def instance(self, workflow: str, instance_id: str) -> WorkflowInstance | None:
+        """The live instance, or None when it was never started (or not recovered)."""
+        return self._instances.get((workflow, instance_id))
+
+    # ------------------------------------------------------------------- messages
+
+    def deliver(self, workflow: str, instance_id: str, message: InboxMessage) -> Decision:
+        """Feed one inbox message to an instance, journal the decision, then schedule its effects."""
+        key = (workflow, instance_id)
+        instance = self._instances.get(key)
+        if instance is None:
+            if not isinstance(message, Start):
+                raise WorkflowNotFound(f"no {workflow} instance {instance_id!r} was started")
+            instance = WorkflowInstance(self._definitions[workflow], instance_id, entropy=self._random.randbytes)
+            self._instances[key] = instance
+        decision = instance.advance(message, self.clock.now_ms)
+        if decision.rejected is not None and isinstance(message, Signal):
+            raise WorkflowEnded(f"{workflow} {instance_id!r} refused the signal: {decision.rejected}")
+        self._apply(key, decision)
+        return decision
+
+    def _apply(self, key: tuple[str, str], decision: Decision) -> None:
+        # The shell's one rule: the records are stored before any effect is carried out.
+        self.journals.setdefault(key, []).extend(decision.records)
+        for effect in decision.effects:
+            if isinstance(effect, RunActivity):
+                attempt = Attempt(effect.idempotency_key, effect.attempt)
+                self._schedule(key, effect.path, effect.not_before, run=effect, attempt=attempt)
+            elif isinstance(effect, ArmTimer):
+                self._schedule(key, effect.path, effect.due, message=TimerFired(effect.path))
+            elif isinstance(effect, (CancelActivity, CancelTimer)):
+                scheduled = self._by_path.pop((*key, effect.path), None)
+                if scheduled is not None:
+                    scheduled.cancelled = True
+                    if scheduled.attempt is not None:
+                        scheduled.attempt.cancellation.cancel()
+            elif isinstance(effect, PublishOutcome):
+                self.outcomes[key] = effect.outcome
+            elif isinstance(effect, ReportParked):
+                self.parked[key] = effect.reason
+
+    def _schedule(self, key: tuple[str, str], path: str, due: int, **what: Any) -> None:
+        self._order += 1
+        scheduled = _Scheduled(due, self._order, key, **what)
+        previous = self._by_path.get((*key, path))
+        if previous is not None:
+            previous.cancelled = True
+        self._by_path[(*key, path)] = scheduled
+        heapq.heappush(self._queue, scheduled)
+
+    # ---------------------------------------------------------------------- time
+
+    def run_until_idle(self, *, max_steps: int = 1_000_000) -> int:
+        """Run every activity and timer due by now (and what they lead to); return how many ran."""
+        steps = 0
+        while self._queue and self._queue[0].due <= self.clock.now_ms:
+            scheduled = heapq.heappop(self._queue)
+            if scheduled.cancelled:
+                continue
+            steps += 1
+            if steps > max_steps:
+                raise RuntimeError(f"still busy after {max_steps} steps")
+            self._run(scheduled)
+        return steps
+
+    def advance(self, delta: timedelta) -> int:
+        """Move the clock forward by ``delta``, running everything that falls due, in time order."""
+        target = self.clock.now_ms + int(delta.total_seconds() * 1000)
+        steps = self.run_until_idle()
+        while self._queue and self._queue[0].due <= target:
+            self.clock.set_ms(self._queue[0].due)
+            steps += self.run_until_idle()
+        self.clock.set_ms(target)
+        return steps + self.run_until_idle()
+
+    def next_due(self) -> datetime | None:
+        """When the next scheduled attempt or timer is due, if any."""
+        live = [s.due for s in self._queue if not s.cancelled]
+        return ms_instant(min(live)) if live else None
+
+    def _run(self, scheduled: _Scheduled) -> None:
+        key = scheduled.key
+        if scheduled.run is not None:
+            self._by_path.pop((*key, scheduled.run.path), None)
+            generation = self._generation
+            result = self._call(scheduled.run, scheduled.attempt)  # type: ignore[arg-type]
+            if generation != self._generation:
+                return  # the process "crashed" during the call: its result was never stored
+            self.deliver(*key, result)
+        elif scheduled.message is not None:
+            self._by_path.pop((*key, scheduled.message.path), None)  # type: ignore[union-attr]
+            self.deliver(*key, scheduled.message)
+
+    @staticmethod
+    def _call(run: RunActivity, attempt: Attempt) -> ActivityResult:
+        try:
+            value = run.fn(attempt)
+            if inspect.isawaitable(value):
+                loop = asyncio.new_event_loop()
+                try:
+                    value = loop.run_until_complete(_awaited(value))
+                finally:
+                    loop.close()
+        except AttemptTimedOut:
+            return ActivityResult(run.path, run.attempt, timed_out=True)
+        except Exception as exc:  # noqa: BLE001 - the attempt failed; the policy decides
+            return ActivityResult(run.path, run.attempt, error=exc)
+        return ActivityResult(run.path, run.attempt, value=value)
+
+    async def run_until_idle_async(self) -> int:
+        """Like ``run_until_idle``, but due activities run concurrently as asyncio tasks.
+
+        Sync activity functions run in threads (``asyncio.to_thread``), as in the shell.
+        """
+        steps = 0
+        running: dict[asyncio.Task[ActivityResult], _Scheduled] = {}
+        while True:
+            while self._queue and self._queue[0].due <= self.clock.now_ms:
+                scheduled = heapq.heappop(self._queue)
+                if scheduled.cancelled:
+                    continue
+                steps += 1
+                if scheduled.run is not None:
+                    task = asyncio.ensure_future(self._call_async(scheduled.run, scheduled.attempt))  # type: ignore[arg-type]
+                    running[task] = scheduled
+                else:
+                    self._run(scheduled)
+            if not running:
+                return steps
+            done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+            for task in sorted(done, key=lambda t: running[t].order):
+                scheduled = running.pop(task)
+                if not scheduled.cancelled:
+                    self._by_path.pop((*scheduled.key, scheduled.run.path), None)  # type: ignore[union-attr]
+                    self.deliver(*scheduled.key, task.result())
+
+    @staticmethod
+    async def _call_async(run: RunActivity, attempt: Attempt) -> ActivityResult:
+        try:
+            if inspect.iscoroutinefunction(run.fn):
+                value = await run.fn(attempt)
+            else:
+                value = await asyncio.to_thread(run.fn, attempt)
+                if inspect.isawaitable(value):
+                    value = await value
+        except AttemptTimedOut:
+            return ActivityResult(run.path, run.attempt, timed_out=True)
+        except Exception as exc:  # noqa: BLE001
+            return ActivityResult(run.path, run.attempt, error=exc)
+        return ActivityResult(run.path, run.attempt, value=value)
+
+    # --------------------------------------------------------------- crash, recover
+
+    def crash(self) -> None:
+        """Lose everything that is not journaled: live instances, scheduled work, results in flight.
+
+        Call it from inside an activity to crash after the call and before its result is
+        stored: the result is dropped, and the step runs again after ``recover``.
+        """
+        self._generation += 1
+        self._instances.clear()
+        for scheduled in self._queue:
+            scheduled.cancelled = True
+        self._queue.clear()
+        self._by_path.clear()
+
+    def recover(self) -> dict[tuple[str, str], Decision]:
+        """Rebuild every journaled instance by replay, with the code deployed now."""
+        decisions = {}
+        for key, records in self.journals.items():
+            workflow, instance_id = key
+            instance, decision = WorkflowInstance.replay(
+                self._definitions[workflow], instance_id, records, self.clock.now_ms, entropy=self._random.randbytes
+            )
+            self._instances[key] = instance
+            if instance.status is not WorkflowStatus.PARKED:
+                self.parked.pop(key, None)
+            self._apply(key, decision)
+            decisions[key] = decision
+        return decisions
+
+    def restart(self) -> dict[tuple[str, str], Decision]:
+        """``crash()`` then ``recover()``."""
+        self.crash()
+        return self.recover()
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
+
