@@ -328,6 +328,8 @@ class WorkflowTestRuntime:
         stored: the result is dropped, and the step runs again after ``recover``.
         """
         self._generation += 1
+        for instance in self._instances.values():
+            instance.close()
         self._instances.clear()
         for scheduled in self._queue:
             scheduled.cancelled = True

@@ -185,6 +185,29 @@ class WorkflowInstance:
         """The sequence number the next journal record will get."""
         return self._next_seq
 
+    def close(self) -> None:
+        """Drop the body's frames, e.g. when the shell evicts the instance; nothing is decided.
+
+        The journal is untouched: ``replay`` rebuilds the instance. Closing runs the
+        synchronous part of the body's ``finally`` blocks (a step awaited there is not taken).
+        """
+        root = self._root
+        self._root = None
+        self._pending = {}
+        self._waiters = None
+        self._ready.clear()
+        if root is not None and not root.dead:
+            self._close_tree(root)
+
+    def _close_tree(self, fiber: Fiber) -> None:
+        waiting = fiber.waiting
+        if isinstance(waiting, Group):
+            waiting.done = True
+            for branch in waiting.fibers:
+                if branch is not None and not branch.dead:
+                    self._close_tree(branch)
+        fiber.close()
+
     def advance(self, message: InboxMessage, now: int) -> Decision:
         """Apply one inbox message and return what it decided; never raises.
 
