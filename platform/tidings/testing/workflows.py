@@ -251,11 +251,13 @@ class WorkflowTestRuntime:
     def _run(self, scheduled: _Scheduled) -> None:
         key = scheduled.key
         if scheduled.run is not None:
-            self._by_path.pop((*key, scheduled.run.path), None)
             generation = self._generation
+            # Still findable while it runs, so a cancel during the call reaches its token.
             result = self._call(scheduled.run, scheduled.attempt)  # type: ignore[arg-type]
             if generation != self._generation:
                 return  # the process "crashed" during the call: its result was never stored
+            if self._by_path.get((*key, scheduled.run.path)) is scheduled:
+                del self._by_path[(*key, scheduled.run.path)]
             self.deliver(*key, result)
         elif scheduled.message is not None:
             self._by_path.pop((*key, scheduled.message.path), None)  # type: ignore[union-attr]
