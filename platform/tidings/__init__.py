@@ -11,3 +11,37 @@ Start here. The package is split into a pure core and a thin shell:
 
 See docs/architecture.md for how a message flows through them.
 """
+
+from .core.aggregate import Defer as Defer
+from .core.aggregate import Ignore as Ignore
+from .core.aggregate import Persist as Persist
+from .core.aggregate import PersistAll as PersistAll
+from .errors import AggregateVersionConflict as AggregateVersionConflict
+from .errors import BrokerError as BrokerError
+from .errors import DecodeError as DecodeError
+from .errors import DefinitionError as DefinitionError
+from .errors import RecordError as RecordError
+from .errors import ReplyTimeout as ReplyTimeout
+from .errors import SchemaError as SchemaError
+from .errors import TidingsError as TidingsError
+from .shell.app import AggregateHandle as AggregateHandle
+from .shell.app import App as App
+from .shell.client import Client as Client
+
+__all__ = [
+    "AggregateHandle",
+    "AggregateVersionConflict",
+    "App",
+    "BrokerError",
+    "Client",
+    "DecodeError",
+    "Defer",
+    "DefinitionError",
+    "Ignore",
+    "Persist",
+    "PersistAll",
+    "RecordError",
+    "ReplyTimeout",
+    "SchemaError",
+    "TidingsError",
+]

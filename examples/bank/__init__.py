@@ -1,0 +1,1 @@
+"""The bank example: the seed's Account aggregate, run by tidings."""

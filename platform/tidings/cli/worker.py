@@ -1,0 +1,41 @@
+"""``tidings worker MODULE:APP``: run every definition of an App as Faust agents."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from .loading import load_app
+
+_DESCRIPTION = """\
+Run a worker for the App at MODULE:ATTRIBUTE (e.g. examples.bank.app:app): it applies the
+app's topics, joins the app's consumer group and runs one agent per aggregate. Start more
+workers with the same app to split the partitions; each needs its own --data-dir.
+State (RocksDB) lives under --data-dir; deleting it is safe: it is rebuilt from Kafka.
+Stop it with Ctrl-C or SIGTERM.
+"""
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``worker`` command."""
+    parser = subparsers.add_parser(
+        "worker",
+        help="run an App's agents (aggregates) in this process",
+        description=_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("app", metavar="MODULE:APP", help="where the App is, e.g. examples.bank.app:app")
+    parser.add_argument("--bootstrap", help="Kafka bootstrap servers (default $TIDINGS_BOOTSTRAP)")
+    parser.add_argument(
+        "--data-dir", type=Path, help="RocksDB state directory (default $TIDINGS_DATA_DIR/APP)"
+    )
+    parser.add_argument("--loglevel", default="INFO", help="log level (default INFO)")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    app = load_app(args.app)
+    worker = app.worker(bootstrap=args.bootstrap, data_dir=args.data_dir)
+    worker.run(loglevel=args.loglevel)
+    return 0

@@ -1,0 +1,323 @@
+"""Aggregates: pure decisions over one instance's state.
+
+An aggregate is ``decide(command, state) -> Decision`` and ``fold(event, state) -> state``.
+This module turns one command envelope plus the instance's current record into the events
+to store and the reply, and folds stored events back when the state is rebuilt from the
+journal. It performs no I/O: time comes in as ``now_ms`` and payload encoding as a function.
+
+Rules (SPEC §3):
+- ``Persist(e)`` stores one event at version n+1; ``PersistAll([...])`` stores them as one
+  batch at n+1, n+2, ...; ``Defer(e)`` folds ``e`` into the live state only (never stored,
+  version unchanged); ``Ignore()`` changes nothing.
+- A command whose ``command_id`` was seen gets its first verdict again; decide is not called.
+- A command whose ``expected_version`` differs from the persisted version is refused with
+  status ``conflict``; the caller raises ``AggregateVersionConflict``.
+- When rebuilding, an event whose version is not exactly n+1 is skipped, so a journal read
+  in offset order yields one deterministic history even if a record was written twice.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Generic, TypeVar
+
+from ..errors import DefinitionError
+from .records import CommandEnvelope, EventEnvelope, ReplyEnvelope
+
+C = TypeVar("C")
+E = TypeVar("E")
+S = TypeVar("S")
+
+#: How many command ids per instance are remembered for de-duplication.
+RECENT_COMMANDS = 256
+
+# Event ids derive from the command id, so a re-processed command yields the same ids.
+_EVENT_ID_NAMESPACE = uuid.UUID("6f1d2c8e-3b1a-4c56-9a57-0e7f5b8a2d41")
+_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+@dataclass(frozen=True, slots=True)
+class Persist(Generic[E]):
+    """Store ``event`` as the next version and fold it."""
+
+    event: E
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class PersistAll(Generic[E]):
+    """Store ``events`` atomically at sequential versions and fold them in order."""
+
+    events: tuple[E, ...]
+
+    def __init__(self, events: Iterable[E]) -> None:
+        object.__setattr__(self, "events", tuple(events))
+
+
+@dataclass(frozen=True, slots=True)
+class Defer(Generic[E]):
+    """Publish ``event`` in the reply and fold it live; never store it."""
+
+    event: E
+
+
+@dataclass(frozen=True, slots=True)
+class Ignore:
+    """Do nothing; the reply says the command was ignored."""
+
+
+Decision = Persist[Any] | PersistAll[Any] | Defer[Any] | Ignore
+
+
+@dataclass(frozen=True)
+class AggregateDefinition(Generic[C, E, S]):
+    """A validated aggregate: its name, pure functions and payload types.
+
+    ``command_types`` and ``event_types`` map each stable type name to its class.
+    """
+
+    name: str
+    initial: S
+    decide: Callable[[C, S], Decision]
+    fold: Callable[[E, S], S]
+    command_types: Mapping[str, type]
+    event_types: Mapping[str, type]
+
+    def __post_init__(self) -> None:
+        reasons: list[str] = []
+        if not _NAME.match(self.name or ""):
+            reasons.append(f"name {self.name!r} must be letters, digits, '_' or '-'")
+        if not callable(self.decide):
+            reasons.append("decide must be callable: decide(command, state) -> Decision")
+        if not callable(self.fold):
+            reasons.append("fold must be callable: fold(event, state) -> state")
+        if not self.command_types:
+            reasons.append("command= must name at least one command type")
+        if not self.event_types:
+            reasons.append("event= must name at least one event type")
+        if reasons:
+            raise DefinitionError(f"aggregate {self.name!r}", reasons)
+
+
+@dataclass(frozen=True, slots=True)
+class AggregateInstance(Generic[S]):
+    """What one instance knows: persisted state and version, live state, recent commands.
+
+    ``live`` differs from ``state`` only after a ``Defer``: deferred folds live in memory
+    and are gone after a restart, as the reference specifies.
+    """
+
+    aggregate_id: str
+    version: int
+    state: S
+    live: S
+    recent: tuple[str, ...] = ()
+
+    @classmethod
+    def new(cls, aggregate_id: str, initial: S) -> AggregateInstance[S]:
+        return cls(aggregate_id, 0, initial, initial)
+
+
+@dataclass(frozen=True, slots=True)
+class Handled(Generic[S]):
+    """The result of one command: the new instance, events to store, the reply.
+
+    ``forget`` lists command ids that fell out of the de-duplication window.
+    ``duplicate`` is true when the command id was seen before (reply comes from storage).
+    """
+
+    instance: AggregateInstance[S]
+    stored: tuple[EventEnvelope, ...]
+    reply: ReplyEnvelope | None
+    forget: tuple[str, ...] = ()
+    duplicate: bool = False
+
+
+EncodePayload = Callable[[Any], tuple[str, bytes]]
+
+
+def event_id_for(command_id: str, index: int) -> str:
+    """Return the deterministic id of the ``index``-th event caused by ``command_id``."""
+    return str(uuid.uuid5(_EVENT_ID_NAMESPACE, f"{command_id}#{index}"))
+
+
+def handle(
+    definition: AggregateDefinition[Any, Any, S],
+    instance: AggregateInstance[S],
+    command: CommandEnvelope,
+    value: Any,
+    *,
+    now_ms: int,
+    encode: EncodePayload,
+) -> Handled[S]:
+    """Decide one command against ``instance``.
+
+    Args:
+        definition: The aggregate.
+        instance: The instance's current record.
+        command: The envelope, for ids, expected version and timestamps.
+        value: The decoded command payload given to ``decide``.
+        now_ms: Timestamp for the new events and the reply.
+        encode: Turns an event value into ``(type name, JSON bytes)``.
+
+    Returns:
+        A ``Handled``. When the command id was seen before, ``duplicate`` is true,
+        ``reply`` is None (the caller returns the stored first verdict) and nothing changes.
+    """
+    if command.command_id in instance.recent:
+        return Handled(instance, (), None, duplicate=True)
+    if command.expected_version is not None and command.expected_version != instance.version:
+        reply = _reply(command, instance.version, now_ms, "conflict")
+        return _remember(instance, reply, ())
+    decision = definition.decide(value, instance.live)
+    match decision:
+        case Persist(event=event):
+            return _persist(definition, instance, command, (event,), now_ms, encode)
+        case PersistAll(events=events):
+            return _persist(definition, instance, command, events, now_ms, encode)
+        case Defer(event=event):
+            type_name, payload = encode(event)
+            envelope = _event(command, instance.version, 0, type_name, payload, now_ms, True)
+            live = definition.fold(event, instance.live)
+            reply = _reply(command, instance.version, now_ms, "accepted", (envelope,))
+            return _remember(replace(instance, live=live), reply, ())
+        case Ignore():
+            return _remember(instance, _reply(command, instance.version, now_ms, "ignored"), ())
+        case _:
+            raise TypeError(
+                f"decide of aggregate {definition.name!r} returned {decision!r}; "
+                "return Persist(event), PersistAll(events), Defer(event) or Ignore()"
+            )
+
+
+def restore(
+    definition: AggregateDefinition[Any, Any, S],
+    instance: AggregateInstance[S],
+    event: EventEnvelope,
+    value: Any,
+) -> AggregateInstance[S] | None:
+    """Fold one stored event read back from the journal.
+
+    Returns:
+        The new instance, or None when ``event.version`` is not the next version (an
+        already-applied or out-of-order record), which the caller skips.
+    """
+    if event.version != instance.version + 1 or event.deferred:
+        return None
+    state = definition.fold(value, instance.state)
+    recent = instance.recent
+    if not recent or recent[-1] != event.command_id:
+        recent = (recent + (event.command_id,))[-RECENT_COMMANDS:]
+    # A restored instance has no deferred folds: live equals persisted.
+    return AggregateInstance(instance.aggregate_id, event.version, state, state, recent)
+
+
+def reply_for_stored(events: Iterable[EventEnvelope]) -> ReplyEnvelope:
+    """Rebuild the first verdict of a command from the events it stored."""
+    events = tuple(events)
+    last = events[-1]
+    return ReplyEnvelope(
+        command_id=last.command_id,
+        correlation_id=last.correlation_id,
+        aggregate_id=last.aggregate_id,
+        status="accepted",
+        version=last.version,
+        timestamp_ms=last.timestamp_ms,
+        events=events,
+    )
+
+
+def _persist(
+    definition: AggregateDefinition[Any, Any, S],
+    instance: AggregateInstance[S],
+    command: CommandEnvelope,
+    events: tuple[Any, ...],
+    now_ms: int,
+    encode: EncodePayload,
+) -> Handled[S]:
+    if not events:
+        return _remember(instance, _reply(command, instance.version, now_ms, "ignored"), ())
+    stored: list[EventEnvelope] = []
+    state, live, version = instance.state, instance.live, instance.version
+    diverged = state is not live
+    for index, event in enumerate(events):
+        version += 1
+        type_name, payload = encode(event)
+        stored.append(_event(command, version, index, type_name, payload, now_ms, False))
+        state = definition.fold(event, state)
+        # Without a deferred fold pending, live and persisted are one value: fold once.
+        live = definition.fold(event, live) if diverged else state
+    reply = _reply(command, version, now_ms, "accepted", tuple(stored))
+    updated = AggregateInstance(instance.aggregate_id, version, state, live, instance.recent)
+    return _remember(updated, reply, tuple(stored))
+
+
+def _remember(
+    instance: AggregateInstance[S], reply: ReplyEnvelope, stored: tuple[EventEnvelope, ...]
+) -> Handled[S]:
+    recent = instance.recent + (reply.command_id,)
+    forget: tuple[str, ...] = ()
+    if len(recent) > RECENT_COMMANDS:
+        forget, recent = recent[:-RECENT_COMMANDS], recent[-RECENT_COMMANDS:]
+    return Handled(replace(instance, recent=recent), stored, reply, forget)
+
+
+def _event(
+    command: CommandEnvelope,
+    version: int,
+    index: int,
+    type_name: str,
+    payload: bytes,
+    now_ms: int,
+    deferred: bool,
+) -> EventEnvelope:
+    return EventEnvelope(
+        event_id=event_id_for(command.command_id, index),
+        command_id=command.command_id,
+        correlation_id=command.correlation_id,
+        aggregate_id=command.aggregate_id,
+        version=version,
+        type=type_name,
+        payload=payload,
+        timestamp_ms=now_ms,
+        deferred=deferred,
+        metadata=dict(command.metadata),
+    )
+
+
+def _reply(
+    command: CommandEnvelope,
+    version: int,
+    now_ms: int,
+    status: Any,
+    events: tuple[EventEnvelope, ...] = (),
+) -> ReplyEnvelope:
+    return ReplyEnvelope(
+        command_id=command.command_id,
+        correlation_id=command.correlation_id,
+        aggregate_id=command.aggregate_id,
+        status=status,
+        version=version,
+        timestamp_ms=now_ms,
+        events=events,
+        expected_version=command.expected_version,
+    )
+
+
+__all__ = [
+    "AggregateDefinition",
+    "AggregateInstance",
+    "Decision",
+    "Defer",
+    "Handled",
+    "Ignore",
+    "Persist",
+    "PersistAll",
+    "RECENT_COMMANDS",
+    "event_id_for",
+    "handle",
+    "reply_for_stored",
+    "restore",
+]

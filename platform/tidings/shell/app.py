@@ -1,0 +1,223 @@
+"""The App: where definitions are declared, and what a worker and a client are built from.
+
+Declaring does no I/O: ``app.aggregate(...)`` validates and freezes a definition and
+returns a handle. ``tidings worker MODULE:APP`` (``App.worker``) does all the I/O.
+"""
+
+from __future__ import annotations
+
+import os
+import types
+import typing
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from ..codec.payloads import type_registry
+from ..core.aggregate import AggregateDefinition, Decision
+from ..errors import DefinitionError
+from .agents.aggregate import AggregateTopics
+from .topics import TopicSpec, deadletter_topic, spec_for, topic_name
+
+if TYPE_CHECKING:
+    from .client import Client
+    from .worker import Worker
+
+C = TypeVar("C")
+E = TypeVar("E")
+S = TypeVar("S")
+
+DEFAULT_PARTITIONS = 8
+
+
+@dataclass(frozen=True)
+class AggregateHandle(Generic[C, E, S]):
+    """What ``app.aggregate`` returns: the definition, its topics and a way to send."""
+
+    app: App
+    definition: AggregateDefinition[C, E, S]
+    topics: AggregateTopics
+
+    @property
+    def name(self) -> str:
+        return self.definition.name
+
+    async def send(
+        self,
+        aggregate_id: str,
+        command: C,
+        timeout: float | None = None,
+        *,
+        expected_version: int | None = None,
+        command_id: str | None = None,
+    ) -> E:
+        """Send ``command`` to ``aggregate_id`` and return the reply event.
+
+        Uses a client bound to ``TIDINGS_BOOTSTRAP`` (or the app's bootstrap); see
+        ``Client.send`` for the errors it raises.
+        """
+        client = self.app.client()
+        return await client.send(
+            self,
+            aggregate_id,
+            command,
+            timeout,
+            expected_version=expected_version,
+            command_id=command_id,
+        )
+
+
+class App:
+    """A tidings application: a name (the prefix of its topics) and its definitions.
+
+    Args:
+        name: The app name; topics are ``{name}.{kind}.{definition}.{role}``.
+        bootstrap: Kafka bootstrap servers; default ``TIDINGS_BOOTSTRAP``.
+        partitions: Partitions of every topic the app declares.
+        data_dir: Where workers keep RocksDB state; default ``TIDINGS_DATA_DIR`` or
+            ``./.tidings/data``.
+        command_timeout: Seconds a command waits for its reply (``App(command_timeout=30)``).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        bootstrap: str | None = None,
+        partitions: int = DEFAULT_PARTITIONS,
+        data_dir: str | os.PathLike[str] | None = None,
+        command_timeout: float = 30.0,
+    ) -> None:
+        reasons = []
+        if not name or not all(ch.isalnum() or ch in "_-" for ch in name):
+            reasons.append(f"name {name!r} must be letters, digits, '_' or '-'")
+        if partitions < 1:
+            reasons.append(f"partitions must be at least 1, not {partitions}")
+        if command_timeout <= 0:
+            reasons.append(f"command_timeout must be positive, not {command_timeout}")
+        if reasons:
+            raise DefinitionError(f"App {name!r}", reasons)
+        self.name = name
+        self.partitions = partitions
+        self.command_timeout = command_timeout
+        self._bootstrap = bootstrap
+        self._data_dir = data_dir
+        self._aggregates: dict[str, AggregateHandle[Any, Any, Any]] = {}
+        self._clients: dict[str, Client] = {}
+
+    # -- declaring -------------------------------------------------------------------
+
+    def aggregate(
+        self,
+        name: str,
+        initial: S,
+        decide: Callable[[C, S], Decision],
+        fold: Callable[[E, S], S],
+        *,
+        command: Any,
+        event: Any,
+    ) -> AggregateHandle[C, E, S]:
+        """Declare an aggregate; returns its handle.
+
+        Args:
+            name: The aggregate's name (a topic segment).
+            initial: The state before the first event.
+            decide: ``decide(command, state) -> Persist | PersistAll | Defer | Ignore``.
+            fold: ``fold(event, state) -> state``.
+            command: The command model, a union of models, or an iterable of them.
+            event: The event model(s), likewise.
+
+        Raises:
+            DefinitionError: listing every problem with the definition.
+        """
+        reasons: list[str] = []
+        if name in self._aggregates:
+            reasons.append(f"an aggregate named {name!r} is already declared")
+        registries = []
+        for what, types_ in (("command", command), ("event", event)):
+            try:
+                registries.append(type_registry(_models(types_)))
+            except DefinitionError as exc:
+                reasons.extend(f"{what}=: {reason}" for reason in exc.reasons)
+                registries.append({})
+            except TypeError as exc:
+                reasons.append(f"{what}=: {exc}")
+                registries.append({})
+        try:
+            definition = AggregateDefinition(name, initial, decide, fold, *registries)
+        except DefinitionError as exc:
+            reasons.extend(exc.reasons)
+        if reasons:
+            raise DefinitionError(f"aggregate {name!r}", reasons)
+        topics = AggregateTopics(
+            commands=topic_name(self.name, "aggregate", name, "commands"),
+            events=topic_name(self.name, "aggregate", name, "events"),
+            deadletter=deadletter_topic(self.name),
+        )
+        handle = AggregateHandle(self, definition, topics)
+        self._aggregates[name] = handle
+        return handle
+
+    # -- what the shell reads ----------------------------------------------------------
+
+    @property
+    def aggregates(self) -> tuple[AggregateHandle[Any, Any, Any], ...]:
+        return tuple(self._aggregates.values())
+
+    @property
+    def replies_topic(self) -> str:
+        """Where this app's clients ask for replies."""
+        return f"{self.name}.replies"
+
+    def bootstrap(self) -> str:
+        """Return the bootstrap servers, or raise saying how to set them."""
+        bootstrap = self._bootstrap or os.environ.get("TIDINGS_BOOTSTRAP")
+        if not bootstrap:
+            raise RuntimeError(
+                "no Kafka bootstrap servers: pass App(bootstrap=...) or set TIDINGS_BOOTSTRAP "
+                "(`tidings broker start` runs a local broker and prints the address)"
+            )
+        return bootstrap
+
+    def data_dir(self) -> Path:
+        """Return the directory for this app's RocksDB state."""
+        root = self._data_dir or os.environ.get("TIDINGS_DATA_DIR") or ".tidings/data"
+        return Path(root) / self.name
+
+    def topic_specs(self) -> list[TopicSpec]:
+        """Return every topic this app needs, for ``tidings topics apply``."""
+        specs = [
+            spec_for("deadletter", deadletter_topic(self.name), partitions=self.partitions),
+            spec_for("replies", self.replies_topic, partitions=self.partitions),
+        ]
+        for handle in self._aggregates.values():
+            specs.append(spec_for("commands", handle.topics.commands, partitions=self.partitions))
+            specs.append(spec_for("events", handle.topics.events, partitions=self.partitions))
+        return specs
+
+    def client(self, bootstrap: str | None = None) -> Client:
+        """Return this app's client for ``bootstrap`` (one per address, made on first use)."""
+        from .client import Client
+
+        address = bootstrap or self.bootstrap()
+        if address not in self._clients:
+            self._clients[address] = Client(address, app=self)
+        return self._clients[address]
+
+    def worker(self, *, bootstrap: str | None = None, data_dir: Path | None = None) -> Worker:
+        """Build the worker that runs every definition of this app (no I/O until run)."""
+        from .worker import Worker
+
+        return Worker(self, bootstrap=bootstrap or self.bootstrap(), data_dir=data_dir)
+
+
+def _models(declared: Any) -> list[type]:
+    """Flatten ``Model``, ``A | B``, ``Union[A, B]`` or an iterable of models to a list."""
+    if isinstance(declared, types.UnionType) or typing.get_origin(declared) is typing.Union:
+        return [model for arg in typing.get_args(declared) for model in _models(arg)]
+    if isinstance(declared, type):
+        return [declared]
+    if isinstance(declared, Iterable) and not isinstance(declared, (str, bytes)):
+        return [model for item in declared for model in _models(item)]
+    raise TypeError(f"expected a pydantic model class, a union or a list of them, not {declared!r}")

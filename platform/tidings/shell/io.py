@@ -1,0 +1,73 @@
+"""The records the shell moves between Kafka and the agents, and the seams to Kafka.
+
+Agents take ``Incoming`` records and hand back ``Outgoing`` ones; a ``Publisher`` writes
+them and says where they landed. Keeping these plain lets the agent logic run against
+any Kafka client (Faust's aiokafka producer in the worker, confluent-kafka elsewhere).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+JSON_CONTENT_TYPE = b"application/json"
+
+
+@dataclass(frozen=True, slots=True)
+class Incoming:
+    """One consumed record."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: Mapping[str, bytes] = field(default_factory=dict)
+
+    @property
+    def is_json(self) -> bool:
+        """Whether the producer marked the value as a JSON envelope."""
+        return self.headers.get("content-type") == JSON_CONTENT_TYPE
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """One record to produce; ``partition`` None lets the producer choose."""
+
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    partition: int | None = None
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """Where a produced record landed."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+class Publisher(Protocol):
+    """Writes records and returns once every one of them is acknowledged by the broker."""
+
+    async def publish(self, records: Sequence[Outgoing]) -> list[Delivered]:
+        """Produce ``records`` in order; return their positions in the same order."""
+        ...
+
+
+class PartitionReader(Protocol):
+    """Reads one partition of a topic between two offsets, outside any consumer group."""
+
+    async def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+        """Return the (low, high) offsets of the partition."""
+        ...
+
+    def read(
+        self, topic: str, partition: int, start: int, end: int
+    ) -> AsyncIterator[list[Incoming]]:
+        """Yield the records in ``[start, end)`` in chunks, in offset order."""
+        ...

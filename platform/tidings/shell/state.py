@@ -1,0 +1,97 @@
+"""RocksDB state of one aggregate definition on one worker (rocksdict).
+
+The events topic is the source of truth; this store is a cache of it that survives
+restarts, so a worker does not re-read the whole journal. Per partition it records the
+next events-topic offset it has applied, and it writes instances, replies and that offset
+in one write batch, so the store is always a consistent prefix of the journal.
+
+Keys:
+    ``i/{aggregate_id}``            instance: version, recent command ids, persisted state
+    ``r/{aggregate_id}/{command}``  the encoded first reply to a command
+    ``o/{partition}``               next events offset applied for that partition
+    ``meta/schema``                 fingerprint of the state type; a change wipes the store
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Generic, TypeVar
+
+from pydantic import TypeAdapter
+from rocksdict import Options, Rdict, WriteBatch
+
+from ..core.aggregate import AggregateInstance
+
+S = TypeVar("S")
+
+
+class AggregateStore(Generic[S]):
+    """Instances, first replies and applied offsets of one aggregate, in RocksDB."""
+
+    def __init__(self, path: Path, state_type: type[S], *, definition_name: str) -> None:
+        self._path = path
+        self._adapter: TypeAdapter[S] = TypeAdapter(state_type)
+        schema = json.dumps(self._adapter.json_schema(), sort_keys=True)
+        fingerprint = hashlib.sha256(f"{definition_name}\n{schema}".encode()).digest()
+        self._options = Options(raw_mode=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = Rdict(str(path), self._options)
+        if self._db.get(b"meta/schema") not in (None, fingerprint):
+            # The state type changed shape: the cache is unreadable, rebuild from the journal.
+            self._db.close()
+            shutil.rmtree(path)
+            self._db = Rdict(str(path), self._options)
+        self._db[b"meta/schema"] = fingerprint
+
+    def load(self, aggregate_id: str) -> AggregateInstance[S] | None:
+        """Return the stored instance, or None when the store has never seen it."""
+        raw = self._db.get(b"i/" + aggregate_id.encode())
+        if raw is None:
+            return None
+        head, _, state_json = raw.partition(b"\n")
+        version, recent = json.loads(head)
+        state = self._adapter.validate_json(state_json)
+        return AggregateInstance(aggregate_id, version, state, state, tuple(recent))
+
+    def reply(self, aggregate_id: str, command_id: str) -> bytes | None:
+        """Return the encoded first reply to ``command_id``, if stored."""
+        return self._db.get(_reply_key(aggregate_id, command_id))
+
+    def offset(self, partition: int) -> int | None:
+        """Return the next events offset applied for ``partition``, or None if never."""
+        raw = self._db.get(b"o/%d" % partition)
+        return None if raw is None else int(raw)
+
+    def write(
+        self,
+        instances: Iterable[AggregateInstance[S]],
+        replies: Mapping[tuple[str, str], bytes],
+        forget: Iterable[tuple[str, str]],
+        offsets: Mapping[int, int],
+    ) -> None:
+        """Write instances, replies, forgotten replies and offsets atomically."""
+        batch = WriteBatch(raw_mode=True)
+        for instance in instances:
+            head = json.dumps([instance.version, list(instance.recent)]).encode()
+            body = self._adapter.dump_json(instance.state)
+            batch.put(b"i/" + instance.aggregate_id.encode(), head + b"\n" + body)
+        for (aggregate_id, command_id), reply in replies.items():
+            batch.put(_reply_key(aggregate_id, command_id), reply)
+        for aggregate_id, command_id in forget:
+            batch.delete(_reply_key(aggregate_id, command_id))
+        for partition, offset in offsets.items():
+            batch.put(b"o/%d" % partition, b"%d" % offset)
+        self._db.write(batch)
+
+    def close(self) -> None:
+        """Flush and close the database."""
+        self._db.close()
+
+
+def _reply_key(aggregate_id: str, command_id: str) -> bytes:
+    return f"r/{aggregate_id}/{command_id}".encode()
+

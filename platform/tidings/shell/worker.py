@@ -1,0 +1,174 @@
+"""The worker: one Faust app that runs every definition of a tidings App as agents.
+
+Starting the worker is where all I/O happens: topics are applied, RocksDB stores opened,
+the Faust consumer joins the app's group. Each aggregate is one Faust agent that takes the
+commands topic in batches (``take_events``) and hands each batch to ``AggregateAgent``;
+Faust acks a batch's offsets only after the agent returned, i.e. after its events were
+acknowledged by the broker and its RocksDB batch was written.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import faust
+
+from ..codec import avro
+from ..codec.json import decode_json
+from ..core.records import CommandEnvelope
+from ..errors import RecordError
+from .agents.aggregate import AggregateAgent
+from .io import Incoming
+from .kafka import FaustPublisher, KafkaPartitionReader
+from .state import AggregateStore
+from .topics import apply_topics
+
+if TYPE_CHECKING:
+    from .app import App
+
+log = logging.getLogger(__name__)
+
+#: Most records one agent call handles; larger batches mean fewer round trips.
+BATCH_SIZE = 1000
+#: How long a batch waits for more records once it has one (seconds).
+BATCH_WINDOW = 0.002
+
+
+class Worker:
+    """Runs an App's agents in one process. Build it with ``app.worker()``."""
+
+    def __init__(self, app: App, *, bootstrap: str, data_dir: Path | None = None) -> None:
+        self.app = app
+        self.bootstrap = bootstrap
+        self.data_dir = data_dir or app.data_dir()
+        self.agents: list[AggregateAgent] = []
+        self._readers: list[KafkaPartitionReader] = []
+        self._stores: list[AggregateStore[Any]] = []
+        self.faust = self._faust_app()
+
+    def run(self, *, apply: bool = True, loglevel: str = "INFO") -> None:
+        """Apply the topics, then run until stopped (SIGTERM/SIGINT stop it cleanly)."""
+        if apply:
+            apply_topics(self.bootstrap, self.app.topic_specs(), out=log.info)
+        worker = faust.Worker(self.faust, loglevel=loglevel, quiet=True, redirect_stdouts=False)
+        try:
+            worker.execute_from_commandline()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Close readers and RocksDB stores."""
+        for reader in self._readers:
+            reader.close()
+        for store in self._stores:
+            store.close()
+        self._readers.clear()
+        self._stores.clear()
+
+    def _faust_app(self) -> faust.App:
+        fapp = faust.App(
+            self.app.name,
+            broker=[f"kafka://{server}" for server in self.bootstrap.split(",")],
+            store="memory://",
+            web_enabled=False,
+            topic_partitions=self.app.partitions,
+            topic_replication_factor=1,
+            consumer_auto_offset_reset="earliest",
+            broker_session_timeout=10.0,
+            broker_heartbeat_interval=1.0,
+            broker_commit_interval=0.5,
+            broker_max_poll_records=BATCH_SIZE,
+            stream_buffer_maxsize=4 * BATCH_SIZE,
+            producer_linger_ms=1,
+            producer_acks=-1,
+            datadir=str(self.data_dir / "faust"),
+        )
+        publisher = FaustPublisher(fapp)
+        for handle in self.app.aggregates:
+            reader = KafkaPartitionReader(self.bootstrap)
+            store = AggregateStore(
+                self.data_dir / "aggregates" / handle.name,
+                type(handle.definition.initial),
+                definition_name=handle.name,
+            )
+            agent = AggregateAgent(
+                handle.definition,
+                topics=handle.topics,
+                partitions=self.app.partitions,
+                store=store,
+                publisher=publisher,
+                reader=reader,
+                decode_command=decode_command,
+            )
+            self._readers.append(reader)
+            self._stores.append(store)
+            self.agents.append(agent)
+            topic = fapp.topic(
+                handle.topics.commands,
+                key_type=bytes,
+                value_type=bytes,
+                key_serializer="raw",
+                value_serializer="raw",
+                partitions=self.app.partitions,
+            )
+            fapp.agent(topic, name=f"aggregate-{handle.name}")(_agent_body(agent, fapp))
+
+        agents = self.agents
+
+        @fapp.on_partitions_revoked.connect
+        async def on_revoked(sender: Any, revoked: Iterable[Any], **_: Any) -> None:
+            revoked = list(revoked)
+            for agent in agents:
+                agent.revoke(tp.partition for tp in revoked if tp.topic == agent.topics.commands)
+
+        return fapp
+
+
+def decode_command(record: Incoming) -> CommandEnvelope:
+    """Decode a command record: Avro, or JSON when the header says so."""
+    if record.value is None:
+        raise RecordError("a command record has no value")
+    if record.is_json:
+        return decode_json(record.value, CommandEnvelope)
+    return avro.decode_as(record.value, CommandEnvelope)
+
+
+def _agent_body(agent: AggregateAgent, fapp: faust.App) -> Any:
+    async def consume_commands(stream: Any) -> None:
+        async for events in stream.take_events(BATCH_SIZE, within=BATCH_WINDOW):
+            try:
+                await agent.process(_incoming(events))
+            except Exception as exc:
+                # Not a bad record (those are dead-lettered): Kafka or a bug. Stop the
+                # worker without acking the batch, so a restart re-delivers it.
+                log.critical("aggregate %s failed; stopping the worker", agent.definition.name,
+                             exc_info=True)
+                os._exit(70)
+                raise exc  # pragma: no cover
+
+    consume_commands.__name__ = f"consume_{agent.definition.name}_commands"
+    return consume_commands
+
+
+def _incoming(events: Sequence[Any]) -> list[Incoming]:
+    records = []
+    for event in events:
+        message = event.message
+        headers = message.headers or ()
+        if isinstance(headers, dict):
+            headers = headers.items()
+        records.append(
+            Incoming(
+                message.topic,
+                message.partition,
+                message.offset,
+                message.key,
+                message.value,
+                {name: value for name, value in headers},
+            )
+        )
+    return records

@@ -1,0 +1,62 @@
+"""Read whole topics back in tests (confluent-kafka, by assignment, no group)."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, TopicPartition
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRecord:
+    """One record as it sits in a topic."""
+
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: dict[str, bytes]
+
+
+def read_topic(bootstrap: str, topic: str, *, timeout: float = 30.0) -> list[StoredRecord]:
+    """Return every record of ``topic`` up to its current end, in (partition, offset) order."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"tidings-read-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        metadata = consumer.list_topics(topic, timeout=timeout)
+        partitions = sorted(metadata.topics[topic].partitions)
+        ends: dict[int, int] = {}
+        starts = []
+        for partition in partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout)
+            if high > low:
+                ends[partition] = high
+                starts.append(TopicPartition(topic, partition, low))
+        records: list[StoredRecord] = []
+        if not starts:
+            return records
+        consumer.assign(starts)
+        remaining = dict(ends)
+        while remaining:
+            messages = consumer.consume(1000, timeout)
+            if not messages:
+                raise TimeoutError(f"reading {topic}: nothing more after {len(records)} records")
+            for message in messages:
+                if message.error() is not None:
+                    continue
+                partition, offset = message.partition(), message.offset()
+                records.append(
+                    StoredRecord(partition, offset, message.key(), message.value(),
+                                 dict(message.headers() or []))
+                )
+                if partition in remaining and offset >= remaining[partition] - 1:
+                    del remaining[partition]
+        return sorted(records, key=lambda r: (r.partition, r.offset))
+    finally:
+        consumer.close()

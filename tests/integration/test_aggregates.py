@@ -1,0 +1,151 @@
+"""Aggregates end to end on the real broker: a worker process, the client, the journal."""
+
+from __future__ import annotations
+
+import asyncio
+from decimal import Decimal
+
+import pytest
+
+from examples.bank.account import Deposit, Deposited, Open, Opened, Rejected, Withdraw
+from tidings import AggregateVersionConflict, App
+from tidings.codec import avro
+from tidings.core.records import DeadLetter, EventEnvelope
+from tidings.testing.topics import read_topic
+from tests.integration.apps import Add, Added, Bump, Read, Total
+from tests.workers import StartWorker, start_worker, test_app  # noqa: F401 - fixtures
+
+
+def journal(bootstrap: str, app: App, aggregate: str) -> list[EventEnvelope]:
+    handle = next(h for h in app.aggregates if h.name == aggregate)
+    return [avro.decode_as(r.value, EventEnvelope) for r in read_topic(bootstrap, handle.topics.events)]
+
+
+def test_thirty_concurrent_commands_get_versions_one_to_thirty(
+    kafka_bootstrap: str, test_app: App, start_worker: StartWorker
+) -> None:
+    start_worker()
+    client = test_app.client(kafka_bootstrap)
+
+    async def send_all() -> list:
+        return await asyncio.gather(
+            *(client.send_envelope("tally", "t-1", Add(amount=n)) for n in range(30))
+        )
+
+    replies = asyncio.run(send_all())
+    assert sorted(r.version for r in replies) == list(range(1, 31))
+    keys = [r.key for r in read_topic(kafka_bootstrap, f"{test_app.name}.aggregate.tally.events")]
+    assert sorted(keys, key=lambda k: int(k.split(b"/")[1])) == [b"t-1/%d" % v for v in range(1, 31)]
+
+
+def test_the_bank_rules_reply_and_store_as_the_seed_says(
+    kafka_bootstrap: str, test_app: App, start_worker: StartWorker
+) -> None:
+    start_worker()
+    client = test_app.client(kafka_bootstrap)
+
+    async def scenario() -> list:
+        return [
+            await client.send("account", "alice", Deposit(amount=Decimal(5))),
+            await client.send("account", "alice", Open(owner="Alice")),
+            await client.send("account", "alice", Open(owner="Alice")),
+            await client.send("account", "alice", Deposit(amount=Decimal(30))),
+            await client.send("account", "alice", Withdraw(amount=Decimal(50))),
+            await client.send("account", "alice", Withdraw(amount=Decimal(-1))),
+            await client.send("account", "alice", Withdraw(amount=Decimal(10))),
+        ]
+
+    replies = asyncio.run(scenario())
+    assert replies[0] == Rejected(reason="The account is not open")
+    assert replies[1] == Opened(owner="Alice")
+    assert replies[2] == Rejected(reason="The account is already open")
+    assert replies[3] == Deposited(amount=Decimal(30))
+    assert replies[4] == Rejected(reason="Insufficient funds: 30 available")
+    assert replies[5] == Rejected(reason="The amount must be positive")
+    assert replies[6].amount == Decimal(10)
+    stored = journal(kafka_bootstrap, test_app, "account")
+    # Rejections are replies only: the journal holds Opened, Deposited, Withdrawn.
+    assert [(e.version, e.type) for e in stored] == [(1, "Opened"), (2, "Deposited"), (3, "Withdrawn")]
+
+
+def test_repeated_command_id_returns_the_same_reply_and_stores_nothing(
+    kafka_bootstrap: str, test_app: App, start_worker: StartWorker
+) -> None:
+    start_worker()
+    client = test_app.client(kafka_bootstrap)
+
+    async def twice() -> tuple:
+        first = await client.send_envelope("tally", "t-2", Add(amount=1), command_id="cmd-1")
+        again = await client.send_envelope("tally", "t-2", Add(amount=99), command_id="cmd-1")
+        return first, again
+
+    first, again = asyncio.run(twice())
+    assert again == first
+    assert [e.version for e in journal(kafka_bootstrap, test_app, "tally")] == [1]
+
+
+def test_expected_version_mismatch_raises_a_conflict(
+    kafka_bootstrap: str, test_app: App, start_worker: StartWorker
+) -> None:
+    start_worker()
+    client = test_app.client(kafka_bootstrap)
+
+    async def scenario() -> None:
+        await client.send("tally", "t-3", Add(amount=1))
+        await client.send("tally", "t-3", Add(amount=1), expected_version=1)
+        with pytest.raises(AggregateVersionConflict) as caught:
+            await client.send("tally", "t-3", Add(amount=1), expected_version=1)
+        assert (caught.value.aggregate_id, caught.value.expected, caught.value.actual) == ("t-3", 1, 2)
+
+    asyncio.run(scenario())
+    assert [e.version for e in journal(kafka_bootstrap, test_app, "tally")] == [1, 2]
+
+
+def test_a_deferred_event_is_never_stored_and_its_fold_is_gone_after_a_restart(
+    kafka_bootstrap: str, test_app: App, start_worker: StartWorker
+) -> None:
+    worker = start_worker()
+    client = test_app.client(kafka_bootstrap)
+
+    async def before() -> tuple:
+        await client.send("tally", "t-4", Add(amount=5))
+        bumped = await client.send_envelope("tally", "t-4", Bump(amount=3))
+        return bumped, await client.send("tally", "t-4", Read())
+
+    bumped, live = asyncio.run(before())
+    assert bumped.version == 1 and bumped.events[0].deferred
+    assert live == Total(value=8)
+    assert [e.version for e in journal(kafka_bootstrap, test_app, "tally")] == [1]
+
+    worker.kill()
+    start_worker("w1-again", data_dir=worker.data_dir)
+    after = asyncio.run(client.send("tally", "t-4", Read()))
+    assert after == Total(value=5)
+    assert [e.type for e in journal(kafka_bootstrap, test_app, "tally")] == ["Added"]
+
+
+def test_malformed_records_are_dead_lettered_and_the_next_command_is_processed(
+    kafka_bootstrap: str, test_app: App, start_worker: StartWorker
+) -> None:
+    from confluent_kafka import Producer
+
+    start_worker()
+    commands = f"{test_app.name}.aggregate.tally.commands"
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "partitioner": "murmur2_random"})
+    producer.produce(commands, b"\x00not avro at all", b"t-5")
+    unknown = (
+        b'{"command_id": "u-1", "correlation_id": "u-1", "aggregate_id": "t-5",'
+        b' "type": "Explode", "payload": {}}'
+    )
+    producer.produce(commands, unknown, b"t-5", headers=[("content-type", b"application/json")])
+    producer.flush(10)
+    client = test_app.client(kafka_bootstrap)
+    assert asyncio.run(client.send("tally", "t-5", Add(amount=2))) == Added(amount=2)
+
+    letters = [
+        avro.decode_as(r.value, DeadLetter)
+        for r in read_topic(kafka_bootstrap, f"{test_app.name}.deadletter")
+    ]
+    assert sorted(letter.error_type for letter in letters) == ["DecodeError", "SchemaError"]
+    assert any("Explode" in letter.reason for letter in letters)
+    assert {letter.value for letter in letters} == {b"\x00not avro at all", unknown}
