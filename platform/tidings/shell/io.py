@@ -11,9 +11,6 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-JSON_CONTENT_TYPE = b"application/json"
-
-
 @dataclass(frozen=True, slots=True)
 class Incoming:
     """One consumed record."""
@@ -24,11 +21,7 @@ class Incoming:
     key: bytes | None
     value: bytes | None
     headers: Mapping[str, bytes] = field(default_factory=dict)
-
-    @property
-    def is_json(self) -> bool:
-        """Whether the producer marked the value as a JSON envelope."""
-        return self.headers.get("content-type") == JSON_CONTENT_TYPE
+    timestamp_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

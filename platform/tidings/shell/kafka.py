@@ -82,7 +82,7 @@ class KafkaPartitionReader:
             position = start
             try:
                 while position < end:
-                    messages = await asyncio.to_thread(consumer.consume, self._chunk, 1.0)
+                    messages = await asyncio.to_thread(consumer.consume, self._chunk, 0.1)
                     if not messages:
                         # Compaction can leave no record at the last offsets: trust the
                         # fetch position once nothing more arrives.
@@ -107,6 +107,7 @@ class KafkaPartitionReader:
                                 message.key(),
                                 message.value(),
                                 {k: v for k, v in (message.headers() or [])},
+                                message.timestamp()[1],
                             )
                         )
                     if chunk:

@@ -17,10 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import faust
 
-from ..codec import avro
-from ..codec.json import decode_json
+from ..codec.content import decode_record
 from ..core.records import CommandEnvelope
-from ..errors import RecordError
 from .agents.aggregate import AggregateAgent
 from .io import Incoming
 from .kafka import FaustPublisher, KafkaPartitionReader
@@ -130,11 +128,9 @@ class Worker:
 
 def decode_command(record: Incoming) -> CommandEnvelope:
     """Decode a command record: Avro, or JSON when the header says so."""
-    if record.value is None:
-        raise RecordError("a command record has no value")
-    if record.is_json:
-        return decode_json(record.value, CommandEnvelope)
-    return avro.decode_as(record.value, CommandEnvelope)
+    return decode_record(
+        record.value, CommandEnvelope, headers=record.headers, timestamp_ms=record.timestamp_ms
+    )
 
 
 def _agent_body(agent: AggregateAgent, fapp: faust.App) -> Any:
@@ -169,6 +165,7 @@ def _incoming(events: Sequence[Any]) -> list[Incoming]:
                 message.key,
                 message.value,
                 {name: value for name, value in headers},
+                int(message.timestamp * 1000) if message.timestamp else None,
             )
         )
     return records

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import dataclass
 
@@ -43,9 +44,11 @@ def read_topic(bootstrap: str, topic: str, *, timeout: float = 30.0) -> list[Sto
             return records
         consumer.assign(starts)
         remaining = dict(ends)
+        deadline = time.monotonic() + timeout
         while remaining:
-            messages = consumer.consume(1000, timeout)
-            if not messages:
+            # consume() waits for the whole count or the timeout: keep each wait short.
+            messages = consumer.consume(1000, 0.1)
+            if not messages and time.monotonic() > deadline:
                 raise TimeoutError(f"reading {topic}: nothing more after {len(records)} records")
             for message in messages:
                 if message.error() is not None:
