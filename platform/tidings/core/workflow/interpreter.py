@@ -72,6 +72,10 @@ Entropy = Callable[[int], bytes]
 _CONTEXT = WorkflowContext()
 _BLOCKED: Any = object()
 _ENDED = (WorkflowStatus.FINISHED, WorkflowStatus.FAULTED, WorkflowStatus.CANCELLED)
+# Between calls the scratch fields (ready queue, new records, effects) hold this empty tuple
+# instead of empty containers: an idle instance must stay small (SPEC: < 2 KB), and any
+# use outside a call fails loudly instead of leaking into the next decision.
+_IDLE: Any = ()
 _CANCELLED_ERROR = StepError(ErrorKind.CANCELLED, "the workflow was cancelled while the step was pending")
 
 
@@ -153,13 +157,13 @@ class WorkflowInstance:
         self._outcome: Outcome | None = None
         self._root: Fiber | None = None
         self._pending: dict[str, Pending] = {}
-        self._signals: dict[str, deque[SignalReceived]] | None = None
-        self._waiters: dict[str, deque[Pending]] | None = None
+        self._signals: dict[str, list[SignalReceived]] | None = None
+        self._waiters: dict[str, list[Pending]] | None = None
         self._cancel_requested = False
         self._next_seq = 1
-        self._out: list[JournalRecord] = []
-        self._effects: list[Effect] = []
-        self._ready: deque[tuple[Fiber, Any, BaseException | None]] = deque()
+        self._out: list[JournalRecord] = _IDLE
+        self._effects: list[Effect] = _IDLE
+        self._ready: deque[tuple[Fiber, Any, BaseException | None]] = _IDLE
         self._replay: _Replay | None = None
         self._now = 0
 
@@ -195,7 +199,6 @@ class WorkflowInstance:
         self._root = None
         self._pending = {}
         self._waiters = None
-        self._ready.clear()
         if root is not None and not root.dead:
             self._close_tree(root)
 
@@ -219,6 +222,7 @@ class WorkflowInstance:
             The records to journal (first) and the effects to carry out (after).
         """
         self._now = now
+        self._begin()
         rejected: str | None = None
         try:
             rejected = self._accept(message)
@@ -259,6 +263,7 @@ class WorkflowInstance:
         """
         instance = cls(definition, instance_id, entropy=entropy)
         instance._now = now
+        instance._begin()
         if not records:
             return instance, instance._decision(None)
         instance._next_seq = records[-1].seq + 1
@@ -407,7 +412,7 @@ class WorkflowInstance:
                 signals = self._signals = {}
             queue = signals.get(record.name)  # type: ignore[union-attr]
             if queue is None:
-                queue = signals[record.name] = deque()  # type: ignore[union-attr]
+                queue = signals[record.name] = []  # type: ignore[union-attr]
             queue.append(record)  # type: ignore[arg-type]
             self._deliver(record.name)  # type: ignore[union-attr]
         elif kind is VersionMarker:
@@ -598,8 +603,8 @@ class WorkflowInstance:
         waiters = self._waiters.get(name) if self._waiters is not None else None
         queue = self._signals.get(name) if self._signals is not None else None
         while waiters and queue:
-            pending = waiters.popleft()
-            value, exc = self._consume(pending, queue.popleft())
+            pending = waiters.pop(0)
+            value, exc = self._consume(pending, queue.pop(0))
             self._resolve(pending, value, exc, stop_work=False)
 
     def _consume(self, pending: Pending, signal: SignalReceived) -> tuple[Any, BaseException | None]:
@@ -669,10 +674,14 @@ class WorkflowInstance:
         self._status = WorkflowStatus.PARKED
         self._effects.append(ReportParked(reason))
 
+    def _begin(self) -> None:
+        self._out = []
+        self._effects = []
+        self._ready = deque()
+
     def _decision(self, rejected: str | None) -> Decision:
         decision = Decision(tuple(self._out), tuple(self._effects), self._status, rejected)
-        self._out.clear()
-        self._effects.clear()
+        self._out = self._effects = self._ready = _IDLE
         return decision
 
 
@@ -773,13 +782,13 @@ def _signal(self: WorkflowInstance, fiber: Fiber, request: SignalRequest[Any]) -
     queue = self._signals.get(request.name) if self._signals is not None else None
     if queue:
         # Stored signals exist only while nobody waits for them, so this wait is the oldest.
-        return self._consume(pending, queue.popleft())
+        return self._consume(pending, queue.pop(0))
     waiters = self._waiters
     if waiters is None:
         waiters = self._waiters = {}
     queue_of_waiters = waiters.get(request.name)
     if queue_of_waiters is None:
-        queue_of_waiters = waiters[request.name] = deque()
+        queue_of_waiters = waiters[request.name] = []
     queue_of_waiters.append(pending)
     return self._wait(fiber, pending)
 
