@@ -17,6 +17,9 @@ from tidings.core.workflow.requests import AllRequest, CallRequest, RaceRequest,
 
 Frame = Coroutine[Any, Any, Any]
 
+BLOCKED: Any = object()
+"""What a step handler returns when its fiber must wait for an input."""
+
 
 class Fiber:
     """One branch of execution and its frame stack."""

@@ -15,15 +15,13 @@ activity results, timer fires), so branches interleave exactly as they did live.
 
 from __future__ import annotations
 
-import json
 import os
-import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tidings.core.workflow.context import WorkflowContext, ms_instant
+from tidings.core.workflow.context import WorkflowContext
 from tidings.core.workflow.definition import WorkflowDefinition
 from tidings.core.workflow.effects import (
     ArmTimer,
@@ -35,7 +33,7 @@ from tidings.core.workflow.effects import (
     RunActivity,
 )
 from tidings.core.workflow.failures import ErrorKind, StepError
-from tidings.core.workflow.fibers import Fiber, Group, Pending
+from tidings.core.workflow.fibers import BLOCKED, Fiber, Group, Pending
 from tidings.core.workflow.inbox import ActivityResult, Cancel, InboxMessage, Signal, Start, TimerFired
 from tidings.core.workflow.journal import (
     CancelRequested,
@@ -46,31 +44,20 @@ from tidings.core.workflow.journal import (
     StepCompleted,
     StepFailed,
     StepKind,
-    StepStarted,
     VersionMarker,
 )
 from tidings.core.workflow.outcomes import Cancelled, Faulted, Finished, Outcome, WorkflowStatus
-from tidings.core.workflow.paths import ROOT_PREFIX, idempotency_key, split_path
-from tidings.core.workflow.requests import (
-    ActivityRequest,
-    AllRequest,
-    CallRequest,
-    GuidRequest,
-    NowRequest,
-    RaceRequest,
-    RandomRequest,
-    SignalRequest,
-    TimerRequest,
-    VersionRequest,
-)
+from tidings.core.workflow.paths import ROOT_PREFIX, idempotency_key
+from tidings.core.workflow.replaying import JournalCursor, JournalMismatch, describe_record, same_record
+from tidings.core.workflow.requests import ActivityRequest
 from tidings.core.workflow.retry import GiveUp, RetryAt
-from tidings.errors import DefinitionError, ForeignAwaitError, WorkflowStepFailed
+from tidings.core.workflow.steps import STEP_HANDLERS, explain_body_error, foreign_await
+from tidings.errors import WorkflowStepFailed
 
 Entropy = Callable[[int], bytes]
 """Gives n random bytes; the only source of ``new_guid``/``random`` values (then journaled)."""
 
 _CONTEXT = WorkflowContext()
-_BLOCKED: Any = object()
 _ENDED = (WorkflowStatus.FINISHED, WorkflowStatus.FAULTED, WorkflowStatus.CANCELLED)
 # Between calls the scratch fields (ready queue, new records, effects) hold this empty tuple
 # instead of empty containers: an idle instance must stay small (SPEC: < 2 KB), and any
@@ -95,31 +82,6 @@ class Decision:
     effects: tuple[Effect, ...]
     status: WorkflowStatus | None
     rejected: str | None = None
-
-
-class _Mismatch(Exception):
-    """The body's request does not match the journal (raised only while replaying)."""
-
-
-class _Replay:
-    """The journal being replayed, and what ``version`` needs to know about it."""
-
-    __slots__ = ("records", "pos", "versions", "max_step")
-
-    def __init__(self, records: Sequence[JournalRecord]) -> None:
-        self.records = records
-        self.pos = 0
-        self.versions: dict[tuple[str, str], int] = {}
-        # Per branch prefix, the highest step number the journal holds: "had passed".
-        self.max_step: dict[str, int] = {}
-        for record in records:
-            kind = type(record)
-            if kind is StepStarted:
-                prefix, number = split_path(record.path)  # type: ignore[union-attr]
-                if number > self.max_step.get(prefix, 0):
-                    self.max_step[prefix] = number
-            elif kind is VersionMarker:
-                self.versions[(record.position, record.change_id)] = record.version  # type: ignore[union-attr]
 
 
 class WorkflowInstance:
@@ -164,7 +126,7 @@ class WorkflowInstance:
         self._out: list[JournalRecord] = _IDLE
         self._effects: list[Effect] = _IDLE
         self._ready: deque[tuple[Fiber, Any, BaseException | None]] = _IDLE
-        self._replay: _Replay | None = None
+        self._replay: JournalCursor | None = None
         self._now = 0
 
     # ----------------------------------------------------------------------------- public
@@ -227,7 +189,7 @@ class WorkflowInstance:
         try:
             rejected = self._accept(message)
             self._drain()
-        except _Mismatch as exc:  # pragma: no cover - live inputs cannot mismatch
+        except JournalMismatch as exc:  # pragma: no cover - live inputs cannot mismatch
             self._park(str(exc))
         except Exception as exc:  # noqa: BLE001 - never raise out of the core; parking is safe
             self._park(f"internal error while applying {type(message).__name__}: {exc!r}")
@@ -273,14 +235,14 @@ class WorkflowInstance:
             instance._set_outcome(last)
             instance._effects.append(PublishOutcome(instance._outcome))  # type: ignore[arg-type]
             return instance, instance._decision(None)
-        replay = instance._replay = _Replay(records)
+        replay = instance._replay = JournalCursor(records)
         try:
             while replay.pos < len(records) and instance._status is not WorkflowStatus.PARKED:
                 record = records[replay.pos]
                 replay.pos += 1
                 instance._apply_stored(record)
                 instance._drain()
-        except _Mismatch as exc:
+        except JournalMismatch as exc:
             instance._park(str(exc))
         except Exception as exc:  # noqa: BLE001 - never raise out of the core
             instance._park(f"internal error during replay: {exc!r}")
@@ -401,7 +363,7 @@ class WorkflowInstance:
         if kind is StepCompleted or kind is StepFailed:
             pending = self._pending.get(record.path)  # type: ignore[union-attr]
             if pending is None:
-                raise _Mismatch(f"the journal ends step {record.path} that the body is not waiting on")  # type: ignore[union-attr]
+                raise JournalMismatch(f"the journal ends step {record.path} that the body is not waiting on")  # type: ignore[union-attr]
             if kind is StepFailed:
                 self._resolve(pending, None, WorkflowStepFailed(record.error), stop_work=False)  # type: ignore[union-attr]
             else:
@@ -423,16 +385,16 @@ class WorkflowInstance:
                 self._fail(pending, _CANCELLED_ERROR)
         elif kind is Started:
             if self._root is not None:
-                raise _Mismatch("the journal starts the instance twice")
+                raise JournalMismatch("the journal starts the instance twice")
             try:
                 value = self.definition.codec.decode(record.input, self.definition.input_type)  # type: ignore[union-attr]
             except ValueError as exc:
-                raise _Mismatch(f"the stored input cannot be read as {self.definition.input_type!r}: {exc}") from exc
+                raise JournalMismatch(f"the stored input cannot be read as {self.definition.input_type!r}: {exc}") from exc
             self._status = WorkflowStatus.RUNNING
             self._root = Fiber(ROOT_PREFIX, self.definition.body(_CONTEXT, value))
             self._ready.append((self._root, None, None))
         else:
-            raise _Mismatch(f"the journal holds {record!r}, which the body did not produce")
+            raise JournalMismatch(f"the journal holds {record!r}, which the body did not produce")
 
     def _stored_value(self, pending: Pending, record: StepCompleted) -> Any:
         if pending.kind == StepKind.TIMER or (pending.kind == StepKind.SIGNAL and record.signal is None):
@@ -441,7 +403,7 @@ class WorkflowInstance:
         try:
             return self.definition.codec.decode(record.result, declared)
         except ValueError as exc:
-            raise _Mismatch(f"the stored result of step {pending.path} cannot be read as {declared!r}: {exc}") from exc
+            raise JournalMismatch(f"the stored result of step {pending.path} cannot be read as {declared!r}: {exc}") from exc
 
     def _record(self, record: JournalRecord) -> JournalRecord:
         """Produce a record: live, append it; replaying, check it against the stored one and return that."""
@@ -452,8 +414,8 @@ class WorkflowInstance:
                 replay.pos += 1
             if replay.pos < len(records):
                 stored = records[replay.pos]
-                if not _same(stored, record):
-                    raise _Mismatch(f"the body produced {_describe(record)} where the journal holds {_describe(stored)}")
+                if not same_record(stored, record):
+                    raise JournalMismatch(f"the body produced {describe_record(record)} where the journal holds {describe_record(stored)}")
                 replay.pos += 1
                 return stored
             # The journal ends here: from now on the body runs live.
@@ -477,7 +439,7 @@ class WorkflowInstance:
     def _run(self, fiber: Fiber, value: Any, exc: BaseException | None) -> None:
         """Resume ``fiber`` with a value (or exception) until it blocks or ends."""
         frames = fiber.frames
-        handlers = _HANDLERS
+        handlers = STEP_HANDLERS
         fiber.waiting = None
         while True:
             frame = frames[-1]
@@ -495,14 +457,14 @@ class WorkflowInstance:
                 if frames:
                     value, exc = None, error
                     continue
-                self._fiber_ended(fiber, None, _explain(error))
+                self._fiber_ended(fiber, None, explain_body_error(error))
                 return
             handler = handlers.get(type(request))
             if handler is None:
-                value, exc = None, _foreign(request)
+                value, exc = None, foreign_await(request)
                 continue
             result = handler(self, fiber, request)
-            if result is _BLOCKED:
+            if result is BLOCKED:
                 return
             value, exc = result
 
@@ -518,7 +480,7 @@ class WorkflowInstance:
             winner = str(fiber.branch)
             stored = self._record(StepCompleted(self._next_seq, group.path, winner))
             if stored.result != winner:  # type: ignore[union-attr]
-                raise _Mismatch(f"race {group.path} was won by branch {stored.result} and now by {winner}")  # type: ignore[union-attr]
+                raise JournalMismatch(f"race {group.path} was won by branch {stored.result} and now by {winner}")  # type: ignore[union-attr]
             self._close_group(group)
             self._ready.append((group.parent, value, exc))
             return
@@ -580,7 +542,7 @@ class WorkflowInstance:
         fiber.waiting = pending
         if self._replay is None:
             self._issue(pending)
-        return _BLOCKED
+        return BLOCKED
 
     def _issue(self, pending: Pending) -> None:
         pending.issued = True
@@ -685,174 +647,6 @@ class WorkflowInstance:
         return decision
 
 
-def _same(stored: JournalRecord, produced: JournalRecord) -> bool:
-    """Whether a produced record is the stored one (values and times excepted: stored wins)."""
-    kind = type(produced)
-    if type(stored) is not kind:
-        return False
-    if kind is StepStarted:
-        return (
-            stored.path == produced.path  # type: ignore[union-attr]
-            and stored.kind == produced.kind  # type: ignore[union-attr]
-            and stored.name == produced.name  # type: ignore[union-attr]
-        )
-    if kind is StepCompleted or kind is StepFailed:
-        return stored.path == produced.path and stored.signal == produced.signal  # type: ignore[union-attr]
-    if kind is Ended:
-        return stored.outcome == produced.outcome  # type: ignore[union-attr]
-    return True
-
-
-def _describe(record: JournalRecord) -> str:
-    if isinstance(record, StepStarted):
-        return f"step {record.path} ({record.kind} {record.name!r})".replace(" ''", "")
-    if isinstance(record, (StepCompleted, StepFailed)):
-        return f"the end of step {record.path}"
-    return type(record).__name__
-
-
-def _foreign(awaited: Any) -> ForeignAwaitError:
-    cancel = getattr(awaited, "cancel", None)
-    if callable(cancel):
-        cancel()  # an asyncio future: nobody will ever wait for it
-    return ForeignAwaitError(
-        f"a workflow body awaited {awaited!r}, which is not a ctx step: its result could not be "
-        "journaled or replayed. Await only ctx steps and @subroutine calls; do I/O in ctx.activity."
-    )
-
-
-def _explain(error: BaseException) -> BaseException:
-    if isinstance(error, RuntimeError) and "no running event loop" in str(error):
-        explained = _foreign(error)
-        explained.__cause__ = error
-        return explained
-    return error
-
-
-# ------------------------------------------------------------------- step handlers
-# Each takes (instance, fiber, request) and returns (value, exception) to continue the
-# fiber at once, or _BLOCKED when the fiber waits for an input.
-
-
-def _activity(self: WorkflowInstance, fiber: Fiber, request: ActivityRequest[Any]) -> Any:
-    path = fiber.next_path()
-    started = self._record(StepStarted(self._next_seq, path, StepKind.ACTIVITY, request.name, self._now))
-    return self._wait(fiber, Pending(path, StepKind.ACTIVITY, fiber, request, started.at, None))  # type: ignore[union-attr]
-
-
-def _timer(self: WorkflowInstance, fiber: Fiber, request: TimerRequest) -> Any:
-    path = fiber.next_path()
-    due = request.due_ms if request.due_ms is not None else self._now + (request.delay_ms or 0)
-    started = self._record(StepStarted(self._next_seq, path, StepKind.TIMER, "", self._now, due))
-    return self._wait(fiber, Pending(path, StepKind.TIMER, fiber, request, started.at, started.due))  # type: ignore[union-attr]
-
-
-def _inline(self: WorkflowInstance, fiber: Fiber, kind: str, produce: Callable[[], str]) -> str:
-    path = fiber.next_path()
-    self._record(StepStarted(self._next_seq, path, kind, "", self._now))
-    replay = self._replay
-    # While replaying, the stored value wins: do not draw entropy for nothing.
-    value = "" if replay is not None and replay.pos < len(replay.records) else produce()
-    return self._record(StepCompleted(self._next_seq, path, value)).result  # type: ignore[union-attr]
-
-
-def _now(self: WorkflowInstance, fiber: Fiber, request: NowRequest) -> Any:
-    return ms_instant(int(_inline(self, fiber, StepKind.NOW, lambda: str(self._now)))), None
-
-
-def _guid(self: WorkflowInstance, fiber: Fiber, request: GuidRequest) -> Any:
-    def produce() -> str:
-        return json.dumps(str(uuid.UUID(bytes=self._entropy(16), version=4)))
-
-    return uuid.UUID(json.loads(_inline(self, fiber, StepKind.GUID, produce))), None
-
-
-def _random(self: WorkflowInstance, fiber: Fiber, request: RandomRequest) -> Any:
-    def produce() -> str:
-        return repr((int.from_bytes(self._entropy(8), "big") >> 11) / float(1 << 53))
-
-    return float(_inline(self, fiber, StepKind.RANDOM, produce)), None
-
-
-def _signal(self: WorkflowInstance, fiber: Fiber, request: SignalRequest[Any]) -> Any:
-    path = fiber.next_path()
-    due = None if request.timeout_ms is None else self._now + request.timeout_ms
-    started = self._record(StepStarted(self._next_seq, path, StepKind.SIGNAL, request.name, self._now, due))
-    pending = Pending(path, StepKind.SIGNAL, fiber, request, started.at, started.due)  # type: ignore[union-attr]
-    queue = self._signals.get(request.name) if self._signals is not None else None
-    if queue:
-        # Stored signals exist only while nobody waits for them, so this wait is the oldest.
-        return self._consume(pending, queue.pop(0))
-    waiters = self._waiters
-    if waiters is None:
-        waiters = self._waiters = {}
-    queue_of_waiters = waiters.get(request.name)
-    if queue_of_waiters is None:
-        queue_of_waiters = waiters[request.name] = []
-    queue_of_waiters.append(pending)
-    return self._wait(fiber, pending)
-
-
-def _version(self: WorkflowInstance, fiber: Fiber, request: VersionRequest) -> Any:
-    number = fiber.counter + 1
-    position = f"{fiber.prefix}{number}"
-    if fiber.version_at != number:
-        fiber.version_at, fiber.version_ids = number, set()
-    ids = fiber.version_ids
-    assert ids is not None
-    if request.change_id in ids:
-        return None, DefinitionError(
-            f"version({request.change_id!r})",
-            [f"the change id {request.change_id!r} is used twice at position {position}; give each change its own id"],
-        )
-    ids.add(request.change_id)
-    replay = self._replay
-    if replay is not None:
-        stored = replay.versions.get((position, request.change_id))
-        if stored is not None:
-            return stored, None
-        if replay.max_step.get(fiber.prefix, 0) >= number:
-            return 1, None  # the instance had passed this point before the change: old code
-    # Appended, never checked in order: a marker may be new in the middle of a replay.
-    self._append(VersionMarker(self._next_seq, position, request.change_id, request.latest))
-    return request.latest, None
-
-
-def _parallel(self: WorkflowInstance, fiber: Fiber, request: AllRequest | RaceRequest) -> Any:
-    path = fiber.next_path()
-    kind = StepKind.RACE if isinstance(request, RaceRequest) else StepKind.ALL
-    self._record(StepStarted(self._next_seq, path, kind, "", self._now))
-    branches = request.branches
-    if not branches:
-        if kind == StepKind.RACE:
-            return None, DefinitionError("race", ["race needs at least one branch"])
-        return (() if request.as_tuple else []), None  # type: ignore[union-attr]
-    group = Group(path, request, fiber)
-    limit = getattr(request, "limit", None) or len(branches)
-    for _ in range(min(limit, len(branches))):
-        self._ready.append((group.spawn_next(), None, None))
-    fiber.waiting = group
-    return _BLOCKED
-
-
-def _call(self: WorkflowInstance, fiber: Fiber, request: CallRequest[Any]) -> Any:
-    # The subroutine becomes the innermost frame; the caller resumes when it returns.
-    fiber.frames.append(request.start())
-    return None, None
-
-
-_HANDLERS: dict[type[Any], Callable[[WorkflowInstance, Fiber, Any], Any]] = {
-    ActivityRequest: _activity,
-    TimerRequest: _timer,
-    NowRequest: _now,
-    GuidRequest: _guid,
-    RandomRequest: _random,
-    SignalRequest: _signal,
-    VersionRequest: _version,
-    AllRequest: _parallel,
-    RaceRequest: _parallel,
-    CallRequest: _call,
-}
 
 
 def replay(
