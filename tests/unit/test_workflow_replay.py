@@ -332,3 +332,26 @@ def test_a_parked_instance_that_is_cancelled_ends_without_cleanup() -> None:
     assert calls == {}
     runtime.restart()  # the ended journal replays to its outcome without running the body
     assert handle.outcome("i") == Cancelled()
+
+
+def test_replaying_any_prefix_of_a_journal_finishes_the_same_way() -> None:
+    """A crash between any two journal writes: replay continues live from where it stopped."""
+    from tidings.core.workflow import Start, WorkflowInstance
+
+    async def body(ctx: WorkflowContext, rounds: int) -> list[int]:
+        seen = []
+        for _ in range(rounds):
+            seen.append(await ctx.version("v", 2))
+            await ctx.now()
+            both = await ctx.both(ctx.random(), ctx.all([ctx.new_guid(), ctx.now()]))
+            seen.append(len(both[1]))
+        return seen
+
+    definition = define_workflow("prefix", body)
+    live = WorkflowInstance(definition, "i")
+    records = list(live.advance(Start(3), 0).records)
+    assert live.outcome == Finished([2, 2, 2, 2, 2, 2])
+    for cut in range(1, len(records)):
+        instance, decision = replay(definition, "i", records[:cut], 5)
+        assert instance.outcome == live.outcome, f"cut at {cut}"
+        assert [r.seq for r in decision.records] == list(range(records[cut - 1].seq + 1, records[-1].seq + 1))

@@ -48,7 +48,8 @@ class Fiber:
         """Close every frame, innermost first, so ``finally`` blocks of an abandoned branch run.
 
         A ``finally`` that awaits a step cannot take it (the branch is gone); Python then
-        reports ``RuntimeError`` from ``close``, which is expected and ignored here.
+        reports ``RuntimeError`` from ``close``. That, and anything else such a block
+        raises, has nowhere to go and is ignored.
         """
         self.dead = True
         frames = self.frames
@@ -56,7 +57,7 @@ class Fiber:
             frame = frames.pop()
             try:
                 frame.close()
-            except RuntimeError:
+            except Exception:  # noqa: BLE001 - a finally block of a branch that no longer exists
                 pass
 
 

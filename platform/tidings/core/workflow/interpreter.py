@@ -409,11 +409,8 @@ class WorkflowInstance:
         """Produce a record: live, append it; replaying, check it against the stored one and return that."""
         replay = self._replay
         if replay is not None:
-            records = replay.records
-            while replay.pos < len(records) and type(records[replay.pos]) is VersionMarker:
-                replay.pos += 1
-            if replay.pos < len(records):
-                stored = records[replay.pos]
+            stored = replay.peek()
+            if stored is not None:
                 if not same_record(stored, record):
                     raise JournalMismatch(f"the body produced {describe_record(record)} where the journal holds {describe_record(stored)}")
                 replay.pos += 1

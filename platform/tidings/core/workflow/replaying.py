@@ -44,6 +44,17 @@ class JournalCursor:
             elif kind is VersionMarker:
                 self.versions[(record.position, record.change_id)] = record.version  # type: ignore[union-attr]
 
+    def peek(self) -> JournalRecord | None:
+        """Return the stored record at the cursor, skipping version markers; None at the end.
+
+        Version markers are found through ``versions``, never in order: a marker may have
+        been appended after later records when it was new in the middle of a replay.
+        """
+        records = self.records
+        while self.pos < len(records) and type(records[self.pos]) is VersionMarker:
+            self.pos += 1
+        return records[self.pos] if self.pos < len(records) else None
+
 
 def same_record(stored: JournalRecord, produced: JournalRecord) -> bool:
     """Whether a produced record is the stored one (values and times excepted: stored wins)."""

@@ -73,8 +73,8 @@ def _inline(self: WorkflowInstance, fiber: Fiber, kind: str, produce: Callable[[
     path = fiber.next_path()
     self._record(StepStarted(self._next_seq, path, kind, "", self._now))
     replay = self._replay
-    # While replaying, the stored value wins: do not draw entropy for nothing.
-    value = "" if replay is not None and replay.pos < len(replay.records) else produce()
+    # While replaying, the stored value wins: draw no entropy for a value that is dropped.
+    value = "" if replay is not None and replay.peek() is not None else produce()
     return self._record(StepCompleted(self._next_seq, path, value)).result  # type: ignore[union-attr]
 
 
