@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,9 +16,6 @@ from .integration.apps import build
 
 ROOT = Path(__file__).resolve().parent.parent
 
-StartWorker = Callable[..., WorkerProcess]
-
-
 @pytest.fixture
 def test_app(kafka_bootstrap: str, app_id: str) -> Iterator[App]:
     """The test App (account + tally) named for this test, its topics applied."""
@@ -29,30 +26,41 @@ def test_app(kafka_bootstrap: str, app_id: str) -> Iterator[App]:
         client.close()
 
 
-@pytest.fixture
-def start_worker(
-    kafka_bootstrap: str, app_id: str, tmp_path: Path
-) -> Iterator[StartWorker]:
-    """Start worker processes of the test App; every one is killed at the end of the test."""
-    workers: list[WorkerProcess] = []
+class Workers:
+    """Worker processes of one test's App; every one is killed when the test ends."""
 
-    def start(name: str = "w1", *, data_dir: Path | None = None) -> WorkerProcess:
+    def __init__(self, bootstrap: str, app_id: str, tmp_path: Path) -> None:
+        self._bootstrap = bootstrap
+        self._app_id = app_id
+        self._tmp_path = tmp_path
+        self.started: list[WorkerProcess] = []
+
+    def start(self, name: str = "w1", *, data_dir: Path | None = None) -> WorkerProcess:
+        """Start a worker; ``data_dir`` reuses another's RocksDB (a restart)."""
         worker = WorkerProcess(
             "tests.integration.apps:app",
-            bootstrap=kafka_bootstrap,
-            data_dir=data_dir or tmp_path / name,
-            log_path=tmp_path / f"{name}.log",
-            env={"TEST_APP_ID": app_id},
+            bootstrap=self._bootstrap,
+            data_dir=data_dir or self._tmp_path / name,
+            log_path=self._tmp_path / f"{name}.log",
+            env={"TEST_APP_ID": self._app_id},
             cwd=ROOT,
         )
-        workers.append(worker)
+        self.started.append(worker)
         return worker.start()
 
-    yield start
-    for worker in workers:
-        worker.kill()
+    def stop_all(self) -> None:
+        """Stop every worker cleanly (SIGTERM)."""
+        for worker in self.started:
+            worker.stop()
+
+    def kill_all(self) -> None:
+        for worker in self.started:
+            worker.kill()
 
 
-def run(coroutine):  # noqa: ANN001, ANN201 - a tiny sync bridge for tests
-    """Run ``coroutine`` to completion in a fresh event loop."""
-    return asyncio.run(coroutine)
+@pytest.fixture
+def workers(kafka_bootstrap: str, app_id: str, tmp_path: Path) -> Iterator[Workers]:
+    """Start worker processes of the test App; every one is killed at the end of the test."""
+    started = Workers(kafka_bootstrap, app_id, tmp_path)
+    yield started
+    started.kill_all()

@@ -13,7 +13,7 @@ from tidings.codec import avro
 from tidings.core.records import DeadLetter, EventEnvelope
 from tidings.testing.topics import read_topic
 from tests.integration.apps import Add, Added, Bump, Read, Total
-from tests.workers import StartWorker, start_worker, test_app  # noqa: F401 - fixtures
+from tests.workers import Workers, test_app, workers  # noqa: F401 - fixtures
 
 
 def journal(bootstrap: str, app: App, aggregate: str) -> list[EventEnvelope]:
@@ -22,9 +22,9 @@ def journal(bootstrap: str, app: App, aggregate: str) -> list[EventEnvelope]:
 
 
 def test_thirty_concurrent_commands_get_versions_one_to_thirty(
-    kafka_bootstrap: str, test_app: App, start_worker: StartWorker
+    kafka_bootstrap: str, test_app: App, workers: Workers
 ) -> None:
-    start_worker()
+    workers.start()
     client = test_app.client(kafka_bootstrap)
 
     async def send_all() -> list:
@@ -39,9 +39,9 @@ def test_thirty_concurrent_commands_get_versions_one_to_thirty(
 
 
 def test_the_bank_rules_reply_and_store_as_the_seed_says(
-    kafka_bootstrap: str, test_app: App, start_worker: StartWorker
+    kafka_bootstrap: str, test_app: App, workers: Workers
 ) -> None:
-    start_worker()
+    workers.start()
     client = test_app.client(kafka_bootstrap)
 
     async def scenario() -> list:
@@ -69,9 +69,9 @@ def test_the_bank_rules_reply_and_store_as_the_seed_says(
 
 
 def test_repeated_command_id_returns_the_same_reply_and_stores_nothing(
-    kafka_bootstrap: str, test_app: App, start_worker: StartWorker
+    kafka_bootstrap: str, test_app: App, workers: Workers
 ) -> None:
-    start_worker()
+    workers.start()
     client = test_app.client(kafka_bootstrap)
 
     async def twice() -> tuple:
@@ -85,9 +85,9 @@ def test_repeated_command_id_returns_the_same_reply_and_stores_nothing(
 
 
 def test_expected_version_mismatch_raises_a_conflict(
-    kafka_bootstrap: str, test_app: App, start_worker: StartWorker
+    kafka_bootstrap: str, test_app: App, workers: Workers
 ) -> None:
-    start_worker()
+    workers.start()
     client = test_app.client(kafka_bootstrap)
 
     async def scenario() -> None:
@@ -102,9 +102,9 @@ def test_expected_version_mismatch_raises_a_conflict(
 
 
 def test_a_deferred_event_is_never_stored_and_its_fold_is_gone_after_a_restart(
-    kafka_bootstrap: str, test_app: App, start_worker: StartWorker
+    kafka_bootstrap: str, test_app: App, workers: Workers
 ) -> None:
-    worker = start_worker()
+    worker = workers.start()
     client = test_app.client(kafka_bootstrap)
 
     async def before() -> tuple:
@@ -118,18 +118,18 @@ def test_a_deferred_event_is_never_stored_and_its_fold_is_gone_after_a_restart(
     assert [e.version for e in journal(kafka_bootstrap, test_app, "tally")] == [1]
 
     worker.kill()
-    start_worker("w1-again", data_dir=worker.data_dir)
+    workers.start("w1-again", data_dir=worker.data_dir)
     after = asyncio.run(client.send("tally", "t-4", Read()))
     assert after == Total(value=5)
     assert [e.type for e in journal(kafka_bootstrap, test_app, "tally")] == ["Added"]
 
 
 def test_malformed_records_are_dead_lettered_and_the_next_command_is_processed(
-    kafka_bootstrap: str, test_app: App, start_worker: StartWorker
+    kafka_bootstrap: str, test_app: App, workers: Workers
 ) -> None:
     from confluent_kafka import Producer
 
-    start_worker()
+    workers.start()
     commands = f"{test_app.name}.aggregate.tally.commands"
     producer = Producer({"bootstrap.servers": kafka_bootstrap, "partitioner": "murmur2_random"})
     producer.produce(commands, b"\x00not avro at all", b"t-5")

@@ -63,3 +63,18 @@ def read_topic(bootstrap: str, topic: str, *, timeout: float = 30.0) -> list[Sto
         return sorted(records, key=lambda r: (r.partition, r.offset))
     finally:
         consumer.close()
+
+
+def group_assignment(bootstrap: str, group: str, topic: str) -> dict[str, set[int]]:
+    """Return which partitions of ``topic`` each member of consumer group ``group`` holds."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    (future,) = admin.describe_consumer_groups([group], request_timeout=10).values()
+    description = future.result()
+    return {
+        member.member_id: {
+            tp.partition for tp in member.assignment.topic_partitions if tp.topic == topic
+        }
+        for member in description.members
+    }
