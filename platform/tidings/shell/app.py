@@ -18,6 +18,7 @@ from ..codec.payloads import type_registry
 from ..core.aggregate import AggregateDefinition, Decision
 from ..errors import DefinitionError
 from .agents.aggregate import AggregateTopics
+from .agents.projection import Handler, ProjectionSource
 from .topics import TopicSpec, deadletter_topic, spec_for, topic_name
 
 if TYPE_CHECKING:
@@ -68,6 +69,20 @@ class AggregateHandle(Generic[C, E, S]):
         )
 
 
+@dataclass(frozen=True)
+class ProjectionHandle:
+    """What ``app.projection`` returns: the projection's name, sources and handler."""
+
+    app: App
+    name: str
+    sources: tuple[ProjectionSource, ...]
+    handler: Handler
+
+    def view_path(self, data_dir: Path | None = None) -> Path:
+        """Where a worker using ``data_dir`` keeps this projection's view."""
+        return (data_dir or self.app.data_dir()) / "projections" / self.name
+
+
 class App:
     """A tidings application: a name (the prefix of its topics) and its definitions.
 
@@ -104,6 +119,7 @@ class App:
         self._bootstrap = bootstrap
         self._data_dir = data_dir
         self._aggregates: dict[str, AggregateHandle[Any, Any, Any]] = {}
+        self._projections: dict[str, ProjectionHandle] = {}
         self._clients: dict[str, Client] = {}
 
     # -- declaring -------------------------------------------------------------------
@@ -159,11 +175,57 @@ class App:
         self._aggregates[name] = handle
         return handle
 
+    def projection(
+        self,
+        name: str,
+        sources: Iterable[AggregateHandle[Any, Any, Any]],
+        handler: Handler,
+    ) -> ProjectionHandle:
+        """Declare a projection of the stored events of ``sources`` into a read model.
+
+        ``handler(event, view)`` (sync or async) gets each stored event once, in journal
+        order per instance, and reads and writes the ``View``; the view's writes and the
+        source offsets are committed together, so a restart applies nothing twice.
+
+        Raises:
+            DefinitionError: listing every problem with the definition.
+        """
+        reasons: list[str] = []
+        if not name or not all(ch.isalnum() or ch in "_-" for ch in name):
+            reasons.append(f"name {name!r} must be letters, digits, '_' or '-'")
+        if name in self._projections:
+            reasons.append(f"a projection named {name!r} is already declared")
+        sources = list(sources)
+        if not sources:
+            reasons.append("sources must name at least one aggregate handle")
+        for source in sources:
+            if not isinstance(source, AggregateHandle) or source.app is not self:
+                reasons.append(f"{source!r} is not an aggregate handle of this app")
+        if not callable(handler):
+            reasons.append("handler must be callable: handler(event, view)")
+        if reasons:
+            raise DefinitionError(f"projection {name!r}", reasons)
+        handle = ProjectionHandle(
+            self,
+            name,
+            tuple(
+                ProjectionSource(s.name, s.topics.events, s.definition.event_types)
+                for s in sources
+            ),
+            handler,
+        )
+        self._projections[name] = handle
+        return handle
+
     # -- what the shell reads ----------------------------------------------------------
 
     @property
     def aggregates(self) -> tuple[AggregateHandle[Any, Any, Any], ...]:
         return tuple(self._aggregates.values())
+
+    @property
+    def projections(self) -> tuple[ProjectionHandle, ...]:
+        return tuple(self._projections.values())
 
     @property
     def replies_topic(self) -> str:

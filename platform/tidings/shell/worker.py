@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,13 +20,15 @@ import faust
 from ..codec.content import decode_record
 from ..core.records import CommandEnvelope
 from .agents.aggregate import AggregateAgent
+from .agents.projection import ProjectionAgent
 from .io import Incoming
 from .kafka import FaustPublisher, KafkaPartitionReader
 from .state import AggregateStore
-from .topics import apply_topics
+from .topics import apply_topics, deadletter_topic
+from .views import ViewStore
 
 if TYPE_CHECKING:
-    from .app import App
+    from .app import App, ProjectionHandle
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +47,8 @@ class Worker:
         self.data_dir = data_dir or app.data_dir()
         self.agents: list[AggregateAgent] = []
         self._readers: list[KafkaPartitionReader] = []
-        self._stores: list[AggregateStore[Any]] = []
+        self._closers: list[Callable[[], None]] = []
+        self.projections: list[ProjectionAgent] = []
         self.faust = self._faust_app()
 
     def run(self, *, apply: bool = True, loglevel: str = "INFO") -> None:
@@ -62,10 +65,10 @@ class Worker:
         """Close readers and RocksDB stores."""
         for reader in self._readers:
             reader.close()
-        for store in self._stores:
-            store.close()
+        for close in self._closers:
+            close()
         self._readers.clear()
-        self._stores.clear()
+        self._closers.clear()
 
     def _faust_app(self) -> faust.App:
         fapp = faust.App(
@@ -103,7 +106,7 @@ class Worker:
                 decode_command=decode_command,
             )
             self._readers.append(reader)
-            self._stores.append(store)
+            self._closers.append(store.close)
             self.agents.append(agent)
             topic = fapp.topic(
                 handle.topics.commands,
@@ -113,17 +116,53 @@ class Worker:
                 value_serializer="raw",
                 partitions=self.app.partitions,
             )
-            fapp.agent(topic, name=f"aggregate-{handle.name}")(_agent_body(agent, fapp))
+            fapp.agent(topic, name=f"aggregate-{handle.name}")(
+                _batches(agent.process, f"aggregate {handle.name}")
+            )
+
+        for projection in self.app.projections:
+            self._add_projection(fapp, projection, publisher)
 
         agents = self.agents
+        projections = self.projections
 
         @fapp.on_partitions_revoked.connect
         async def on_revoked(sender: Any, revoked: Iterable[Any], **_: Any) -> None:
             revoked = list(revoked)
             for agent in agents:
                 agent.revoke(tp.partition for tp in revoked if tp.topic == agent.topics.commands)
+            for projection in projections:
+                projection.revoke((tp.topic, tp.partition) for tp in revoked)
 
         return fapp
+
+    def _add_projection(
+        self, fapp: faust.App, handle: ProjectionHandle, publisher: FaustPublisher
+    ) -> None:
+        reader = KafkaPartitionReader(self.bootstrap)
+        store = ViewStore(handle.view_path(self.data_dir))
+        agent = ProjectionAgent(
+            handle.name,
+            handle.handler,
+            sources=handle.sources,
+            store=store,
+            reader=reader,
+            publisher=publisher,
+            deadletter_topic=deadletter_topic(self.app.name),
+        )
+        self._readers.append(reader)
+        self._closers.append(store.close)
+        self.projections.append(agent)
+        topic = fapp.topic(
+            *agent.topics,
+            key_type=bytes,
+            value_type=bytes,
+            key_serializer="raw",
+            value_serializer="raw",
+        )
+        fapp.agent(topic, name=f"projection-{handle.name}")(
+            _batches(agent.process, f"projection {handle.name}")
+        )
 
 
 def decode_command(record: Incoming) -> CommandEnvelope:
@@ -133,21 +172,21 @@ def decode_command(record: Incoming) -> CommandEnvelope:
     )
 
 
-def _agent_body(agent: AggregateAgent, fapp: faust.App) -> Any:
-    async def consume_commands(stream: Any) -> None:
+def _batches(process: Callable[[list[Incoming]], Awaitable[None]], what: str) -> Any:
+    """Return a Faust agent body that feeds ``process`` batches of records."""
+
+    async def consume(stream: Any) -> None:
         async for events in stream.take_events(BATCH_SIZE, within=BATCH_WINDOW):
             try:
-                await agent.process(_incoming(events))
-            except Exception as exc:
-                # Not a bad record (those are dead-lettered): Kafka or a bug. Stop the
-                # worker without acking the batch, so a restart re-delivers it.
-                log.critical("aggregate %s failed; stopping the worker", agent.definition.name,
-                             exc_info=True)
+                await process(_incoming(events))
+            except Exception:
+                # Not a bad record (those are dead-lettered): Kafka or a bug. Exit without
+                # acking the batch, so the restarted worker gets it again.
+                log.critical("%s failed; stopping the worker", what, exc_info=True)
                 os._exit(70)
-                raise exc  # pragma: no cover
 
-    consume_commands.__name__ = f"consume_{agent.definition.name}_commands"
-    return consume_commands
+    consume.__name__ = f"consume_{what.replace(' ', '_')}"
+    return consume
 
 
 def _incoming(events: Sequence[Any]) -> list[Incoming]:

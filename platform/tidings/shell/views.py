@@ -1,0 +1,109 @@
+"""Read models of projections: a JSON key-value view in RocksDB, written with its offsets.
+
+A projection's handler reads and writes a ``View``; the agent commits the view's pending
+writes together with the next offset of every source partition in one RocksDB write
+batch. So after a crash the view and the offsets agree, and re-delivered events (offsets
+below the stored ones) are skipped: nothing is applied twice.
+
+Keys:
+    ``v/{key}``                 a view entry (JSON)
+    ``o/{topic}/{partition}``   next source offset to apply
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from rocksdict import AccessType, Options, Rdict, WriteBatch
+
+_DELETED = object()
+
+
+class View:
+    """A key-value read model; values are JSON-compatible.
+
+    Reads see the writes made so far. Nothing is stored until the agent commits the batch
+    together with its offsets; the writes of a handler call that raised are dropped.
+    """
+
+    def __init__(self, db: Rdict) -> None:
+        self._db = db
+        self._batch: dict[str, Any] = {}  # writes of handler calls that returned
+        self._event: dict[str, Any] = {}  # writes of the call under way
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """Return the value at ``key``, or ``default``."""
+        for layer in (self._event, self._batch):
+            if key in layer:
+                value = layer[key]
+                return default if value is _DELETED else value
+        raw = self._db.get(b"v/" + key.encode())
+        return default if raw is None else json.loads(raw)
+
+    def put(self, key: str, value: Any) -> None:
+        """Set ``key`` to ``value`` (JSON-compatible)."""
+        json.dumps(value)  # fail in the handler, not at commit time
+        self._event[key] = value
+
+    def delete(self, key: str) -> None:
+        """Remove ``key``."""
+        self._event[key] = _DELETED
+
+    def items(self, prefix: str = "") -> Iterator[tuple[str, Any]]:
+        """Iterate entries whose key starts with ``prefix``, in key order."""
+        merged: dict[str, Any] = {}
+        start = b"v/" + prefix.encode()
+        for raw_key, raw in self._db.items(from_key=start):
+            if not raw_key.startswith(start):
+                break
+            merged[raw_key[2:].decode()] = json.loads(raw)
+        for layer in (self._batch, self._event):
+            merged.update((k, v) for k, v in layer.items() if k.startswith(prefix))
+        for key in sorted(merged):
+            if merged[key] is not _DELETED:
+                yield key, merged[key]
+
+    def _keep(self) -> None:
+        self._batch.update(self._event)
+        self._event.clear()
+
+    def _discard(self) -> None:
+        self._event.clear()
+
+    def _drain(self, batch: WriteBatch) -> None:
+        for key, value in self._batch.items():
+            if value is _DELETED:
+                batch.delete(b"v/" + key.encode())
+            else:
+                batch.put(b"v/" + key.encode(), json.dumps(value).encode())
+        self._batch.clear()
+
+
+class ViewStore:
+    """The RocksDB database of one projection on one worker."""
+
+    def __init__(self, path: Path, *, read_only: bool = False) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        options = Options(raw_mode=True)
+        access = AccessType.read_only() if read_only else AccessType.read_write()
+        self._db = Rdict(str(path), options, access_type=access)
+        self.view = View(self._db)
+
+    def offset(self, topic: str, partition: int) -> int | None:
+        """Return the next offset of ``topic``/``partition`` to apply, or None if never."""
+        raw = self._db.get(f"o/{topic}/{partition}".encode())
+        return None if raw is None else int(raw)
+
+    def commit(self, offsets: Mapping[tuple[str, int], int]) -> None:
+        """Store the view's pending writes and the offsets atomically."""
+        batch = WriteBatch(raw_mode=True)
+        self.view._drain(batch)
+        for (topic, partition), offset in offsets.items():
+            batch.put(f"o/{topic}/{partition}".encode(), b"%d" % offset)
+        self._db.write(batch)
+
+    def close(self) -> None:
+        self._db.close()
