@@ -112,12 +112,15 @@ class Flavor:
     tail_calls: bool
 
 
-@dataclass(frozen=True, slots=True)
 class _History:
     """The values sent into a body so far, newest first (a persistent list)."""
 
-    value: Any
-    parent: _History | None
+    # A plain class, not a dataclass: a generated repr or == would recurse down the list.
+    __slots__ = ("value", "parent")
+
+    def __init__(self, value: Any, parent: _History | None) -> None:
+        self.value = value
+        self.parent = parent
 
 
 class _Runner:
