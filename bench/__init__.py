@@ -1,0 +1,13 @@
+"""The tidings benchmark harness: ``python -m bench`` (``make bench``).
+
+Speed is measured here, never asserted in tests (SPEC §10). Every run measures the
+machine's own raw Kafka throughput on the same broker as the reference, then the
+tidings workloads, and prints one table: workload | measured | target | raw Kafka.
+
+Modules, one per thing measured:
+
+- ``raw_kafka``: confluent-kafka (and aiokafka) produce -> consume on a fresh topic;
+- ``aggregates``: aggregate commands end to end through one ``tidings worker`` process;
+- ``apps``: the App the bench worker runs (the bank example's account aggregate);
+- ``report``: progress lines, the machine description and the table.
+"""

@@ -1,0 +1,146 @@
+"""``python -m bench`` (``make bench``): measure raw Kafka, then tidings, print one table.
+
+Starts its own local broker unless ``TIDINGS_BOOTSTRAP`` is set, and stops everything it
+started, by PID, on the way out: normal exit, an error, Ctrl-C or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pstats
+import signal
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from types import FrameType
+
+from tidings.broker import KAFKA_VERSION, LocalBroker
+
+from . import aggregates, raw_kafka
+from .report import Progress, Row, latency, machine, rate, table
+
+#: (raw confluent records, raw aiokafka records, aggregate workload) per mode.
+DEFAULT = (300_000, 50_000, aggregates.Workload(
+    accounts=1000, warm_up=5000, commands=30_000, in_flight=1000, pings=200))
+QUICK = (100_000, 20_000, aggregates.Workload(
+    accounts=500, warm_up=2000, commands=8000, in_flight=1000, pings=50))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="a ~30 s run with smaller counts")
+    parser.add_argument("--commands", type=int, help="aggregate commands to measure")
+    parser.add_argument("--in-flight", type=int, help="commands awaiting a reply at once")
+    parser.add_argument("--no-aiokafka", action="store_true", help="skip the aiokafka reference")
+    parser.add_argument("--profile", type=Path, metavar="FILE",
+                        help="cProfile the worker; write its stats to FILE and print the top")
+    args = parser.parse_args(argv)
+    raw_records, aio_records, workload = QUICK if args.quick else DEFAULT
+    if args.commands or args.in_flight:
+        workload = aggregates.Workload(
+            accounts=workload.accounts, warm_up=workload.warm_up,
+            commands=args.commands or workload.commands,
+            in_flight=args.in_flight or workload.in_flight, pings=workload.pings)
+
+    # SIGTERM unwinds like Ctrl-C, so the finally blocks below stop what was started.
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, interrupt)
+    progress = Progress()
+    started = time.monotonic()
+    try:
+        with ExitStack() as stack:
+            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tidings-bench-")))
+            bootstrap, started_broker = _broker(stack, workdir, progress)
+            rows, notes = _measure(bootstrap, raw_records, aio_records, workload, args,
+                                   workdir, stack, progress)
+            progress("stopping what the bench started")
+    except KeyboardInterrupt:
+        print("\ninterrupted; everything the bench started was stopped", file=sys.stderr)
+        return 130
+    print()
+    print(f"tidings bench ({'quick' if args.quick else 'default'} run, "
+          f"{time.monotonic() - started:.0f} s)")
+    for line in machine(KAFKA_VERSION if started_broker else "(external, not probed)",
+                        bootstrap, started_broker):
+        print(line)
+    print()
+    print(table(rows))
+    for note in notes:
+        print(note)
+    if args.profile is not None:
+        print(f"\nworker profile (cProfile, main thread), top by own time; stats in {args.profile}")
+        pstats.Stats(str(args.profile)).sort_stats("tottime").print_stats(25)
+    return 0
+
+
+def _broker(stack: ExitStack, workdir: Path, progress: Progress) -> tuple[str, bool]:
+    import os
+
+    configured = os.environ.get("TIDINGS_BOOTSTRAP")
+    if configured:
+        progress(f"using the broker at {configured} (TIDINGS_BOOTSTRAP)")
+        return configured, False
+    broker = LocalBroker(workdir / "kafka", on_progress=progress)
+    bootstrap = broker.start()
+    stack.callback(broker.stop)
+    progress(f"broker up at {bootstrap} (pid {broker.status().pid})")
+    return bootstrap, True
+
+
+def _measure(
+    bootstrap: str,
+    raw_records: int,
+    aio_records: int,
+    workload: aggregates.Workload,
+    args: argparse.Namespace,
+    workdir: Path,
+    stack: ExitStack,
+    progress: Progress,
+) -> tuple[list[Row], list[str]]:
+    raw = raw_kafka.confluent(bootstrap, raw_records, pings=workload.pings, progress=progress)
+    aio = None if args.no_aiokafka else raw_kafka.aiokafka(bootstrap, aio_records, progress=progress)
+    agg = aggregates.run(bootstrap, workload, workdir=workdir, stack=stack, progress=progress,
+                         profile=args.profile)
+
+    raw_e2e = rate(raw.records, raw.end_to_end_s or 0)
+    w = workload
+    rows = [
+        Row("raw confluent-kafka produce (200 B, linger 5 ms, acks=all)",
+            rate(raw.records, raw.produce_s)),
+        Row("raw confluent-kafka consume", rate(raw.records, raw.consume_s)),
+        Row("raw confluent-kafka produce → consume, end to end", raw_e2e),
+        Row("raw confluent-kafka single record produce → consume, p50 / p99",
+            latency(raw.round_trips_s)),
+    ]
+    if aio is not None:
+        rows += [
+            Row("raw aiokafka produce (Faust's transport)", rate(aio.records, aio.produce_s)),
+            Row("raw aiokafka consume", rate(aio.records, aio.consume_s)),
+        ]
+    rows += [
+        Row(f"aggregate commands e2e, tidings client ({w.in_flight:,} in flight, "
+            f"{w.accounts:,} accounts)", rate(w.commands, agg.client_s), "≥ 5,000 /s", raw_e2e),
+        Row("aggregate commands e2e, worker fed by a raw producer",
+            rate(w.commands, agg.fed_s), "≥ 5,000 /s", raw_e2e),
+        Row("client side alone: encode + produce command envelopes",
+            rate(w.commands, agg.send_only_s), "—", rate(raw.records, raw.produce_s)),
+        Row("aggregate command latency, idle worker, p50 / p99",
+            latency(agg.latencies_s), "— (workflows: ≤ 5 / ≤ 15 ms)", latency(raw.round_trips_s)),
+    ]
+    statuses = ", ".join(f"{n:,} {s}" for s, n in sorted(agg.statuses.items()))
+    notes = [
+        "",
+        f"aggregate runs: {w.commands:,} deposits each after opening {w.accounts:,} accounts and "
+        f"{w.warm_up:,} warm-up deposits; one worker process (8 partitions); replies: {statuses}.",
+        f"raw figures: {raw.records:,} records (confluent), "
+        f"{aio.records if aio else 0:,} (aiokafka), 8 partitions.",
+    ]
+    return rows, notes
+
+
+if __name__ == "__main__":
+    sys.exit(main())

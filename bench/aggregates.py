@@ -1,0 +1,241 @@
+"""Aggregate commands end to end through one ``tidings worker`` process (SPEC §10: ≥ 5,000 /s).
+
+One worker subprocess runs ``bench.apps:app`` (the bank account aggregate, 8 partitions).
+This process is the client, and a single Python process can be the bottleneck, so the
+worker is measured two ways:
+
+- **through the tidings client**: ``client.send_envelope`` for N deposits over K accounts,
+  a bounded number in flight, from the first send to the last reply;
+- **fed by a raw producer**: the same command envelopes encoded up front and produced with
+  a bare confluent-kafka producer (keyed by aggregate id, ``murmur2_random``, ``reply_to``
+  set), while a bare consumer counts the replies: first produce to last reply. The
+  producer's own rate (encode + produce + acks) is the client-side ceiling of that run.
+
+Single-command latency is timed on an idle worker, one command at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from examples.bank import account
+from tidings import App
+from tidings.codec import avro
+from tidings.codec.payloads import payload_of
+from tidings.core.records import CommandEnvelope, ReplyEnvelope
+from tidings.shell.topics import apply_topics
+from tidings.testing.processes import WorkerProcess
+
+from . import apps
+
+ROOT = Path(__file__).resolve().parent.parent
+TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """How much to send."""
+
+    accounts: int
+    warm_up: int
+    commands: int
+    in_flight: int
+    pings: int
+
+
+@dataclass(frozen=True, slots=True)
+class AggregateFigures:
+    """What one run measured (seconds; counts of commands)."""
+
+    workload: Workload
+    client_s: float
+    statuses: dict[str, int]
+    send_only_s: float
+    fed_s: float
+    latencies_s: list[float]
+
+
+def run(
+    bootstrap: str,
+    workload: Workload,
+    *,
+    workdir: Path,
+    stack: ExitStack,
+    progress: Callable[[str], None],
+    profile: Path | None = None,
+) -> AggregateFigures:
+    """Start a worker, drive it, stop it; return the figures.
+
+    Args:
+        bootstrap: The broker.
+        workload: How many accounts, commands, in flight, pings.
+        workdir: Where the worker's RocksDB and log go.
+        stack: The worker's stop is registered here too, so Ctrl-C stops it.
+        progress: Where progress lines go.
+        profile: Write the worker's cProfile stats here (it is stopped cleanly first).
+    """
+    app_id = f"bench{uuid.uuid4().hex[:10]}"
+    app = apps.build(app_id)
+    apply_topics(bootstrap, app.topic_specs(), out=lambda _: None)
+    env = {"BENCH_APP_ID": app_id}
+    if profile is not None:
+        env["BENCH_PROFILE"] = str(profile.resolve())
+    worker = WorkerProcess(
+        "bench.apps:app",
+        bootstrap=bootstrap,
+        data_dir=workdir / "worker",
+        log_path=workdir / "worker.log",
+        env=env,
+        cwd=ROOT,
+    )
+    stack.callback(worker.stop)
+    progress(f"starting worker for app {app_id} (log: {worker.log_path})")
+    worker.start()
+    client = app.client(bootstrap)
+    stack.callback(client.close)
+    try:
+        client_s, statuses, latencies = asyncio.run(_through_client(app, bootstrap, workload, progress))
+        progress(f"raw producer: {workload.commands:,} pre-encoded deposits straight to the "
+                 "commands topic, counting replies")
+        send_only_s, fed_s = _fed_by_raw_producer(app, bootstrap, workload)
+    except BaseException:
+        progress(f"the worker's log ends with:\n{worker.log_tail(30)}")
+        raise
+    finally:
+        progress(f"stopping worker (pid {worker.pid})")
+        worker.stop()
+    return AggregateFigures(workload, client_s, statuses, send_only_s, fed_s, latencies)
+
+
+async def _through_client(
+    app: App, bootstrap: str, workload: Workload, progress: Callable[[str], None]
+) -> tuple[float, dict[str, int], list[float]]:
+    client = app.client(bootstrap)
+    ids = [f"account-{i}" for i in range(workload.accounts)]
+    progress("waiting for the worker to join its group and answer a first command")
+    started = time.perf_counter()
+    await client.send_envelope("account", ids[0], account.Open(owner="bench"), TIMEOUT_S)
+    progress(f"worker answered after {time.perf_counter() - started:.1f} s; "
+             f"opening {workload.accounts:,} accounts")
+    await _drive(app, bootstrap, ((i, account.Open(owner="bench")) for i in ids[1:]),
+                 workload.in_flight)
+    progress(f"warming up: {workload.warm_up:,} deposits")
+    await _drive(app, bootstrap, _deposits(ids, workload.warm_up), workload.in_flight)
+
+    progress(f"measuring: {workload.commands:,} deposits over {workload.accounts:,} accounts, "
+             f"{workload.in_flight:,} in flight, through the tidings client")
+    started = time.perf_counter()
+    replies = await _drive(app, bootstrap, _deposits(ids, workload.commands), workload.in_flight)
+    client_s = time.perf_counter() - started
+    statuses = Counter(reply.status for reply in replies)
+    progress(f"{workload.commands / client_s:,.0f} commands/s ({dict(statuses)}); "
+             f"timing {workload.pings} single commands on the idle worker")
+
+    await asyncio.sleep(1.0)  # let the worker go idle
+    latencies = []
+    for aggregate_id, command in _deposits(ids, workload.pings):
+        started = time.perf_counter()
+        await client.send_envelope("account", aggregate_id, command, TIMEOUT_S)
+        latencies.append(time.perf_counter() - started)
+    return client_s, dict(statuses), latencies
+
+
+async def _drive(
+    app: App, bootstrap: str, commands: Iterable[tuple[str, Any]], in_flight: int
+) -> list[ReplyEnvelope]:
+    """Send every command, at most ``in_flight`` awaiting a reply at once."""
+    client = app.client(bootstrap)
+    queue = iter(commands)
+    replies: list[ReplyEnvelope] = []
+
+    async def lane() -> None:
+        for aggregate_id, command in queue:
+            replies.append(await client.send_envelope("account", aggregate_id, command, TIMEOUT_S))
+
+    await asyncio.gather(*(lane() for _ in range(in_flight)))
+    return replies
+
+
+def _deposits(ids: list[str], count: int) -> Iterator[tuple[str, account.Deposit]]:
+    deposit = account.Deposit(amount=Decimal(1))
+    return ((ids[i % len(ids)], deposit) for i in range(count))
+
+
+def _fed_by_raw_producer(app: App, bootstrap: str, workload: Workload) -> tuple[float, float]:
+    """Produce pre-built command envelopes raw and count replies.
+
+    Returns:
+        Seconds to encode, produce and get every command acked (the client side alone);
+        seconds from the first produce to the last reply (the worker).
+    """
+    (handle,) = app.aggregates
+    topic = handle.topics.commands
+    ids = [f"account-{i}" for i in range(workload.accounts)]
+    expected: set[bytes] = set()
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False, "fetch.wait.max.ms": 10})
+    replies = app.replies_topic
+    ends = [TopicPartition(replies, p, consumer.get_watermark_offsets(
+        TopicPartition(replies, p), 10)[1]) for p in range(app.partitions)]
+    consumer.assign(ends)
+    counted: list[tuple[float, int]] = []  # (when the last reply came, how many came)
+    ready = threading.Event()
+
+    def count_replies() -> None:
+        try:
+            consumer.consume(1, 0.5)  # connected and fetching before the first command goes
+            ready.set()
+            seen = 0
+            deadline = time.monotonic() + TIMEOUT_S
+            while seen < workload.commands and time.monotonic() < deadline:
+                for message in consumer.consume(10_000, 0.1):
+                    if message.error() is None and message.key() in expected:
+                        seen += 1
+            counted.append((time.perf_counter(), seen))
+        finally:
+            ready.set()
+            consumer.close()
+
+    producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random",
+                         "enable.idempotence": True, "acks": "all", "linger.ms": 5})
+    type_name, payload = payload_of(account.Deposit(amount=Decimal(1)))
+    command_ids = [uuid.uuid4().hex for _ in range(workload.commands)]
+    expected.update(c.encode() for c in command_ids)
+    reader = threading.Thread(target=count_replies, daemon=True)
+    reader.start()
+    ready.wait(30)
+    started = time.perf_counter()
+    for i, command_id in enumerate(command_ids):
+        aggregate_id = ids[i % len(ids)]
+        envelope = CommandEnvelope(
+            command_id=command_id, correlation_id=command_id, aggregate_id=aggregate_id,
+            type=type_name, payload=payload, timestamp_ms=int(time.time() * 1000),
+            reply_to=replies,
+        )
+        value = avro.encode(envelope)
+        while True:
+            try:
+                producer.produce(topic, value, aggregate_id.encode())
+                break
+            except BufferError:
+                producer.poll(0.005)
+        producer.poll(0)
+    producer.flush(60)
+    send_only_s = time.perf_counter() - started
+    reader.join(TIMEOUT_S + 10)
+    if not counted or counted[0][1] < workload.commands:
+        seen = counted[0][1] if counted else 0
+        raise RuntimeError(f"only {seen:,} of {workload.commands:,} replies came back")
+    return send_only_s, counted[0][0] - started

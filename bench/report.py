@@ -1,0 +1,103 @@
+"""What the bench prints: progress while it runs, then the machine and one table.
+
+The table is Markdown, so a run's output can be pasted into ``docs/benchmarks.md`` as is.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One line of the table.
+
+    Attributes:
+        workload: What was measured.
+        measured: The figure, formatted (e.g. ``5,210 /s``).
+        target: The SPEC §10 target, or ``—``.
+        reference: The raw Kafka figure it compares to, or ``—``.
+    """
+
+    workload: str
+    measured: str
+    target: str = "—"
+    reference: str = "—"
+
+
+class Progress:
+    """Prints timestamped progress lines to stderr, so stdout keeps only the report."""
+
+    def __init__(self) -> None:
+        self._start = time.monotonic()
+
+    def __call__(self, line: str) -> None:
+        print(f"[{time.monotonic() - self._start:6.1f}s] {line}", file=sys.stderr, flush=True)
+
+
+def rate(count: float, seconds: float, unit: str = "/s") -> str:
+    """Format ``count / seconds`` as ``12,345 /s``."""
+    return f"{count / seconds:,.0f} {unit}" if seconds > 0 else "n/a"
+
+
+def percentile(samples: Sequence[float], fraction: float) -> float:
+    """Return the nearest-rank percentile of ``samples`` (``fraction`` in 0..1)."""
+    ordered = sorted(samples)
+    if not ordered:
+        return float("nan")
+    index = min(len(ordered) - 1, max(0, int(round(fraction * len(ordered) + 0.5)) - 1))
+    return ordered[index]
+
+
+def latency(samples_s: Sequence[float]) -> str:
+    """Format p50 / p99 of ``samples_s`` (seconds) in milliseconds."""
+    return f"{percentile(samples_s, 0.50) * 1000:.1f} / {percentile(samples_s, 0.99) * 1000:.1f} ms"
+
+
+def machine(kafka_version: str, bootstrap: str, started_broker: bool) -> list[str]:
+    """Describe where the figures come from."""
+    import confluent_kafka
+
+    try:
+        import aiokafka
+
+        aio = aiokafka.__version__
+    except ImportError:  # pragma: no cover - aiokafka ships with faust-streaming
+        aio = "absent"
+    broker = "started by the bench" if started_broker else "from TIDINGS_BOOTSTRAP"
+    version = confluent_kafka.version()
+    version = version[0] if isinstance(version, tuple) else version
+    return [
+        f"machine: {os.cpu_count()} cores (nproc), {_memory()}, {platform.platform()}",
+        f"python: {platform.python_implementation()} {platform.python_version()}",
+        f"kafka: Apache Kafka {kafka_version}, one local broker at {bootstrap} ({broker})",
+        f"clients: confluent-kafka {version} "
+        f"(librdkafka {confluent_kafka.libversion()[0]}), aiokafka {aio}",
+    ]
+
+
+def table(rows: Sequence[Row]) -> str:
+    """Render ``rows`` as a Markdown table with aligned columns."""
+    header = Row("workload", "measured", "target (SPEC §10)", "raw Kafka reference")
+    cells = [(r.workload, r.measured, r.target, r.reference) for r in (header, *rows)]
+    widths = [max(len(line[i]) for line in cells) for i in range(4)]
+
+    def render(line: Sequence[str]) -> str:
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) + " |"
+
+    rule = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    return "\n".join([render(cells[0]), rule, *(render(line) for line in cells[1:])])
+
+
+def _memory() -> str:
+    try:
+        with open("/proc/meminfo") as meminfo:
+            kib = int(meminfo.readline().split()[1])
+        return f"{kib / 1024 / 1024:.0f} GiB RAM"
+    except (OSError, ValueError, IndexError):
+        return "RAM unknown"
