@@ -448,7 +448,9 @@ OPT_EVENTS = st.lists(st.one_of(st.none(), K), max_size=12)
 
 def _extend_orchestration(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
     return st.one_of(
-        st.tuples(st.sampled_from(["oswitch", "omerge", "oconcat", "oexhaust"]), children, children),
+        st.tuples(
+            st.sampled_from(["oswitch", "omerge", "oconcat", "oexhaust"]), children, children
+        ),
         st.tuples(st.just("oboth"), children, children),
         st.tuples(st.just("obody"), st.lists(children, min_size=1, max_size=3)),
         st.tuples(st.just("odebounce"), children, children),

@@ -63,7 +63,7 @@ def lists() -> Coordination[list[int], int]:
 
 
 def test_retn_emits_on_the_first_event_and_empty_emits_nothing() -> None:
-    assert retn(5)("anything") .results == [5]
+    assert retn(5)("anything").results == [5]
     assert retn(5)("anything").next is None
     assert empty()("anything").results == []
     assert empty()("anything").next is None
@@ -77,7 +77,7 @@ def test_take_finishes_on_the_step_of_the_nth_item() -> None:
 def test_take_zero_finishes_on_the_first_event() -> None:
     step = event(lambda e: e)(1)
     assert step.next is not None
-    assert event(lambda e: e).take(0)(1) .results == []
+    assert event(lambda e: e).take(0)(1).results == []
     assert event(lambda e: e).take(0)(1).next is None
     with pytest.raises(ValueError):
         event(lambda e: e).take(-1)

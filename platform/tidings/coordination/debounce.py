@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final, TypeVar
 
 from tidings.coordination.coordination import Coordination
 from tidings.coordination.step import Step
@@ -105,7 +105,7 @@ class Debounced(Coordination[E, T]):
         return (item, step.next)
 
 
-class _Elapsed(Coordination[E, Instant], Generic[E, Instant]):
+class _Elapsed(Coordination[E, Instant]):
     __slots__ = ("_duration", "_clock", "_start")
 
     def __init__(

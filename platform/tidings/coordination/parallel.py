@@ -87,7 +87,9 @@ def zipped(
 
 
 @overload
-def zip(first: Coordination[E, A], second: Coordination[E, B], /) -> Coordination[E, tuple[A, B]]: ...
+def zip(
+    first: Coordination[E, A], second: Coordination[E, B], /
+) -> Coordination[E, tuple[A, B]]: ...
 
 
 @overload
