@@ -1,11 +1,13 @@
-"""The bank app: the Account aggregate declared on a tidings App.
+"""The bank app: the Account aggregate and a balances projection, declared on an App.
 
 Run a worker with ``tidings worker examples.bank.app:app``.
 """
 
 from __future__ import annotations
 
-from tidings import App
+from decimal import Decimal
+
+from tidings import App, ProjectedEvent, View
 
 from . import account
 
@@ -19,3 +21,17 @@ accounts = app.aggregate(
     command=account.AccountCommand,
     event=account.AccountEvent,
 )
+
+
+def project_balance(event: ProjectedEvent, view: View) -> None:
+    """Keep a read model of each account: owner, balance and how many events it has seen."""
+    entry = view.get(event.aggregate_id, {"owner": None, "balance": "0", "events": 0})
+    state = account.AccountState(owner=entry["owner"], balance=Decimal(entry["balance"]))
+    state = account.fold(event.value, state)
+    view.put(
+        event.aggregate_id,
+        {"owner": state.owner, "balance": str(state.balance), "events": entry["events"] + 1},
+    )
+
+
+balances = app.projection("balances", [accounts], project_balance)

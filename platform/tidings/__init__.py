@@ -24,9 +24,12 @@ from .errors import RecordError as RecordError
 from .errors import ReplyTimeout as ReplyTimeout
 from .errors import SchemaError as SchemaError
 from .errors import TidingsError as TidingsError
+from .shell.agents.projection import ProjectedEvent as ProjectedEvent
 from .shell.app import AggregateHandle as AggregateHandle
 from .shell.app import App as App
+from .shell.app import ProjectionHandle as ProjectionHandle
 from .shell.client import Client as Client
+from .shell.views import View as View
 
 __all__ = [
     "AggregateHandle",
@@ -40,8 +43,11 @@ __all__ = [
     "Ignore",
     "Persist",
     "PersistAll",
+    "ProjectedEvent",
+    "ProjectionHandle",
     "RecordError",
     "ReplyTimeout",
     "SchemaError",
     "TidingsError",
+    "View",
 ]

@@ -212,7 +212,12 @@ class Client:
         try:
             while not self._stopping.is_set():
                 self._producer.poll(0)
-                for message in consumer.consume(500, 0.05):
+                # poll() returns at the first reply; consume(n, 0) then drains what else
+                # is there without waiting (consume(n, t) would wait for n or t).
+                first = consumer.poll(0.02)
+                if first is None:
+                    continue
+                for message in (first, *consumer.consume(1000, 0)):
                     if message.error() is not None or message.value() is None:
                         continue
                     self._deliver(message.value())

@@ -51,6 +51,10 @@ class Publisher(Protocol):
         """Produce ``records`` in order; return their positions in the same order."""
         ...
 
+    def publish_later(self, records: Sequence[Outgoing]) -> None:
+        """Produce ``records`` without waiting; a failure is logged, not raised."""
+        ...
+
 
 class PartitionReader(Protocol):
     """Reads one partition of a topic between two offsets, outside any consumer group."""

@@ -6,6 +6,7 @@ Kafka errors are translated to ``BrokerError`` here, at the boundary.
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -15,12 +16,15 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from ..errors import BrokerError
 from .io import Delivered, Incoming, Outgoing
 
+log = logging.getLogger(__name__)
+
 
 class FaustPublisher:
     """Produces through the Faust app's (aiokafka) producer and waits for every ack."""
 
     def __init__(self, faust_app: Any) -> None:
         self._app = faust_app
+        self._background: set[asyncio.Task[Any]] = set()
 
     async def publish(self, records: Sequence[Outgoing]) -> list[Delivered]:
         producer = self._app.producer
@@ -36,6 +40,16 @@ class FaustPublisher:
         except Exception as exc:  # aiokafka raises several unrelated types
             raise BrokerError(f"producing {len(records)} records failed: {exc}") from exc
         return [Delivered(m.topic, m.partition, m.offset) for m in metadata]
+
+    def publish_later(self, records: Sequence[Outgoing]) -> None:
+        task = asyncio.ensure_future(self.publish(records))
+        self._background.add(task)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[Any]) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("records sent without waiting were lost: %s", task.exception())
 
 
 class KafkaPartitionReader:

@@ -79,7 +79,7 @@ class Worker:
             topic_partitions=self.app.partitions,
             topic_replication_factor=1,
             consumer_auto_offset_reset="earliest",
-            broker_session_timeout=10.0,
+            broker_session_timeout=6.0,  # the broker's minimum: a dead worker's partitions move fast
             broker_heartbeat_interval=1.0,
             broker_commit_interval=0.5,
             broker_max_poll_records=BATCH_SIZE,

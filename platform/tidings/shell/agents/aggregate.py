@@ -9,7 +9,9 @@ One ``process`` call handles one batch of command records from the commands topi
    have written events this worker's RocksDB has not seen;
 3. decide every command in order with the pure core (``tidings.core.aggregate``);
 4. produce the new events and wait until the broker has them all; only then produce the
-   replies and dead letters, so no reply ever acknowledges an event that could be lost;
+   replies (without waiting: a lost reply is re-sent when the caller retries) and the
+   dead letters (waiting: they must not be lost), so no reply ever acknowledges an event
+   that could be lost;
 5. write instances, replies and the applied events offset in one RocksDB batch.
 
 The caller acks the batch's offsets only after ``process`` returns, so a crash at any
@@ -96,7 +98,8 @@ class AggregateAgent:
             await self.catch_up(partition)
 
         events: list[Outgoing] = []
-        after: list[Outgoing] = []  # replies, dead letters, forwards: only once events are safe
+        after: list[Outgoing] = []  # dead letters and forwards: once events are safe
+        notices: list[Outgoing] = []  # replies: once events are safe; losing one is harmless
         dirty: dict[str, AggregateInstance[Any]] = {}
         replies: dict[tuple[str, str], bytes] = {}
         forget: list[tuple[str, str]] = []
@@ -116,7 +119,7 @@ class AggregateAgent:
             except SchemaError as exc:
                 after.append(dead_letter(record, exc, self.topics.deadletter, now_ms))
                 if command.reply_to:
-                    after.append(self._rejection(command, str(exc), now_ms))
+                    notices.append(self._rejection(command, str(exc), now_ms))
                 continue
             instance = self._instance(record.partition, command.aggregate_id)
             handled = handle(
@@ -127,7 +130,7 @@ class AggregateAgent:
                 if stored is None:
                     stored = self._store.reply(command.aggregate_id, command.command_id)
                 if stored is not None and command.reply_to:
-                    after.append(Outgoing(command.reply_to, command.command_id.encode(), stored))
+                    notices.append(Outgoing(command.reply_to, command.command_id.encode(), stored))
                 continue
             self._cache_put(record.partition, handled.instance)
             dirty[command.aggregate_id] = handled.instance
@@ -138,9 +141,13 @@ class AggregateAgent:
             replies[(command.aggregate_id, command.command_id)] = encoded_reply
             forget.extend((command.aggregate_id, gone) for gone in handled.forget)
             if command.reply_to:
-                after.append(Outgoing(command.reply_to, command.command_id.encode(), encoded_reply))
+                notices.append(Outgoing(command.reply_to, command.command_id.encode(), encoded_reply))
 
         offsets = await self._publish_events(events)
+        if notices:
+            # Not awaited: a lost reply makes the caller retry with the same command id,
+            # which gets this verdict again; waiting would only slow the next batch.
+            self._publisher.publish_later(notices)
         if after:
             await self._publisher.publish(after)
         self._store.write(dirty.values(), replies, forget, offsets)
