@@ -169,3 +169,15 @@ def test_async_activities_run_concurrently_as_tasks() -> None:
         return handle.outcome("i")
 
     assert asyncio.run(scenario()) == Finished([1] * 20)
+
+
+def test_the_public_exports_of_the_workflow_core_are_pinned() -> None:
+    import tidings.core.workflow as core
+    import tidings.testing.workflows as testing
+
+    assert core.__all__ == sorted(core.__all__)
+    assert {name for name in core.__all__ if not hasattr(core, name)} == set()
+    assert {"WorkflowInstance", "replay", "Decision", "WorkflowContext", "subroutine", "Retry", "RetryPolicy"} <= set(
+        core.__all__
+    )
+    assert {"FakeClock", "WorkflowTestRuntime", "WorkflowHandle", "AttemptTimedOut"} <= set(vars(testing))

@@ -10,7 +10,6 @@ from tidings.core.workflow import (
     Attempt,
     Cancelled,
     ErrorKind,
-    Faulted,
     Finished,
     Retry,
     WorkflowContext,
@@ -225,4 +224,3 @@ def test_evolving_gives_new_instances_the_new_steps_and_old_ones_the_old(runtime
     assert handle.outcome("old") == Finished(42)
     assert handle.outcome("new") == Finished(42)
     assert calls.log == [("score", "evolving/old/1", "A"), ("score", "evolving/new/1", "A"), ("charge", "evolving/new/2", 5)]
-    assert isinstance(handle.outcome("old"), Finished) and not isinstance(handle.outcome("old"), Faulted)
