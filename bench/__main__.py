@@ -136,6 +136,8 @@ def _measure(
         "",
         f"aggregate runs: {w.commands:,} deposits each after opening {w.accounts:,} accounts and "
         f"{w.warm_up:,} warm-up deposits; one worker process (8 partitions); replies: {statuses}.",
+        f"CPU through the tidings client: {agg.client_cpu.describe(w.commands, agg.client_s)}.",
+        f"CPU fed by a raw producer: {agg.fed_cpu.describe(w.commands, agg.fed_s)}.",
         f"raw figures: {raw.records:,} records (confluent), "
         f"{aio.records if aio else 0:,} (aiokafka), 8 partitions.",
     ]

@@ -17,6 +17,7 @@ Single-command latency is timed on an idle worker, one command at a time.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 import uuid
@@ -56,6 +57,21 @@ class Workload:
 
 
 @dataclass(frozen=True, slots=True)
+class Cpu:
+    """CPU seconds (user + system, all threads) the worker and this process used in a phase."""
+
+    worker_s: float
+    client_s: float
+
+    def describe(self, commands: int, wall_s: float) -> str:
+        """Say how much CPU each side spent per command and how busy it was."""
+        return (f"worker {self.worker_s / commands * 1e3:.2f} ms CPU/command "
+                f"({self.worker_s / wall_s:.0%} of a core), this client process "
+                f"{self.client_s / commands * 1e3:.2f} ms CPU/command "
+                f"({self.client_s / wall_s:.0%} of a core)")
+
+
+@dataclass(frozen=True, slots=True)
 class AggregateFigures:
     """What one run measured (seconds; counts of commands)."""
 
@@ -65,6 +81,30 @@ class AggregateFigures:
     send_only_s: float
     fed_s: float
     latencies_s: list[float]
+    client_cpu: Cpu
+    fed_cpu: Cpu
+
+
+class CpuMeter:
+    """Reads the CPU time of the worker (``/proc/PID/stat``) and of this process."""
+
+    def __init__(self, worker_pid: int) -> None:
+        self._stat = Path(f"/proc/{worker_pid}/stat")
+        self._tick = os.sysconf("SC_CLK_TCK")
+
+    def read(self) -> tuple[float, float]:
+        try:
+            # Fields after the parenthesised command name; utime and stime are 14th and 15th.
+            fields = self._stat.read_text().rsplit(")", 1)[1].split()
+            worker = (int(fields[11]) + int(fields[12])) / self._tick
+        except (OSError, IndexError, ValueError):
+            worker = float("nan")
+        mine = os.times()
+        return worker, mine.user + mine.system
+
+    def since(self, before: tuple[float, float]) -> Cpu:
+        worker, mine = self.read()
+        return Cpu(worker - before[0], mine - before[1])
 
 
 def run(
@@ -103,25 +143,34 @@ def run(
     stack.callback(worker.stop)
     progress(f"starting worker for app {app_id} (log: {worker.log_path})")
     worker.start()
+    assert worker.pid is not None
+    meter = CpuMeter(worker.pid)
     client = app.client(bootstrap)
     stack.callback(client.close)
     try:
-        client_s, statuses, latencies = asyncio.run(_through_client(app, bootstrap, workload, progress))
+        client_s, statuses, latencies, client_cpu = asyncio.run(
+            _through_client(app, bootstrap, workload, meter, progress))
         progress(f"raw producer: {workload.commands:,} pre-encoded deposits straight to the "
                  "commands topic, counting replies")
+        before = meter.read()
         send_only_s, fed_s = _fed_by_raw_producer(app, bootstrap, workload)
+        fed_cpu = meter.since(before)
+        progress(f"{workload.commands / fed_s:,.0f} commands/s; "
+                 f"{fed_cpu.describe(workload.commands, fed_s)}")
     except BaseException:
         progress(f"the worker's log ends with:\n{worker.log_tail(30)}")
         raise
     finally:
         progress(f"stopping worker (pid {worker.pid})")
         worker.stop()
-    return AggregateFigures(workload, client_s, statuses, send_only_s, fed_s, latencies)
+    return AggregateFigures(workload, client_s, statuses, send_only_s, fed_s, latencies,
+                            client_cpu, fed_cpu)
 
 
 async def _through_client(
-    app: App, bootstrap: str, workload: Workload, progress: Callable[[str], None]
-) -> tuple[float, dict[str, int], list[float]]:
+    app: App, bootstrap: str, workload: Workload, meter: CpuMeter,
+    progress: Callable[[str], None],
+) -> tuple[float, dict[str, int], list[float], Cpu]:
     client = app.client(bootstrap)
     ids = [f"account-{i}" for i in range(workload.accounts)]
     progress("waiting for the worker to join its group and answer a first command")
@@ -136,12 +185,15 @@ async def _through_client(
 
     progress(f"measuring: {workload.commands:,} deposits over {workload.accounts:,} accounts, "
              f"{workload.in_flight:,} in flight, through the tidings client")
+    before = meter.read()
     started = time.perf_counter()
     replies = await _drive(app, bootstrap, _deposits(ids, workload.commands), workload.in_flight)
     client_s = time.perf_counter() - started
+    cpu = meter.since(before)
     statuses = Counter(reply.status for reply in replies)
     progress(f"{workload.commands / client_s:,.0f} commands/s ({dict(statuses)}); "
-             f"timing {workload.pings} single commands on the idle worker")
+             f"{cpu.describe(workload.commands, client_s)}")
+    progress(f"timing {workload.pings} single commands on the idle worker")
 
     await asyncio.sleep(1.0)  # let the worker go idle
     latencies = []
@@ -149,7 +201,7 @@ async def _through_client(
         started = time.perf_counter()
         await client.send_envelope("account", aggregate_id, command, TIMEOUT_S)
         latencies.append(time.perf_counter() - started)
-    return client_s, dict(statuses), latencies
+    return client_s, dict(statuses), latencies, cpu
 
 
 async def _drive(

@@ -37,5 +37,9 @@ def _profile(path: str) -> None:
 
 
 app = build(os.environ["BENCH_APP_ID"]) if "BENCH_APP_ID" in os.environ else None
+if app is not None and os.environ.get("BENCH_BATCH_WINDOW"):
+    from tidings.shell import worker as _worker
+
+    _worker.BATCH_WINDOW = float(os.environ["BENCH_BATCH_WINDOW"])
 if app is not None and os.environ.get("BENCH_PROFILE"):
     _profile(os.environ["BENCH_PROFILE"])
