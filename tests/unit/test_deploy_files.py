@@ -20,7 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+
+try:
+    import yaml
+except ModuleNotFoundError as exc:  # a failure, not a skip: CI must parse these files
+    raise ImportError(
+        "tests/unit/test_deploy_files.py needs PyYAML: add 'pyyaml>=6.0' to the dev extras"
+    ) from exc
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE = REPO / "docker-compose.yml"
@@ -68,7 +74,7 @@ def _producer_sends() -> list[list[str]]:
         if words[0] == "send()":
             # send() { tidings send MODULE:APP AGGREGATE ID "$@"; }
             body = words[words.index("{") + 1 : words.index("}")]
-            prefix = [word.rstrip(";") for word in body if word not in ('$@;', "$@")]
+            prefix = [word.rstrip(";") for word in body if word not in ("$@;", "$@")]
         elif words[0] == "send":
             assert prefix is not None, "send is called before it is defined"
             sends.append([*prefix, *words[1:]])
@@ -108,13 +114,17 @@ def test_compose_kafka_advertises_one_listener_per_network() -> None:
     env = _env(kafka)
     listeners = dict(item.split("://") for item in env["KAFKA_LISTENERS"].split(","))
     advertised = dict(item.split("://") for item in env["KAFKA_ADVERTISED_LISTENERS"].split(","))
-    protocols = dict(item.split(":") for item in env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].split(","))
+    protocols = dict(
+        item.split(":") for item in env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].split(",")
+    )
     assert set(listeners) == set(protocols)
     assert set(advertised) == set(listeners) - {"CONTROLLER"}
     assert env["KAFKA_INTER_BROKER_LISTENER_NAME"] in advertised
 
     published = {str(port).split(":")[0]: str(port).split(":")[1] for port in kafka["ports"]}
-    host_listeners = [name for name, address in advertised.items() if address.startswith("localhost:")]
+    host_listeners = [
+        name for name, address in advertised.items() if address.startswith("localhost:")
+    ]
     assert len(host_listeners) == 1
     host_port = advertised[host_listeners[0]].split(":")[1]
     assert published[host_port] == listeners[host_listeners[0]].rsplit(":", 1)[1]
@@ -173,9 +183,7 @@ def test_compose_worker_restarts_and_keeps_state_on_a_named_volume() -> None:
     worker = compose["services"]["worker"]
     assert worker["restart"] == "unless-stopped"
     data_dir = _env(worker)["TIDINGS_DATA_DIR"]
-    volumes = {
-        volume.split(":")[1]: volume.split(":")[0] for volume in worker["volumes"]
-    }
+    volumes = {volume.split(":")[1]: volume.split(":")[0] for volume in worker["volumes"]}
     assert volumes[data_dir] in compose["volumes"]
 
 
@@ -202,7 +210,9 @@ def _dockerfile_instructions() -> list[tuple[str, str]]:
 
 def test_dockerfile_installs_the_project_on_python_311_slim() -> None:
     instructions = _dockerfile_instructions()
-    args = dict(rest.split("=", 1) for keyword, rest in instructions if keyword == "ARG" and "=" in rest)
+    args = dict(
+        rest.split("=", 1) for keyword, rest in instructions if keyword == "ARG" and "=" in rest
+    )
     bases = [rest.split()[0] for keyword, rest in instructions if keyword == "FROM"]
     assert {base.replace("${PYTHON_IMAGE}", args["PYTHON_IMAGE"]) for base in bases} == {
         "python:3.11-slim"
@@ -231,7 +241,10 @@ def test_dockerignore_lets_in_exactly_what_pip_install_and_the_examples_need() -
     assert lines[0] == "*"
     allowed = {line[1:].rstrip("/") for line in lines if line.startswith("!")}
     assert {"pyproject.toml", "platform", "schemas", "topics", "examples"} <= allowed
-    assert all((REPO / name).exists() for name in ("pyproject.toml", "platform", "schemas", "topics", "examples"))
+    assert all(
+        (REPO / name).exists()
+        for name in ("pyproject.toml", "platform", "schemas", "topics", "examples")
+    )
 
 
 # -- Helm chart (source) ----------------------------------------------------------------
@@ -278,7 +291,9 @@ def test_chart_has_headless_service_topics_hook_pdb_and_service_account() -> Non
     job = (TEMPLATES / "topics-job.yaml").read_text(encoding="utf-8")
     assert "kind: Job" in job and "helm.sh/hook: pre-install,pre-upgrade" in job
     assert "topics apply" in job or '["topics", "apply"' in job
-    assert "kind: PodDisruptionBudget" in (TEMPLATES / "poddisruptionbudget.yaml").read_text(encoding="utf-8")
+    assert "kind: PodDisruptionBudget" in (TEMPLATES / "poddisruptionbudget.yaml").read_text(
+        encoding="utf-8"
+    )
     assert "kind: ServiceAccount" in (TEMPLATES / "serviceaccount.yaml").read_text(encoding="utf-8")
 
 
@@ -299,9 +314,7 @@ needs_helm = pytest.mark.skipif(
 
 def _helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     assert HELM is not None
-    return subprocess.run(
-        [HELM, *args], capture_output=True, text=True, check=check, timeout=120
-    )
+    return subprocess.run([HELM, *args], capture_output=True, text=True, check=check, timeout=120)
 
 
 def _render(*set_values: str) -> list[dict[str, Any]]:
@@ -358,7 +371,9 @@ def test_helm_topics_job_is_a_pre_install_and_pre_upgrade_hook_for_the_app() -> 
     assert env["TIDINGS_APP"] == _values()["app"]
     assert 'tidings topics apply "$(TIDINGS_APP)"' in container["args"][0]
     hook_accounts = [
-        doc for doc in _kind(docs, "ServiceAccount") if "helm.sh/hook" in doc["metadata"].get("annotations", {})
+        doc
+        for doc in _kind(docs, "ServiceAccount")
+        if "helm.sh/hook" in doc["metadata"].get("annotations", {})
     ]
     assert [account["metadata"]["name"] for account in hook_accounts] == [
         job["spec"]["template"]["spec"]["serviceAccountName"]
@@ -369,7 +384,9 @@ def test_helm_topics_job_is_a_pre_install_and_pre_upgrade_hook_for_the_app() -> 
 def test_helm_without_persistence_uses_an_empty_dir() -> None:
     (statefulset,) = _kind(_render("persistence.enabled=false"), "StatefulSet")
     assert "volumeClaimTemplates" not in statefulset["spec"]
-    volumes = {volume["name"]: volume for volume in statefulset["spec"]["template"]["spec"]["volumes"]}
+    volumes = {
+        volume["name"]: volume for volume in statefulset["spec"]["template"]["spec"]["volumes"]
+    }
     assert volumes["data"] == {"name": "data", "emptyDir": {}}
 
 
