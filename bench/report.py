@@ -59,8 +59,18 @@ def latency(samples_s: Sequence[float]) -> str:
     return f"{percentile(samples_s, 0.50) * 1000:.1f} / {percentile(samples_s, 0.99) * 1000:.1f} ms"
 
 
-def machine(kafka_version: str, bootstrap: str, started_broker: bool) -> list[str]:
-    """Describe where the figures come from."""
+def machine(
+    kafka_version: str, bootstrap: str, started_broker: bool, load_before: float
+) -> list[str]:
+    """Describe where the figures come from.
+
+    Args:
+        kafka_version: The broker's Apache Kafka version, as far as known.
+        bootstrap: The broker's address.
+        started_broker: Whether this run started the broker.
+        load_before: The 1-minute load average when the run began: anything else busy on
+            a 2-core machine takes CPU from the broker, the worker and the client alike.
+    """
     import confluent_kafka
 
     try:
@@ -78,6 +88,8 @@ def machine(kafka_version: str, bootstrap: str, started_broker: bool) -> list[st
         f"kafka: Apache Kafka {kafka_version}, one local broker at {bootstrap} ({broker})",
         f"clients: confluent-kafka {version} "
         f"(librdkafka {confluent_kafka.libversion()[0]}), aiokafka {aio}",
+        f"load average (1 min): {load_before:.2f} before the run, "
+        f"{os.getloadavg()[0]:.2f} after it",
     ]
 
 
