@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 
 .PHONY: install demo test bench clean
 
-$(BIN)/tidings: pyproject.toml
+$(BIN)/tidings: pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
@@ -17,6 +17,7 @@ demo: install
 	$(BIN)/tidings demo
 
 test: install
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest tests
 
 bench: install

@@ -11,6 +11,7 @@ from examples.bank.account import Deposit, Deposited, Open, Opened, Rejected, Wi
 from tidings import AggregateVersionConflict, App
 from tidings.codec import avro
 from tidings.core.records import DeadLetter, EventEnvelope
+from tidings.testing.eventually import assert_eventually
 from tidings.testing.topics import read_topic
 from tests.integration.apps import Add, Added, Bump, Read, Total
 from tests.workers import Workers, test_app, workers  # noqa: F401 - fixtures
@@ -149,3 +150,66 @@ def test_malformed_records_are_dead_lettered_and_the_next_command_is_processed(
     assert sorted(letter.error_type for letter in letters) == ["DecodeError", "SchemaError"]
     assert any("Explode" in letter.reason for letter in letters)
     assert {letter.value for letter in letters} == {b"\x00not avro at all", unknown}
+
+
+def test_a_json_envelope_from_any_producer_is_decided_and_answered(
+    kafka_bootstrap: str, test_app: App, workers: Workers
+) -> None:
+    from confluent_kafka import Producer
+
+    from tidings.core.records import ReplyEnvelope
+
+    workers.start()
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "partitioner": "murmur2_random"})
+    envelope = (
+        b'{"command_id": "json-1", "aggregate_id": "t-6", "type": "Add",'
+        b' "payload": {"amount": 4}, "reply_to": "%s"}' % test_app.replies_topic.encode()
+    )
+    producer.produce(f"{test_app.name}.aggregate.tally.commands", envelope, b"t-6",
+                     headers=[("content-type", b"application/json")])
+    producer.flush(10)
+
+    def replied() -> ReplyEnvelope:
+        replies = [avro.decode_as(r.value, ReplyEnvelope)
+                   for r in read_topic(kafka_bootstrap, test_app.replies_topic)]
+        matching = [r for r in replies if r.command_id == "json-1"]
+        assert len(matching) == 1, replies
+        return matching[0]
+
+    reply = assert_eventually(replied, timeout=60, interval=0.5)
+    assert reply.status == "accepted" and reply.version == 1
+    assert reply.events[0].payload == b'{"amount":4}'
+    assert [e.command_id for e in journal(kafka_bootstrap, test_app, "tally")] == ["json-1"]
+
+
+def test_a_command_on_the_wrong_partition_is_forwarded_to_its_owner(
+    kafka_bootstrap: str, test_app: App, workers: Workers
+) -> None:
+    from confluent_kafka import Producer
+
+    from tidings.core.partitioning import partition_for
+
+    workers.start()
+    home = partition_for("t-7", test_app.partitions)
+    wrong = (home + 1) % test_app.partitions
+    envelope = (
+        b'{"command_id": "wrong-1", "aggregate_id": "t-7", "type": "Add", "payload": {"amount": 1}}'
+    )
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer.produce(f"{test_app.name}.aggregate.tally.commands", envelope, b"t-7", partition=wrong,
+                     headers=[("content-type", b"application/json")])
+    producer.flush(10)
+    client = test_app.client(kafka_bootstrap)
+
+    def forwarded_and_stored() -> list:
+        stored = [
+            (r.partition, avro.decode_as(r.value, EventEnvelope).command_id)
+            for r in read_topic(kafka_bootstrap, f"{test_app.name}.aggregate.tally.events")
+        ]
+        assert stored == [(home, "wrong-1")], stored
+        return stored
+
+    assert_eventually(forwarded_and_stored, timeout=60, interval=0.5)
+    # The next command to t-7 is decided after the forwarded one: version 2.
+    reply = asyncio.run(client.send_envelope("tally", "t-7", Add(amount=1)))
+    assert reply.version == 2

@@ -21,6 +21,7 @@ from ..codec import avro
 from ..codec.payloads import load_payload, payload_of
 from ..core.records import CommandEnvelope, ReplyEnvelope
 from ..errors import AggregateVersionConflict, BrokerError, ReplyTimeout, SchemaError
+from .kafka import watermarks
 
 if TYPE_CHECKING:
     from .app import AggregateHandle, App
@@ -239,30 +240,18 @@ class Client:
 def _reply_positions(consumer: Consumer, topic: str, wait: float = 30.0) -> list[TopicPartition]:
     """Return every partition of ``topic`` at its current end offset.
 
-    Replies to commands sent from now on land after these offsets. A topic created a
-    moment ago may have no leader yet, so retriable errors are retried until ``wait``.
+    Replies to commands sent from now on land after these offsets.
     """
-    deadline = time.monotonic() + wait
-    while True:
-        try:
-            metadata = consumer.list_topics(topic, timeout=wait)
-            described = metadata.topics[topic]
-            if described.error is not None:
-                raise KafkaException(described.error)
-            return [
-                TopicPartition(topic, p, consumer.get_watermark_offsets(TopicPartition(topic, p), wait)[1])
-                for p in sorted(described.partitions)
-            ]
-        except KafkaException as exc:
-            if "UNKNOWN_TOPIC" in str(exc):
-                raise BrokerError(
-                    f"topic {topic} does not exist; run `tidings topics apply MODULE:APP` "
-                    "or start a worker, which applies the topics"
-                ) from exc
-            # Leaders of a new topic take a moment; anything else shows up at the deadline.
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
+    described = consumer.list_topics(topic, timeout=wait).topics[topic]
+    if described.error is not None:
+        raise BrokerError(
+            f"topic {topic} is not there ({described.error}); run `tidings topics apply "
+            "MODULE:APP` or start a worker, which applies the topics"
+        )
+    return [
+        TopicPartition(topic, p, watermarks(consumer, topic, p, wait)[1])
+        for p in sorted(described.partitions)
+    ]
 
 
 def _resolve(future: asyncio.Future[ReplyEnvelope], reply: ReplyEnvelope) -> None:

@@ -7,16 +7,46 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from ..errors import BrokerError
 from .io import Delivered, Incoming, Outgoing
 
 log = logging.getLogger(__name__)
+
+
+def watermarks(consumer: Consumer, topic: str, partition: int, timeout: float = 30.0) -> tuple[int, int]:
+    """Return the (low, high) offsets of a partition, waiting out a new topic's election.
+
+    Right after a topic is created, metadata can name a leader before that broker serves
+    the partition; offset requests then fail with NOT_LEADER for a moment.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout)
+            return int(low), int(high)
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            retriable = isinstance(error, KafkaError) and error.code() in _ELECTION_ERRORS
+            if not retriable or time.monotonic() > deadline:
+                raise BrokerError(f"reading the offsets of {topic}/{partition}: {exc}") from exc
+            time.sleep(0.05)
+
+
+_ELECTION_ERRORS = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._TIMED_OUT,
+    }
+)
 
 
 class FaustPublisher:
@@ -77,15 +107,7 @@ class KafkaPartitionReader:
 
     async def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
         async with self._lock:
-            try:
-                low, high = await asyncio.to_thread(
-                    self._client().get_watermark_offsets,
-                    TopicPartition(topic, partition),
-                    10.0,
-                )
-            except KafkaException as exc:
-                raise BrokerError(f"reading the offsets of {topic}/{partition}: {exc}") from exc
-            return int(low), int(high)
+            return await asyncio.to_thread(watermarks, self._client(), topic, partition)
 
     async def read(
         self, topic: str, partition: int, start: int, end: int

@@ -8,6 +8,8 @@ reported for an operator to act on.
 
 from __future__ import annotations
 
+import time
+
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -212,6 +214,25 @@ def _create(admin: AdminClient, specs: list[TopicSpec], timeout: float) -> list[
     return sorted(created)
 
 
+def _await_leaders(admin: AdminClient, names: list[str], timeout: float) -> None:
+    # A created topic answers produce and offset requests only once every partition has a
+    # leader; return when it does, so callers can use the topics straight away.
+    deadline = time.monotonic() + timeout
+    pending = set(names)
+    while pending:
+        metadata = admin.list_topics(timeout=timeout)
+        for name in list(pending):
+            topic = metadata.topics.get(name)
+            if topic is not None and topic.error is None and topic.partitions and all(
+                p.leader >= 0 and p.error is None for p in topic.partitions.values()
+            ):
+                pending.discard(name)
+        if pending:
+            if time.monotonic() > deadline:
+                raise BrokerError(f"topics without a leader after {timeout} s: {sorted(pending)}")
+            time.sleep(0.05)
+
+
 def _differences(
     admin: AdminClient, specs: list[TopicSpec], partition_counts: Mapping[str, int], timeout: float
 ) -> list[TopicDifference]:
@@ -266,6 +287,7 @@ def apply_topics(
         metadata = admin.list_topics(timeout=timeout)
         partition_counts = {name: len(topic.partitions) for name, topic in metadata.topics.items()}
         created = _create(admin, [s for s in wanted if s.name not in partition_counts], timeout)
+        _await_leaders(admin, created, timeout)
         existing = [s for s in wanted if s.name in partition_counts]
         differences = _differences(admin, existing, partition_counts, timeout)
     except KafkaException as exc:

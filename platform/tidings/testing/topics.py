@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, TopicPartition
 
+from ..shell.kafka import watermarks
+
 
 @dataclass(frozen=True, slots=True)
 class StoredRecord:
@@ -35,7 +37,7 @@ def read_topic(bootstrap: str, topic: str, *, timeout: float = 30.0) -> list[Sto
         ends: dict[int, int] = {}
         starts = []
         for partition in partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout)
+            low, high = watermarks(consumer, topic, partition, timeout)
             if high > low:
                 ends[partition] = high
                 starts.append(TopicPartition(topic, partition, low))
