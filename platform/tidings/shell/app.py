@@ -12,7 +12,7 @@ import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from ..codec.payloads import type_registry
 from ..core.aggregate import AggregateDefinition, Decision
@@ -83,6 +83,24 @@ class ProjectionHandle:
         return (data_dir or self.app.data_dir()) / "projections" / self.name
 
 
+class Hosted(Protocol):
+    """A definition that runs in the worker beside aggregates (workflows, orchestrations).
+
+    Each kind lives in its own shell module; the App keeps the declared ones in order, asks
+    them for their topics, and lets each attach its agents to the worker's Faust app.
+    """
+
+    name: str
+
+    def topic_specs(self) -> list[TopicSpec]:
+        """Every topic this definition needs."""
+        ...
+
+    def attach(self, worker: Worker, faust_app: Any, publisher: Any) -> None:
+        """Add this definition's agents to ``faust_app`` (called once, before it starts)."""
+        ...
+
+
 class App:
     """A tidings application: a name (the prefix of its topics) and its definitions.
 
@@ -120,6 +138,7 @@ class App:
         self._data_dir = data_dir
         self._aggregates: dict[str, AggregateHandle[Any, Any, Any]] = {}
         self._projections: dict[str, ProjectionHandle] = {}
+        self._hosted: dict[tuple[str, str], Hosted] = {}
         self._clients: dict[str, Client] = {}
 
     # -- declaring -------------------------------------------------------------------
@@ -217,6 +236,47 @@ class App:
         self._projections[name] = handle
         return handle
 
+    def workflow(self, name: str | None = None, **options: Any) -> Callable[[Any], Any]:
+        """Declare a workflow: ``@app.workflow("enrich")`` over ``async def body(ctx, input)``.
+
+        See ``tidings.shell.workflows.declare_workflow`` for the options.
+        """
+        from .workflows import declare_workflow
+
+        return declare_workflow(self, name, **options)
+
+    def orchestration(
+        self,
+        name: str,
+        sources: Iterable[Any],
+        key_of: Callable[[Any], str | None],
+        factory: Callable[[str], Any],
+        actions_topic: str | None = None,
+        **options: Any,
+    ) -> Any:
+        """Host an orchestration per instance key over ``sources`` (SPEC §8).
+
+        See ``tidings.shell.orchestrations.declare_orchestration`` for the details.
+        """
+        from .orchestrations import declare_orchestration
+
+        return declare_orchestration(
+            self, name, sources, key_of, factory, actions_topic, **options
+        )
+
+    def host(self, kind: str, definition: Hosted) -> None:
+        """Register a definition of ``kind`` (e.g. "workflow") to run in this app's workers.
+
+        Raises:
+            DefinitionError: the app already has a ``kind`` named ``definition.name``.
+        """
+        key = (kind, definition.name)
+        if key in self._hosted:
+            raise DefinitionError(
+                f"{kind} {definition.name!r}", [f"a {kind} with this name is already declared"]
+            )
+        self._hosted[key] = definition
+
     # -- what the shell reads ----------------------------------------------------------
 
     @property
@@ -226,6 +286,11 @@ class App:
     @property
     def projections(self) -> tuple[ProjectionHandle, ...]:
         return tuple(self._projections.values())
+
+    @property
+    def hosted(self) -> tuple[Hosted, ...]:
+        """Workflows, orchestrations and other definitions registered with ``host``."""
+        return tuple(self._hosted.values())
 
     @property
     def replies_topic(self) -> str:
@@ -256,6 +321,8 @@ class App:
         for handle in self._aggregates.values():
             specs.append(spec_for("commands", handle.topics.commands, partitions=self.partitions))
             specs.append(spec_for("events", handle.topics.events, partitions=self.partitions))
+        for hosted in self._hosted.values():
+            specs.extend(hosted.topic_specs())
         return specs
 
     def client(self, bootstrap: str | None = None) -> Client:

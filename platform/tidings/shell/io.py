@@ -7,7 +7,7 @@ any Kafka client (Faust's aiokafka producer in the worker, confluent-kafka elsew
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -45,7 +45,11 @@ class Delivered:
 
 
 class Publisher(Protocol):
-    """Writes records and returns once every one of them is acknowledged by the broker."""
+    """Writes records and says when the broker has acknowledged them."""
+
+    def send(self, records: Sequence[Outgoing]) -> Awaitable[list[Delivered]]:
+        """Enqueue ``records`` now, in order; await the result for their positions."""
+        ...
 
     async def publish(self, records: Sequence[Outgoing]) -> list[Delivered]:
         """Produce ``records`` in order; return their positions in the same order."""

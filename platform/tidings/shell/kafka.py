@@ -1,4 +1,4 @@
-"""Kafka clients behind the shell's seams: a Faust-backed publisher, a partition reader.
+"""Kafka clients behind the shell's seams: a confluent-kafka publisher, a partition reader.
 
 Kafka errors are translated to ``BrokerError`` here, at the boundary.
 """
@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
+from functools import partial
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from ..errors import BrokerError
 from .io import Delivered, Incoming, Outgoing
@@ -49,37 +51,118 @@ _ELECTION_ERRORS = frozenset(
 )
 
 
-class FaustPublisher:
-    """Produces through the Faust app's (aiokafka) producer and waits for every ack."""
+class ConfluentPublisher:
+    """Produces with confluent-kafka (librdkafka) and resolves asyncio futures on acks.
 
-    def __init__(self, faust_app: Any) -> None:
-        self._app = faust_app
-        self._background: set[asyncio.Task[Any]] = set()
+    librdkafka batches and retries in its own threads; a thread of ours serves its
+    delivery callbacks and hands each batch's outcome to the event loop. The producer is
+    idempotent, so retries neither duplicate nor reorder records of one partition.
+    """
+
+    def __init__(self, bootstrap: str, *, linger_ms: float = 1.0) -> None:
+        self._producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": linger_ms,
+                "partitioner": "murmur2_random",
+                "queue.buffering.max.messages": 1_000_000,
+                "batch.num.messages": 10_000,
+            }
+        )
+        self._background: set[asyncio.Future[Any]] = set()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="tidings-producer", daemon=True)
+        self._thread.start()
+
+    def send(self, records: Sequence[Outgoing]) -> asyncio.Future[list[Delivered]]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[list[Delivered]] = loop.create_future()
+        if not records:
+            future.set_result([])
+            return future
+        batch = _Batch(loop, future, len(records))
+        for index, record in enumerate(records):
+            kwargs: dict[str, Any] = {"on_delivery": partial(batch.delivered, index)}
+            if record.partition is not None:
+                kwargs["partition"] = record.partition
+            if record.headers:
+                kwargs["headers"] = list(record.headers)
+            while True:
+                try:
+                    self._producer.produce(record.topic, record.value, record.key, **kwargs)
+                    break
+                except BufferError:
+                    # The local queue is full: let librdkafka drain it, then retry.
+                    self._producer.poll(0.01)
+        return future
 
     async def publish(self, records: Sequence[Outgoing]) -> list[Delivered]:
-        producer = self._app.producer
-        try:
-            # Enqueue everything first so the producer batches; then wait for all acks.
-            pending = [
-                await producer.send(
-                    r.topic, r.key, r.value, r.partition, None, list(r.headers) or None
-                )
-                for r in records
-            ]
-            metadata = await asyncio.gather(*pending)
-        except Exception as exc:  # aiokafka raises several unrelated types
-            raise BrokerError(f"producing {len(records)} records failed: {exc}") from exc
-        return [Delivered(m.topic, m.partition, m.offset) for m in metadata]
+        return await self.send(records)
 
     def publish_later(self, records: Sequence[Outgoing]) -> None:
-        task = asyncio.ensure_future(self.publish(records))
-        self._background.add(task)
-        task.add_done_callback(self._finished)
+        future = self.send(records)
+        self._background.add(future)
+        future.add_done_callback(self._finished)
 
-    def _finished(self, task: asyncio.Task[Any]) -> None:
-        self._background.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.warning("records sent without waiting were lost: %s", task.exception())
+    def _finished(self, future: asyncio.Future[Any]) -> None:
+        self._background.discard(future)
+        if not future.cancelled() and future.exception() is not None:
+            log.warning("records sent without waiting were lost: %s", future.exception())
+
+    def _serve(self) -> None:
+        while not self._stopping.is_set():
+            self._producer.poll(0.05)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Deliver what is queued (up to ``timeout``), then stop serving callbacks."""
+        self._producer.flush(timeout)
+        self._stopping.set()
+        self._thread.join(timeout)
+
+
+class _Batch:
+    """Collects the delivery reports of one ``send`` call (on the producer's thread)."""
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[list[Delivered]], size: int
+    ) -> None:
+        self._loop = loop
+        self._future = future
+        self._positions: list[Delivered | None] = [None] * size
+        self._remaining = size
+        self._failed = False
+        # Callbacks run in whichever thread calls poll(): ours, or the loop's on BufferError.
+        self._lock = threading.Lock()
+
+    def delivered(self, index: int, error: KafkaError | None, message: Any) -> None:
+        with self._lock:
+            if self._failed:
+                return
+            if error is not None:
+                self._failed = True
+                failure = BrokerError(f"producing to {message.topic()} failed: {error}")
+                self._loop.call_soon_threadsafe(_settle, self._future, None, failure)
+                return
+            self._positions[index] = Delivered(
+                message.topic(), message.partition(), message.offset()
+            )
+            self._remaining -= 1
+            done = self._remaining == 0
+        if done:
+            self._loop.call_soon_threadsafe(_settle, self._future, self._positions, None)
+
+
+def _settle(
+    future: asyncio.Future[Any], result: Any, error: BaseException | None
+) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
 
 
 class KafkaPartitionReader:

@@ -2,16 +2,15 @@
 
 Starting the worker is where all I/O happens: topics are applied, RocksDB stores opened,
 the Faust consumer joins the app's group. Each aggregate is one Faust agent that takes the
-commands topic in batches (``take_events``) and hands each batch to ``AggregateAgent``;
-Faust acks a batch's offsets only after the agent returned, i.e. after its events were
-acknowledged by the broker and its RocksDB batch was written.
+commands topic in pipelined batches (``tidings.shell.pipeline``) and hands each batch to
+``AggregateAgent``; a batch's offsets are acked only after its events were acknowledged by
+the broker and its RocksDB batch was written.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +21,8 @@ from ..core.records import CommandEnvelope
 from .agents.aggregate import AggregateAgent
 from .agents.projection import ProjectionAgent
 from .io import Incoming
-from .kafka import FaustPublisher, KafkaPartitionReader
+from .kafka import ConfluentPublisher, KafkaPartitionReader
+from .pipeline import Finish, Start, run_batches
 from .state import AggregateStore
 from .topics import apply_topics, deadletter_topic
 from .views import ViewStore
@@ -33,9 +33,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: Most records one agent call handles; larger batches mean fewer round trips.
-BATCH_SIZE = 1000
-#: How long a batch waits for more records once it has one (seconds).
-BATCH_WINDOW = 0.002
+BATCH_SIZE = 2000
 
 
 class Worker:
@@ -47,6 +45,7 @@ class Worker:
         self.data_dir = data_dir or app.data_dir()
         self.agents: list[AggregateAgent] = []
         self._readers: list[KafkaPartitionReader] = []
+        # Called in order when the worker stops: stores, readers, publishers of every agent.
         self._closers: list[Callable[[], None]] = []
         self.projections: list[ProjectionAgent] = []
         self.faust = self._faust_app()
@@ -60,6 +59,10 @@ class Worker:
             worker.execute_from_commandline()
         finally:
             self.close()
+
+    def on_close(self, close: Callable[[], None]) -> None:
+        """Call ``close`` when the worker stops (hosted definitions register their stores)."""
+        self._closers.append(close)
 
     def close(self) -> None:
         """Close readers and RocksDB stores."""
@@ -88,7 +91,8 @@ class Worker:
             producer_acks=-1,
             datadir=str(self.data_dir / "faust"),
         )
-        publisher = FaustPublisher(fapp)
+        publisher = ConfluentPublisher(self.bootstrap)
+        self._closers.append(publisher.close)
         for handle in self.app.aggregates:
             reader = KafkaPartitionReader(self.bootstrap)
             store = AggregateStore(
@@ -117,11 +121,13 @@ class Worker:
                 partitions=self.app.partitions,
             )
             fapp.agent(topic, name=f"aggregate-{handle.name}")(
-                _batches(agent.process, f"aggregate {handle.name}")
+                _consumer(agent.start, f"aggregate {handle.name}")
             )
 
         for projection in self.app.projections:
             self._add_projection(fapp, projection, publisher)
+        for hosted in self.app.hosted:
+            hosted.attach(self, fapp, publisher)
 
         agents = self.agents
         projections = self.projections
@@ -137,7 +143,7 @@ class Worker:
         return fapp
 
     def _add_projection(
-        self, fapp: faust.App, handle: ProjectionHandle, publisher: FaustPublisher
+        self, fapp: faust.App, handle: ProjectionHandle, publisher: ConfluentPublisher
     ) -> None:
         reader = KafkaPartitionReader(self.bootstrap)
         store = ViewStore(handle.view_path(self.data_dir))
@@ -161,7 +167,7 @@ class Worker:
             value_serializer="raw",
         )
         fapp.agent(topic, name=f"projection-{handle.name}")(
-            _batches(agent.process, f"projection {handle.name}")
+            _consumer(_started(agent.process), f"projection {handle.name}")
         )
 
 
@@ -172,39 +178,25 @@ def decode_command(record: Incoming) -> CommandEnvelope:
     )
 
 
-def _batches(process: Callable[[list[Incoming]], Awaitable[None]], what: str) -> Any:
-    """Return a Faust agent body that feeds ``process`` batches of records."""
+def _consumer(start: Start, what: str) -> Callable[[Any], Awaitable[None]]:
+    """Return a Faust agent body that runs ``start`` over pipelined batches."""
 
     async def consume(stream: Any) -> None:
-        async for events in stream.take_events(BATCH_SIZE, within=BATCH_WINDOW):
-            try:
-                await process(_incoming(events))
-            except Exception:
-                # Not a bad record (those are dead-lettered): Kafka or a bug. Exit without
-                # acking the batch, so the restarted worker gets it again.
-                log.critical("%s failed; stopping the worker", what, exc_info=True)
-                os._exit(70)
+        await run_batches(stream, start, what=what, max_batch=BATCH_SIZE)
 
     consume.__name__ = f"consume_{what.replace(' ', '_')}"
     return consume
 
 
-def _incoming(events: Sequence[Any]) -> list[Incoming]:
-    records = []
-    for event in events:
-        message = event.message
-        headers = message.headers or ()
-        if isinstance(headers, dict):
-            headers = headers.items()
-        records.append(
-            Incoming(
-                message.topic,
-                message.partition,
-                message.offset,
-                message.key,
-                message.value,
-                {name: value for name, value in headers},
-                int(message.timestamp * 1000) if message.timestamp else None,
-            )
-        )
-    return records
+def _started(process: Callable[[list[Incoming]], Awaitable[None]]) -> Start:
+    """Adapt a ``process(batch)`` that completes a batch by itself to the pipeline."""
+
+    async def start(batch: list[Incoming]) -> Finish:
+        await process(batch)
+        return _nothing
+
+    return start
+
+
+async def _nothing() -> None:
+    return None

@@ -24,8 +24,8 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from ...codec import avro
@@ -41,10 +41,22 @@ from ...core.partitioning import partition_for
 from ...core.records import CommandEnvelope, EventEnvelope, ReplyEnvelope
 from ...errors import RecordError, SchemaError
 from ..deadletters import dead_letter
-from ..io import Incoming, Outgoing, PartitionReader, Publisher
+from ..io import Delivered, Incoming, Outgoing, PartitionReader, Publisher
 from ..state import AggregateStore
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class _Decided:
+    """What deciding one batch produced, waiting for the events' acks."""
+
+    events: list[Outgoing] = field(default_factory=list)
+    after: list[Outgoing] = field(default_factory=list)  # dead letters, forwards: awaited
+    notices: list[Outgoing] = field(default_factory=list)  # replies: sent, not awaited
+    dirty: dict[str, AggregateInstance[Any]] = field(default_factory=dict)
+    replies: dict[tuple[str, str], bytes] = field(default_factory=dict)
+    forget: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,73 +96,92 @@ class AggregateAgent:
         # Live instances per partition; a partition's entries go when it is revoked.
         self._cache: dict[int, OrderedDict[str, AggregateInstance[Any]]] = {}
         self._ready: set[int] = set()
+        self._journal_end: dict[int, int] = {}  # next offset of each journal partition
+        self._unwritten: dict[tuple[str, str], bytes] = {}  # replies not in RocksDB yet
 
     def revoke(self, partitions: Iterable[int]) -> None:
         """Forget what is cached for ``partitions``: another worker may change them now."""
         for partition in partitions:
             self._ready.discard(partition)
             self._cache.pop(partition, None)
+            self._journal_end.pop(partition, None)
 
     async def process(self, batch: Sequence[Incoming]) -> None:
         """Handle one batch of command records (see the module docstring)."""
+        finish = await self.start(batch)
+        await finish()
+
+    async def start(self, batch: Sequence[Incoming]) -> Callable[[], Awaitable[None]]:
+        """Decide ``batch`` and start producing its events; return what completes it.
+
+        The returned coroutine function waits for the events' acks, then sends replies
+        and dead letters and writes RocksDB. The next batch may be started before it runs
+        (decisions see this batch's effects in memory); completions must run in order.
+        """
+        decided = await self._decide(batch)
+        delivery = self._publisher.send(decided.events)
+
+        async def finish() -> None:
+            delivered = await delivery
+            offsets = self._journal_offsets(delivered)
+            if decided.notices:
+                # Not awaited: a lost reply makes the caller retry with the same command
+                # id, which gets this verdict again; waiting would only slow the pipeline.
+                self._publisher.publish_later(decided.notices)
+            if decided.after:
+                await self._publisher.publish(decided.after)
+            self._store.write(decided.dirty.values(), decided.replies, decided.forget, offsets)
+            for key in decided.replies:
+                self._unwritten.pop(key, None)
+
+        return finish
+
+    async def _decide(self, batch: Sequence[Incoming]) -> _Decided:
         now_ms = int(self._clock() * 1000)
         for partition in sorted({record.partition for record in batch} - self._ready):
             await self.catch_up(partition)
-
-        events: list[Outgoing] = []
-        after: list[Outgoing] = []  # dead letters and forwards: once events are safe
-        notices: list[Outgoing] = []  # replies: once events are safe; losing one is harmless
-        dirty: dict[str, AggregateInstance[Any]] = {}
-        replies: dict[tuple[str, str], bytes] = {}
-        forget: list[tuple[str, str]] = []
+        decided = _Decided()
         for record in batch:
             try:
                 command = self._decode_command(record)
             except RecordError as exc:
-                after.append(dead_letter(record, exc, self.topics.deadletter, now_ms))
+                decided.after.append(dead_letter(record, exc, self.topics.deadletter, now_ms))
                 continue
             home = partition_for(command.aggregate_id, self._partitions)
             if home != record.partition:
                 # A producer with another partitioner: send it where its instance lives.
-                after.append(self._forward(record, home))
+                decided.after.append(self._forward(record, home))
                 continue
             try:
                 value = load_payload(command.type, command.payload, self.definition.command_types)
             except SchemaError as exc:
-                after.append(dead_letter(record, exc, self.topics.deadletter, now_ms))
+                decided.after.append(dead_letter(record, exc, self.topics.deadletter, now_ms))
                 if command.reply_to:
-                    notices.append(self._rejection(command, str(exc), now_ms))
+                    decided.notices.append(self._rejection(command, str(exc), now_ms))
                 continue
+            key = (command.aggregate_id, command.command_id)
             instance = self._instance(record.partition, command.aggregate_id)
             handled = handle(
                 self.definition, instance, command, value, now_ms=now_ms, encode=payload_of
             )
             if handled.duplicate:
-                stored = replies.get((command.aggregate_id, command.command_id))
-                if stored is None:
-                    stored = self._store.reply(command.aggregate_id, command.command_id)
-                if stored is not None and command.reply_to:
-                    notices.append(Outgoing(command.reply_to, command.command_id.encode(), stored))
+                first = self._unwritten.get(key) or self._store.reply(*key)
+                if first is not None and command.reply_to:
+                    decided.notices.append(Outgoing(command.reply_to, key[1].encode(), first))
                 continue
             self._cache_put(record.partition, handled.instance)
-            dirty[command.aggregate_id] = handled.instance
+            decided.dirty[command.aggregate_id] = handled.instance
             for event in handled.stored:
-                events.append(self._event_record(record.partition, event))
+                decided.events.append(self._event_record(record.partition, event))
             assert handled.reply is not None
             encoded_reply = avro.encode(handled.reply)
-            replies[(command.aggregate_id, command.command_id)] = encoded_reply
-            forget.extend((command.aggregate_id, gone) for gone in handled.forget)
+            decided.replies[key] = encoded_reply
+            # Until RocksDB has it, a repeat of this command finds its reply here.
+            self._unwritten[key] = encoded_reply
+            decided.forget.extend((command.aggregate_id, gone) for gone in handled.forget)
             if command.reply_to:
-                notices.append(Outgoing(command.reply_to, command.command_id.encode(), encoded_reply))
-
-        offsets = await self._publish_events(events)
-        if notices:
-            # Not awaited: a lost reply makes the caller retry with the same command id,
-            # which gets this verdict again; waiting would only slow the next batch.
-            self._publisher.publish_later(notices)
-        if after:
-            await self._publisher.publish(after)
-        self._store.write(dirty.values(), replies, forget, offsets)
+                decided.notices.append(Outgoing(command.reply_to, key[1].encode(), encoded_reply))
+        return decided
 
     async def catch_up(self, partition: int) -> None:
         """Fold every event of ``partition`` this worker's store has not applied yet."""
@@ -165,6 +196,7 @@ class AggregateAgent:
             async for chunk in self._reader.read(self.topics.events, partition, start, high):
                 self._restore_chunk(partition, chunk)
         self._store.write((), {}, (), {partition: high})
+        self._journal_end[partition] = high
         self._ready.add(partition)
 
     def instance(self, aggregate_id: str) -> AggregateInstance[Any]:
@@ -206,23 +238,25 @@ class AggregateAgent:
         end = chunk[-1].offset + 1 if chunk else None
         self._store.write(dirty.values(), replies, (), {} if end is None else {partition: end})
 
-    async def _publish_events(self, events: list[Outgoing]) -> dict[int, int]:
-        if not events:
-            return {}
-        delivered = await self._publisher.publish(events)
-        offsets: dict[int, int] = {}
+    def _journal_offsets(self, delivered: Sequence[Delivered]) -> dict[int, int]:
+        """Return the new journal end per partition, checking nobody else wrote there."""
+        counts: dict[int, int] = {}
+        ends: dict[int, int] = {}
         for position in delivered:
-            offsets[position.partition] = max(offsets.get(position.partition, 0), position.offset + 1)
-        for partition, end in offsets.items():
-            expected = self._store.offset(partition)
-            written = sum(1 for p in delivered if p.partition == partition)
-            if expected is not None and end - written != expected:
-                # Someone else wrote to this partition of the journal (a zombie worker, a
-                # duplicate retry): re-read it before deciding anything more there.
+            counts[position.partition] = counts.get(position.partition, 0) + 1
+            ends[position.partition] = max(ends.get(position.partition, 0), position.offset + 1)
+        for partition, end in list(ends.items()):
+            expected = self._journal_end.get(partition)
+            if expected is not None and end - counts[partition] != expected:
+                # Someone else wrote to this partition of the journal (a zombie worker):
+                # re-read it before deciding anything more there.
                 log.warning("journal partition %d moved under us; re-reading it", partition)
                 self._ready.discard(partition)
-                offsets.pop(partition)
-        return offsets
+                self._journal_end.pop(partition, None)
+                del ends[partition]
+            else:
+                self._journal_end[partition] = end
+        return ends
 
     def _instance(self, partition: int, aggregate_id: str) -> AggregateInstance[Any]:
         cache = self._cache.get(partition)
