@@ -20,7 +20,7 @@ from types import FrameType
 
 from tidings.broker import KAFKA_VERSION, LocalBroker
 
-from . import aggregates, raw_kafka
+from . import aggregates, faust_stream, raw_kafka
 from .report import Progress, Row, latency, machine, rate, table
 
 #: (raw confluent records, raw aiokafka records, aggregate workload) per mode.
@@ -108,6 +108,9 @@ def _measure(
 ) -> tuple[list[Row], list[str]]:
     raw = raw_kafka.confluent(bootstrap, raw_records, pings=workload.pings, progress=progress)
     aio = None if args.no_aiokafka else raw_kafka.aiokafka(bootstrap, aio_records, progress=progress)
+    faust_records = max(workload.commands * 3, 20_000)
+    faust_s = faust_stream.noop_agent_seconds(bootstrap, faust_records, workdir=workdir,
+                                              progress=progress)
     agg = aggregates.run(bootstrap, workload, workdir=workdir, stack=stack, progress=progress,
                          profile=args.profile)
 
@@ -127,6 +130,8 @@ def _measure(
             Row("raw aiokafka consume", rate(aio.records, aio.consume_s)),
         ]
     rows += [
+        Row("Faust agent doing nothing (pipelined batches, manual acks)",
+            rate(faust_records - 2000, faust_s), "—", raw_e2e),
         Row(f"aggregate commands e2e, tidings client ({w.in_flight:,} in flight, "
             f"{w.accounts:,} accounts)", rate(w.commands, agg.client_s), "≥ 5,000 /s", raw_e2e),
         Row("aggregate commands e2e, worker fed by a raw producer",

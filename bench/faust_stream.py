@@ -1,0 +1,82 @@
+"""Reference: how many records/s a Faust agent takes when it does nothing with them.
+
+The aggregate worker is a Faust app; every command crosses Faust's per-record delivery
+(fetcher -> conductor -> channel queue -> stream). This measures that path alone, with
+the same pipelined, manually acked batches the worker uses and a start() that does
+nothing, so the aggregate rows can be read against what Faust itself allows here.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from .raw_kafka import _produce_all, fresh_topic
+from .report import Progress
+
+_APP = '''
+import os, time, faust
+from tidings.shell.pipeline import run_batches
+
+records = int(os.environ["BENCH_RECORDS"])
+app = faust.App(os.environ["BENCH_GROUP"], broker="kafka://" + os.environ["TIDINGS_BOOTSTRAP"],
+                store="memory://", web_enabled=False, consumer_auto_offset_reset="earliest",
+                broker_max_poll_records=2000, stream_buffer_maxsize=8000)
+topic = app.topic(os.environ["BENCH_TOPIC"], key_type=bytes, value_type=bytes,
+                  key_serializer="raw", value_serializer="raw")
+seen = [0, 0.0]
+
+async def nothing():
+    return None
+
+async def start(batch):
+    if not seen[1]:
+        seen[1] = time.perf_counter()
+    seen[0] += len(batch)
+    if seen[0] >= records:
+        print("FAUST_SECONDS", time.perf_counter() - seen[1], flush=True)
+        os._exit(0)
+    return nothing
+
+@app.agent(topic)
+async def consume(stream):
+    await run_batches(stream, start, what="bench")
+'''
+
+
+def noop_agent_seconds(bootstrap: str, records: int, *, workdir: Path, progress: Progress) -> float:
+    """Return the seconds a no-op Faust agent takes for ``records`` records (first to last).
+
+    The first records include the group join, so the clock starts at the first batch.
+    """
+    topic = fresh_topic(bootstrap, "faust")
+    _produce_all(bootstrap, topic, records)
+    module = workdir / "bench_faust_noop.py"
+    module.write_text(_APP)
+    progress(f"Faust no-op agent: consuming {records:,} records")
+    env = {
+        **os.environ,
+        "TIDINGS_BOOTSTRAP": bootstrap,
+        "BENCH_TOPIC": topic,
+        "BENCH_GROUP": f"bench-faust-{uuid.uuid4().hex[:8]}",
+        # The first batch starts the clock; count the rest.
+        "BENCH_RECORDS": str(records - 2000),
+        "PYTHONPATH": os.pathsep.join([str(workdir), os.environ.get("PYTHONPATH", "")]),
+    }
+    started = time.perf_counter()
+    finished = subprocess.run(
+        [sys.executable, "-m", "faust", "-A", "bench_faust_noop", "worker", "-l", "warn",
+         "--without-web"],
+        env=env, cwd=workdir, capture_output=True, text=True, timeout=300,
+    )
+    for line in (finished.stdout + finished.stderr).splitlines():
+        if line.startswith("FAUST_SECONDS"):
+            seconds = float(line.split()[1])
+            progress(f"Faust no-op agent: {(records - 2000) / seconds:,.0f} records/s "
+                     f"({time.perf_counter() - started:.0f} s with start-up)")
+            return seconds
+    raise RuntimeError(f"the Faust no-op agent printed no result:\n{finished.stderr[-2000:]}")
