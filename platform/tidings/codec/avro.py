@@ -32,9 +32,23 @@ from tidings.core.records import (
     ReplyStatus,
 )
 from tidings.errors import DecodeError, SchemaError
+from tidings.core import workflow_records as _workflow
 
-Record = CommandEnvelope | EventEnvelope | ReplyEnvelope | DeadLetter
-R = TypeVar("R", CommandEnvelope, EventEnvelope, ReplyEnvelope, DeadLetter)
+from tidings.codec import orchestration as _orchestration
+from tidings.core.orchestration_records import (
+    OrchestrationActions,
+    OrchestrationEvent,
+    OrchestrationOutcome,
+)
+
+Record = (
+    CommandEnvelope | EventEnvelope | ReplyEnvelope | DeadLetter
+    | OrchestrationEvent | OrchestrationActions | OrchestrationOutcome
+)
+R = TypeVar(
+    "R", CommandEnvelope, EventEnvelope, ReplyEnvelope, DeadLetter,
+    OrchestrationEvent, OrchestrationActions, OrchestrationOutcome,
+)
 
 MAGIC: Final = b"\xc3\x01"
 _HEADER_LEN: Final = 10
@@ -48,6 +62,8 @@ _RECORD_NAMES: Final[Mapping[type, str]] = MappingProxyType(
         EventEnvelope: "tidings.EventEnvelope",
         ReplyEnvelope: "tidings.ReplyEnvelope",
         DeadLetter: "tidings.DeadLetter",
+        **_orchestration.RECORD_NAMES,
+        **_workflow.AVRO_RECORD_NAMES,
     }
 )
 
@@ -219,6 +235,8 @@ _TO_FIELDS: Final[Mapping[type, Callable[[Any], dict[str, Any]]]] = MappingProxy
         EventEnvelope: _event_fields,
         ReplyEnvelope: _reply_fields,
         DeadLetter: _dead_letter_fields,
+        **_orchestration.TO_FIELDS,
+        **_workflow.AVRO_TO_FIELDS,
     }
 )
 _FROM_FIELDS: Final[Mapping[type, Callable[[dict[str, Any]], Any]]] = MappingProxyType(
@@ -227,6 +245,8 @@ _FROM_FIELDS: Final[Mapping[type, Callable[[dict[str, Any]], Any]]] = MappingPro
         EventEnvelope: lambda fields: EventEnvelope(**fields),
         ReplyEnvelope: _reply_from,
         DeadLetter: lambda fields: DeadLetter(**fields),
+        **_orchestration.FROM_FIELDS,
+        **_workflow.AVRO_FROM_FIELDS,
     }
 )
 
