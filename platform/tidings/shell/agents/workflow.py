@@ -1,0 +1,657 @@
+"""The workflow agent: inbox topic -> ``WorkflowInstance.advance`` -> journal, effects.
+
+Every input of an instance is decided one at a time, under one lock per agent: inbox
+records (start, signal, cancel, query) in pipelined batches from Faust, and the shell's
+own inputs (an activity's result, a due timer) from a queue. Each decision becomes a
+*commit*:
+
+1. the decision's journal records are produced at once (key ``{instance_id}/{seq}``, the
+   instance's partition), in decision order;
+2. a single committer task takes commits in that order: it waits for the broker's acks,
+   sends dead letters (awaited), writes RocksDB (journal, status, running index, timers,
+   offsets) in one batch, and only then carries out the effects (runs activities, arms
+   timers) and publishes outcomes, statuses and replies. So no effect and no reply ever
+   precedes the journal records it depends on.
+
+On partition assignment the agent catches up with the journal topic (another worker may
+have written there), then replays every RUNNING or PARKED instance of the partition and
+carries out the effects replay gives: pending activities run again, timers are re-armed
+with their stored due time (the time that remains). A journal record written for an inbox
+record carries that record's offset in a header, so after a crash an inbox record whose
+records are already journaled is skipped, never applied twice. See docs/workflows-hosted.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import inspect
+import json
+import logging
+import os
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...codec import avro
+from ...core.partitioning import partition_for
+from ...core.workflow import (
+    ActivityResult,
+    ArmTimer,
+    Attempt,
+    Cancel,
+    CancelActivity,
+    CancelTimer,
+    Ended,
+    InboxMessage,
+    PublishOutcome,
+    ReportParked,
+    RunActivity,
+    Signal,
+    Start,
+    Started,
+    StepError,
+    TimerFired,
+    WorkflowDefinition,
+    WorkflowInstance,
+    WorkflowStatus,
+)
+from ...core.workflow_records import (
+    WorkflowInbox,
+    WorkflowJournalEntry,
+    WorkflowOutcomeRecord,
+    WorkflowReply,
+    WorkflowStatusRecord,
+)
+from ...errors import RecordError, SchemaError
+from ..deadletters import dead_letter
+from ..pipeline import EXIT_FAILED
+from ..io import Delivered, Incoming, Outgoing, PartitionReader, Publisher
+from .workflow_codec import INBOX_OFFSET_HEADER, decode_inbox, outcome_fields, outcome_fields_of
+from .workflow_store import StoreWrite, WorkflowStore
+
+log = logging.getLogger(__name__)
+
+_ENDED = (WorkflowStatus.FINISHED, WorkflowStatus.FAULTED, WorkflowStatus.CANCELLED)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowTopics:
+    """The topics of one workflow definition."""
+
+    inbox: str
+    journal: str
+    outcomes: str
+    status: str
+    replies: str
+    deadletter: str
+
+
+@dataclass(slots=True)
+class _Commit:
+    """What one round of decisions produced, waiting for the journal's acks."""
+
+    journal: list[Outgoing] = field(default_factory=list)
+    dead: list[Outgoing] = field(default_factory=list)  # dead letters, forwards: awaited
+    after: list[Outgoing] = field(default_factory=list)  # outcomes, statuses, replies
+    write: StoreWrite = field(default_factory=StoreWrite)
+    effects: list[tuple[str, Any]] = field(default_factory=list)
+    touched: set[str] = field(default_factory=set)
+
+
+class WorkflowAgent:
+    """Hosts the instances of one workflow definition on the partitions assigned here."""
+
+    def __init__(
+        self,
+        definition: WorkflowDefinition,
+        *,
+        topics: WorkflowTopics,
+        partitions: int,
+        store: WorkflowStore,
+        publisher: Publisher,
+        reader: PartitionReader,
+        clock: Callable[[], float] = time.time,
+        cache_size: int = 10_000,
+        activity_threads: int = 64,
+    ) -> None:
+        self.definition = definition
+        self.topics = topics
+        self._partitions = partitions
+        self._store = store
+        self._publisher = publisher
+        self._reader = reader
+        self._clock = clock
+        self._cache_size = cache_size
+        # Sync activities block; the loop's default pool (cores + 4 threads) is far too small.
+        self._executor = concurrent.futures.ThreadPoolExecutor(activity_threads, "tidings-activity")
+        self._lock = asyncio.Lock()
+        self._cache: OrderedDict[str, WorkflowInstance] = OrderedDict()
+        self._ready: set[int] = set()
+        self._inbox_applied: dict[int, int] = {}
+        self._activities: dict[tuple[str, str], tuple[asyncio.Task[None], Attempt]] = {}
+        self._timers: dict[tuple[str, str], asyncio.TimerHandle] = {}
+        self._busy: Counter[str] = Counter()  # live activities and timers: not evictable
+        self._dirty: Counter[str] = Counter()  # decided, not yet in RocksDB: not evictable
+        self._waiters: dict[str, list[tuple[str, str]]] = {}
+        self._inputs: asyncio.Queue[tuple[str, InboxMessage]] | None = None
+        self._commits: asyncio.Queue[tuple[_Commit, Awaitable[list[Delivered]], asyncio.Future[None]]] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # -- what the worker calls ---------------------------------------------------------
+
+    async def start(self, batch: Sequence[Incoming]) -> Callable[[], Awaitable[None]]:
+        """Decide a batch of inbox records; return what waits for it to be committed."""
+        self._ensure_tasks()
+        async with self._lock:
+            for partition in sorted({record.partition for record in batch} - self._ready):
+                await self._catch_up(partition)
+            commit = _Commit()
+            now_ms = self._now_ms()
+            for record in batch:
+                self._inbox_record(record, commit, now_ms)
+            for record in batch:
+                offsets = commit.write.inbox_offsets
+                offsets[record.partition] = max(record.offset, offsets.get(record.partition, -1))
+            done = self._submit(commit)
+
+        async def finish() -> None:
+            await done
+
+        return finish
+
+    async def assign(self, partitions: Iterable[int]) -> None:
+        """Recover ``partitions``: catch up with the journal, replay what is running."""
+        self._ensure_tasks()
+        for partition in sorted(partitions):
+            async with self._lock:
+                if partition not in self._ready:
+                    await self._catch_up(partition)
+
+    def revoke(self, partitions: Iterable[int]) -> None:
+        """Stop everything of ``partitions``: another worker owns their instances now."""
+        gone = set(partitions)
+        if not gone:
+            return
+        self._ready.difference_update(gone)
+        for partition in gone:
+            self._inbox_applied.pop(partition, None)
+        for instance_id in [i for i in self._cache if self._partition(i) in gone]:
+            self._cache.pop(instance_id).close()
+        for key in [k for k in self._activities if self._partition(k[0]) in gone]:
+            task, attempt = self._activities.pop(key)
+            attempt.cancellation.cancel()
+            task.cancel()
+            self._busy[key[0]] -= 1
+        for key in [k for k in self._timers if self._partition(k[0]) in gone]:
+            self._timers.pop(key).cancel()
+            self._busy[key[0]] -= 1
+        for instance_id in [i for i in self._waiters if self._partition(i) in gone]:
+            del self._waiters[instance_id]
+        self._busy = +self._busy
+
+    def close(self) -> None:
+        """Cancel the agent's tasks, activities and timers (the worker is stopping)."""
+        for task in self._tasks:
+            task.cancel()
+        self.revoke(range(self._partitions))
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    # -- deciding ----------------------------------------------------------------------
+
+    def _inbox_record(self, record: Incoming, commit: _Commit, now_ms: int) -> None:
+        try:
+            request = decode_inbox(record)
+        except RecordError as exc:
+            commit.dead.append(dead_letter(record, exc, self.topics.deadletter, now_ms))
+            return
+        home = self._partition(request.instance_id)
+        if home != record.partition:
+            # A producer with another partitioner: send it where the instance lives.
+            headers = tuple(record.headers.items())
+            commit.dead.append(Outgoing(self.topics.inbox, record.key, record.value, home, headers))
+            return
+        if record.offset <= self._inbox_applied.get(record.partition, -1):
+            return  # journaled before a crash; the inbox offset was not committed yet
+        instance_id = request.instance_id
+        stored = None
+        instance = self._cache.get(instance_id)
+        if instance is None:
+            stored = self._store.status(instance_id)
+            if stored is not None and stored["status"] not in (s.value for s in _ENDED):
+                instance = self._replayed(instance_id, commit, now_ms)
+                stored = None
+        if request.kind == "start":
+            if instance is not None or stored is not None:
+                self._reply(commit, request, "accepted")  # a second start stores nothing
+                return
+            value = self._payload(record, request, commit, now_ms)
+            if value is _BAD:
+                return
+            instance = WorkflowInstance(self.definition, instance_id)
+            decision = self._advance(instance, Start(value), commit, now_ms, record.offset)
+            if decision is None:
+                error = SchemaError(f"the workflow refused the input: {self._refusal}")
+                commit.dead.append(dead_letter(record, error, self.topics.deadletter, now_ms))
+                self._reply(commit, request, "rejected", reason=str(error))
+            else:
+                self._reply(commit, request, "accepted")
+            return
+        if instance is None and stored is None:
+            self._reply(commit, request, "not_found")
+            return
+        if request.kind == "signal":
+            if instance is None:
+                self._reply(commit, request, "ended", **self._answer(stored))
+                return
+            value = self._payload(record, request, commit, now_ms)
+            if value is _BAD:
+                return
+            decision = self._advance(instance, Signal(request.signal or "", value), commit, now_ms, record.offset)
+            self._reply(commit, request, "accepted" if decision is not None else "ended", reason=self._refusal)
+        elif request.kind == "cancel":
+            if instance is not None:
+                self._advance(instance, Cancel(), commit, now_ms, record.offset)
+            self._reply(commit, request, "accepted")
+        else:  # query
+            answer = self._answer(stored) if instance is None else self._answer_live(instance)
+            ended = answer.get("outcome") is not None
+            if request.wait and not ended and request.reply_to:
+                self._waiters.setdefault(instance_id, []).append((request.request_id, request.reply_to))
+            else:
+                self._reply(commit, request, "status", **answer)
+
+    def _payload(self, record: Incoming, request: WorkflowInbox, commit: _Commit, now_ms: int) -> Any:
+        try:
+            return None if request.payload is None else json.loads(request.payload)
+        except ValueError as exc:
+            error = SchemaError(f"the payload is not JSON: {exc}")
+            commit.dead.append(dead_letter(record, error, self.topics.deadletter, now_ms))
+            self._reply(commit, request, "rejected", reason=str(error))
+            return _BAD
+
+    def _advance(
+        self,
+        instance: WorkflowInstance,
+        message: InboxMessage,
+        commit: _Commit,
+        now_ms: int,
+        inbox_offset: int | None = None,
+    ) -> Any:
+        """Feed ``message``; add its records and effects to ``commit``; None if refused."""
+        before = instance.status
+        decision = instance.advance(message, now_ms)
+        if decision.rejected is not None:
+            self._refusal = decision.rejected
+            return None
+        self._refusal = None
+        instance_id = instance.instance_id
+        self._remember(instance)
+        self._record(instance_id, decision.records, commit, inbox_offset)
+        self._effects(instance_id, decision.effects, commit)
+        if decision.status is not before or decision.records and isinstance(decision.records[-1], Ended):
+            self._status_changed(instance, decision, commit, now_ms)
+        return decision
+
+    @staticmethod
+    def _effects(instance_id: str, effects: Sequence[Any], commit: _Commit) -> None:
+        for effect in effects:
+            commit.effects.append((instance_id, effect))
+            if isinstance(effect, ArmTimer):
+                commit.write.timers[(instance_id, effect.path)] = effect.due
+            elif isinstance(effect, CancelTimer):
+                commit.write.timers[(instance_id, effect.path)] = None
+
+    def _record(
+        self, instance_id: str, records: Sequence[Any], commit: _Commit, inbox_offset: int | None
+    ) -> None:
+        partition = self._partition(instance_id)
+        headers = () if inbox_offset is None else ((INBOX_OFFSET_HEADER, b"%d" % inbox_offset),)
+        for record in records:
+            key = f"{instance_id}/{record.seq}".encode()
+            value = avro.encode(WorkflowJournalEntry(instance_id, record))
+            commit.journal.append(Outgoing(self.topics.journal, key, value, partition, headers))
+            commit.write.records.append((instance_id, record))
+        commit.touched.add(instance_id)
+        self._dirty[instance_id] += 1
+
+    def _status_changed(self, instance: WorkflowInstance, decision: Any, commit: _Commit, now_ms: int) -> None:
+        instance_id = instance.instance_id
+        status = instance.status
+        if status is None:
+            return
+        partition = self._partition(instance_id)
+        stored: dict[str, Any] = {"status": status.value}
+        reason = next((e.reason for e in decision.effects if isinstance(e, ReportParked)), None)
+        if status in _ENDED and instance.outcome is not None:
+            ended = next((r for r in decision.records if isinstance(r, Ended)), None)
+            stored["outcome"] = (
+                outcome_fields(ended) if ended is not None else outcome_fields_of(instance.outcome, self.definition)
+            )
+            commit.write.running[instance_id] = (partition, False)
+            commit.after.append(self._outcome_record(instance_id, stored["outcome"], now_ms))
+            for request_id, reply_to in self._waiters.pop(instance_id, ()):
+                commit.after.append(self._reply_record(reply_to, request_id, instance_id, "status",
+                                                       **self._answer(stored)))
+        else:
+            commit.write.running[instance_id] = (partition, True)
+        if reason is not None:
+            stored["reason"] = reason
+            log.warning("workflow %s instance %r is parked: %s", self.definition.name, instance_id, reason)
+        commit.write.statuses[instance_id] = stored
+        status_record = WorkflowStatusRecord(instance_id, self.definition.name, status.value, now_ms, reason)
+        commit.after.append(Outgoing(self.topics.status, instance_id.encode(), avro.encode(status_record), partition))
+
+    def _replayed(self, instance_id: str, commit: _Commit, now_ms: int) -> WorkflowInstance:
+        """Rebuild an instance that is not in memory from its stored journal."""
+        records = self._store.journal(instance_id)
+        instance, decision = WorkflowInstance.replay(self.definition, instance_id, records, now_ms)
+        self._remember(instance)
+        self._record(instance_id, decision.records, commit, None)
+        self._effects(instance_id, [e for e in decision.effects if not isinstance(e, PublishOutcome)], commit)
+        stored = self._store.status(instance_id) or {}
+        if instance.status is not None and stored.get("status") != instance.status.value:
+            self._status_changed(instance, decision, commit, now_ms)
+        return instance
+
+    def _answer_live(self, instance: WorkflowInstance) -> dict[str, Any]:
+        status = instance.status
+        answer: dict[str, Any] = {"status": None if status is None else status.value}
+        if instance.outcome is not None:
+            fields = outcome_fields_of(instance.outcome, self.definition)
+            answer.update(fields)
+        return answer
+
+    @staticmethod
+    def _answer(stored: dict[str, Any] | None) -> dict[str, Any]:
+        if stored is None:
+            return {}
+        answer: dict[str, Any] = {"status": stored["status"], "reason": stored.get("reason")}
+        answer.update(stored.get("outcome") or {})
+        return answer
+
+    def _reply(self, commit: _Commit, request: WorkflowInbox, answer: str, **fields: Any) -> None:
+        if request.reply_to:
+            commit.after.append(
+                self._reply_record(request.reply_to, request.request_id, request.instance_id, answer, **fields)
+            )
+
+    def _reply_record(
+        self, reply_to: str, request_id: str, instance_id: str, answer: str, **fields: Any
+    ) -> Outgoing:
+        error = fields.get("error")
+        reply = WorkflowReply(
+            request_id=request_id,
+            instance_id=instance_id,
+            answer=answer,
+            timestamp_ms=self._now_ms(),
+            status=fields.get("status"),
+            outcome=fields.get("outcome"),
+            result=fields.get("result"),
+            error=StepError.from_json(error) if isinstance(error, dict) else error,
+            reason=fields.get("reason"),
+        )
+        return Outgoing(reply_to, request_id.encode(), avro.encode(reply))
+
+    def _outcome_record(self, instance_id: str, fields: dict[str, Any], now_ms: int) -> Outgoing:
+        error = fields.get("error")
+        record = WorkflowOutcomeRecord(
+            instance_id=instance_id,
+            workflow=self.definition.name,
+            outcome=fields["outcome"],
+            at=now_ms,
+            result=fields.get("result"),
+            error=None if error is None else StepError.from_json(error),
+        )
+        partition = self._partition(instance_id)
+        return Outgoing(self.topics.outcomes, instance_id.encode(), avro.encode(record), partition)
+
+    _refusal: str | None = None
+
+    # -- the shell's own inputs: activity results and due timers --------------------------
+
+    async def _feed(self) -> None:
+        assert self._inputs is not None
+        while True:
+            items = [await self._inputs.get()]
+            while not self._inputs.empty() and len(items) < 2000:
+                items.append(self._inputs.get_nowait())
+            async with self._lock:
+                commit = _Commit()
+                now_ms = self._now_ms()
+                for instance_id, message in items:
+                    if self._partition(instance_id) not in self._ready:
+                        continue  # revoked meanwhile: the new owner replays and re-issues it
+                    instance = self._cache.get(instance_id)
+                    if instance is None:
+                        continue  # ended, or revoked and recovered: nothing waits for this
+                    if isinstance(message, TimerFired):
+                        commit.write.timers[(instance_id, message.path)] = None
+                    self._advance(instance, message, commit, now_ms)
+                self._submit(commit)
+
+    def _carry_out(self, instance_id: str, effect: Any) -> None:
+        key = (instance_id, getattr(effect, "path", ""))
+        if isinstance(effect, RunActivity):
+            self._stop_activity(key)
+            attempt = Attempt(effect.idempotency_key, effect.attempt)
+            task = asyncio.ensure_future(self._call(instance_id, effect, attempt))
+            self._activities[key] = (task, attempt)
+            self._busy[instance_id] += 1
+        elif isinstance(effect, CancelActivity):
+            self._stop_activity(key)
+        elif isinstance(effect, ArmTimer):
+            self._stop_timer(key)
+            delay = max(0.0, (effect.due - self._now_ms()) / 1000)
+            loop = asyncio.get_running_loop()
+            self._timers[key] = loop.call_later(delay, self._fire, instance_id, effect.path)
+            self._busy[instance_id] += 1
+        elif isinstance(effect, CancelTimer):
+            self._stop_timer(key)
+
+    def _stop_activity(self, key: tuple[str, str]) -> None:
+        running = self._activities.pop(key, None)
+        if running is not None:
+            task, attempt = running
+            attempt.cancellation.cancel()
+            task.cancel()
+            self._busy[key[0]] -= 1
+
+    def _stop_timer(self, key: tuple[str, str]) -> None:
+        handle = self._timers.pop(key, None)
+        if handle is not None:
+            handle.cancel()
+            self._busy[key[0]] -= 1
+
+    def _fire(self, instance_id: str, path: str) -> None:
+        if self._timers.pop((instance_id, path), None) is not None:
+            self._busy[instance_id] -= 1
+        assert self._inputs is not None
+        self._inputs.put_nowait((instance_id, TimerFired(path)))
+
+    async def _call(self, instance_id: str, effect: RunActivity, attempt: Attempt) -> None:
+        delay = (effect.not_before - self._now_ms()) / 1000
+        if delay > 0:
+            await asyncio.sleep(delay)
+        try:
+            if inspect.iscoroutinefunction(effect.fn):
+                running: Awaitable[Any] = effect.fn(attempt)
+            else:
+                running = asyncio.get_running_loop().run_in_executor(self._executor, effect.fn, attempt)
+            if effect.timeout_at is not None:
+                value = await asyncio.wait_for(_settled(running), max(0.0, (effect.timeout_at - self._now_ms()) / 1000))
+            else:
+                value = await _settled(running)
+            result = ActivityResult(effect.path, effect.attempt, value=value)
+        except asyncio.TimeoutError:
+            result = ActivityResult(effect.path, effect.attempt, timed_out=True)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the attempt failed; the policy decides
+            result = ActivityResult(effect.path, effect.attempt, error=exc)
+        key = (instance_id, effect.path)
+        current = self._activities.get(key)
+        if current is None or current[1] is not attempt:
+            return  # cancelled or replaced meanwhile: the result would be ignored anyway
+        del self._activities[key]
+        self._busy[instance_id] -= 1
+        assert self._inputs is not None
+        self._inputs.put_nowait((instance_id, result))
+
+    # -- committing --------------------------------------------------------------------
+
+    def _submit(self, commit: _Commit) -> asyncio.Future[None]:
+        """Produce ``commit``'s journal records now; queue the rest for the committer."""
+        assert self._commits is not None
+        delivery = self._publisher.send(commit.journal)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._commits.put_nowait((commit, delivery, done))
+        return done
+
+    async def _commit(self) -> None:
+        assert self._commits is not None
+        while True:
+            commit, delivery, done = await self._commits.get()
+            try:
+                delivered = await delivery
+                for position in delivered:
+                    offsets = commit.write.journal_offsets
+                    offsets[position.partition] = max(offsets.get(position.partition, 0), position.offset + 1)
+                if commit.dead:
+                    await self._publisher.publish(commit.dead)
+                self._store.write(commit.write)
+            except Exception:  # noqa: BLE001 - Kafka or RocksDB failed: restart the worker
+                log.critical("committing workflow %s records failed", self.definition.name, exc_info=True)
+                _fail()
+            for instance_id in commit.touched:
+                self._dirty[instance_id] -= 1
+                if self._dirty[instance_id] <= 0:
+                    del self._dirty[instance_id]
+            if commit.after:
+                self._publisher.publish_later(commit.after)
+            for instance_id, effect in commit.effects:
+                if self._partition(instance_id) in self._ready:
+                    self._carry_out(instance_id, effect)
+            self._evict(commit.touched)
+            if not done.done():
+                done.set_result(None)
+
+    def _evict(self, touched: Iterable[str]) -> None:
+        for instance_id in touched:
+            instance = self._cache.get(instance_id)
+            if instance is not None and instance.status in _ENDED and not self._dirty.get(instance_id):
+                # Ended instances answer from RocksDB; nothing of them needs memory.
+                del self._cache[instance_id]
+                instance.close()
+        skipped = 0
+        while len(self._cache) - skipped > self._cache_size:
+            instance_id, instance = next(iter(self._cache.items()))
+            if self._busy.get(instance_id) or self._dirty.get(instance_id):
+                self._cache.move_to_end(instance_id)  # pinned by live work; try the next
+                skipped += 1
+                continue
+            del self._cache[instance_id]
+            instance.close()
+
+    # -- recovery ----------------------------------------------------------------------
+
+    async def _catch_up(self, partition: int) -> None:
+        """Apply the journal records this store has not seen, then replay live instances."""
+        low, high = await self._reader.watermarks(self.topics.journal, partition)
+        start = max(self._store.journal_offset(partition) or 0, low)
+        applied = self._store.inbox_offset(partition)
+        for instance_id in [i for i in self._cache if self._partition(i) == partition]:
+            self._cache.pop(instance_id).close()
+        now_ms = self._now_ms()
+        if start < high:
+            log.info("restoring workflow %s partition %d from the journal: offsets %d..%d",
+                     self.definition.name, partition, start, high)
+            async for chunk in self._reader.read(self.topics.journal, partition, start, high):
+                change = StoreWrite()
+                after: list[Outgoing] = []
+                for record in chunk:
+                    header = record.headers.get(INBOX_OFFSET_HEADER)
+                    if header is not None:
+                        applied = max(applied, int(header))
+                    try:
+                        entry = avro.decode_as(record.value or b"", WorkflowJournalEntry)  # type: ignore[type-var]
+                    except RecordError as exc:
+                        log.error("skipping unreadable journal record %s/%d@%d: %s",
+                                  record.topic, record.partition, record.offset, exc)
+                        continue
+                    self._restore(entry, partition, change, after, now_ms)
+                change.journal_offsets[partition] = chunk[-1].offset + 1
+                change.inbox_offsets[partition] = applied
+                self._store.write(change)
+                if after:
+                    # Ended while this store was behind: its outcome may never have been published.
+                    self._publisher.publish_later(after)
+        self._store.write(StoreWrite(journal_offsets={partition: high}, inbox_offsets={partition: applied}))
+        self._inbox_applied[partition] = applied
+        self._ready.add(partition)
+        commit = _Commit()
+        for instance_id in self._store.running(partition):
+            self._replayed(instance_id, commit, now_ms)
+        self._submit(commit)
+
+    def _restore(
+        self, entry: WorkflowJournalEntry, partition: int, change: StoreWrite, after: list[Outgoing], now_ms: int
+    ) -> None:
+        instance_id, record = entry.instance_id, entry.record
+        change.records.append((instance_id, record))
+        if isinstance(record, Started):
+            change.running[instance_id] = (partition, True)
+            change.statuses[instance_id] = {"status": WorkflowStatus.RUNNING.value}
+        elif isinstance(record, Ended):
+            change.running[instance_id] = (partition, False)
+            fields = outcome_fields(record)
+            status = {"finished": "FINISHED", "faulted": "FAULTED", "cancelled": "CANCELLED"}[record.outcome]
+            change.statuses[instance_id] = {"status": status, "outcome": fields}
+            after.append(self._outcome_record(instance_id, fields, record.at))
+            status_record = WorkflowStatusRecord(instance_id, self.definition.name, status, record.at)
+            after.append(Outgoing(self.topics.status, instance_id.encode(), avro.encode(status_record), partition))
+
+    # -- small things ------------------------------------------------------------------
+
+    def _remember(self, instance: WorkflowInstance) -> None:
+        self._cache[instance.instance_id] = instance
+        self._cache.move_to_end(instance.instance_id)
+
+    def _partition(self, instance_id: str) -> int:
+        return partition_for(instance_id, self._partitions)
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    def _ensure_tasks(self) -> None:
+        if self._tasks:
+            return
+        self._inputs = asyncio.Queue()
+        self._commits = asyncio.Queue()
+        self._tasks = [asyncio.ensure_future(self._feed()), asyncio.ensure_future(self._commit())]
+        for task in self._tasks:
+            task.add_done_callback(_crashed)
+
+
+_BAD = object()
+
+
+async def _settled(running: Awaitable[Any]) -> Any:
+    value = await running
+    # A sync function may return an awaitable (``lambda a: client.call(...)``): await it too.
+    while inspect.isawaitable(value):
+        value = await value
+    return value
+
+
+def _crashed(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.critical("a workflow agent task failed", exc_info=task.exception())
+        _fail()
+
+
+def _fail() -> None:
+    logging.shutdown()
+    os._exit(EXIT_FAILED)

@@ -1,0 +1,76 @@
+"""Bytes <-> workflow records for the shell: Avro, or JSON inbox envelopes by header.
+
+Also the small conversions between the core's values and what the records carry
+(an ``Ended`` record or an ``Outcome`` as reply/outcome fields).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...codec import avro
+from ...codec.content import content_type
+from ...codec.json import CONTENT_TYPE
+from ...core.workflow import Cancelled, Ended, Faulted, Finished, Outcome, StepError, WorkflowDefinition
+from ...core.workflow_records import WorkflowInbox, inbox_from_json
+from ...errors import DecodeError, SchemaError
+from ..io import Incoming
+
+#: Header on journal records written for an inbox record: that record's offset. After a
+#: crash it tells which inbox records are already journaled, so none is applied twice.
+INBOX_OFFSET_HEADER = "tidings-inbox-offset"
+
+
+def decode_inbox(record: Incoming) -> WorkflowInbox:
+    """Decode an inbox record: Avro, or JSON when ``content-type: application/json``.
+
+    Raises:
+        DecodeError: A tombstone, an unknown content type, or bytes that do not decode.
+        SchemaError: A decodable record that is not a usable inbox request.
+    """
+    if record.value is None:
+        raise DecodeError("a tombstone (null value) is not a workflow request")
+    media_type = content_type(record.headers)
+    if media_type == CONTENT_TYPE:
+        inbox = inbox_from_json(record.value, timestamp_ms=record.timestamp_ms)
+    elif media_type is not None and media_type not in ("avro/binary", "application/avro"):
+        raise DecodeError(f"unsupported content-type {media_type!r}")
+    else:
+        decoded = avro.decode(record.value)
+        if not isinstance(decoded, WorkflowInbox):
+            raise SchemaError(f"expected a WorkflowInbox, got a {type(decoded).__name__}")
+        inbox = decoded
+    if not inbox.instance_id:
+        raise SchemaError("a workflow request needs a non-empty instance_id")
+    if inbox.kind == "signal" and not inbox.signal:
+        raise SchemaError("a signal request needs the signal's name")
+    return inbox
+
+
+def outcome_fields(ended: Ended) -> dict[str, Any]:
+    """Return the stored form of an ``Ended`` record's outcome (RocksDB and replies)."""
+    return {
+        "outcome": ended.outcome,
+        "result": ended.result,
+        "error": None if ended.error is None else ended.error.to_json(),
+    }
+
+
+def outcome_fields_of(outcome: Outcome, definition: WorkflowDefinition) -> dict[str, Any]:
+    """Return the stored form of a live instance's ``Outcome``."""
+    if isinstance(outcome, Finished):
+        return {"outcome": "finished", "result": definition.codec.encode(outcome.value), "error": None}
+    if isinstance(outcome, Faulted):
+        return {"outcome": "faulted", "result": None, "error": outcome.error.to_json()}
+    return {"outcome": "cancelled", "result": None, "error": None}
+
+
+def outcome_from(
+    outcome: str, result: str | None, error: StepError | None, definition: WorkflowDefinition
+) -> Outcome:
+    """Rebuild an ``Outcome`` from reply fields, reading a result as the declared type."""
+    if outcome == "finished":
+        return Finished(definition.codec.decode(result or "null", definition.result_type))
+    if outcome == "faulted":
+        return Faulted(error or StepError(None, "faulted"))
+    return Cancelled()

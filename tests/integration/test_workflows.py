@@ -1,0 +1,197 @@
+"""Workflows hosted on Kafka: the seeds' examples end to end through a real worker process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import datetime
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+
+from tidings import App
+from tidings.codec import avro
+from tidings.core.records import DeadLetter
+from tidings.core.workflow import Cancelled, Faulted, Finished, WorkflowStatus
+from tidings.core.workflow_records import WorkflowJournalEntry
+from tidings.errors import WorkflowCancelled, WorkflowEnded, WorkflowFaulted, WorkflowNotFound
+from tidings.testing.eventually import assert_eventually
+from tidings.testing.topics import read_topic
+from tests.integration.workflow_apps import SLEEP, Calls
+from tests.workflow_workers import WorkflowWorkers, calls, workflow_app, workflow_workers  # noqa: F401
+
+
+def handle(app: App, name: str) -> Any:
+    return next(h for h in app.hosted if h.name == name)
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def test_enrich_scores_once_sleeps_and_finishes_with_the_stored_time(
+    workflow_app: App, workflow_workers: WorkflowWorkers, calls: Calls
+) -> None:
+    workflow_workers.start()
+    enrich = handle(workflow_app, "enrich")
+
+    async def scenario() -> Any:
+        await enrich.start("order-17", "ABC")
+        await enrich.start("order-17", "XYZ")  # a second start stores nothing
+        return await enrich.result("order-17", timeout=60)
+
+    outcome = run(scenario())
+    assert isinstance(outcome, Finished), workflow_workers.log_tail()
+    points, at = outcome.value
+    assert points == 42 and isinstance(at, datetime)
+    assert calls.lines("score") == ["enrich/order-17/1 1 ABC"]
+    assert run(enrich.status("order-17")) is WorkflowStatus.FINISHED
+
+
+def test_approve_takes_the_signal_or_gives_false_when_the_window_closes(
+    workflow_app: App, workflow_workers: WorkflowWorkers
+) -> None:
+    workflow_workers.start()
+    approve = handle(workflow_app, "approve")
+
+    async def scenario() -> tuple[Any, Any]:
+        await approve.start("yes")
+        await approve.start("late")
+        await approve.signal("yes", "approval", True)
+        return await approve.value("yes", 60), await approve.value("late", 60)
+
+    assert run(scenario()) == (True, False)
+    with pytest.raises(WorkflowEnded):
+        run(approve.signal("yes", "approval", False))
+
+
+def test_both_and_points_and_receipt_run_branches_together(
+    workflow_app: App, workflow_workers: WorkflowWorkers, calls: Calls
+) -> None:
+    workflow_workers.start()
+    both, par = handle(workflow_app, "both"), handle(workflow_app, "points-and-receipt")
+
+    async def scenario() -> tuple[Any, Any]:
+        await both.start("b-1")
+        await par.start("p-1")
+        return await both.value("b-1", 60), await par.value("p-1", 60)
+
+    assert run(scenario()) == (([42, 42, 42], "paid"), (42, "paid"))
+    assert sorted(calls.keys("score")) == ["both/b-1/1.1.1", "both/b-1/1.2.1", "both/b-1/1.3.1",
+                                          "points-and-receipt/p-1/1.1.1"]
+
+
+def test_wait_until_shipped_recurses_until_the_check_passes(
+    workflow_app: App, workflow_workers: WorkflowWorkers, calls: Calls
+) -> None:
+    workflow_workers.start()
+    shipping = handle(workflow_app, "shipping")
+
+    async def scenario() -> Any:
+        await shipping.start("s-1")
+        return await shipping.value("s-1", 60)
+
+    assert run(scenario()) == 2
+    assert len(calls.lines("check")) == 3
+
+
+def test_a_cancelled_booking_refunds_and_ends_cancelled(
+    workflow_app: App, workflow_workers: WorkflowWorkers, calls: Calls
+) -> None:
+    workflow_workers.start()
+    booking = handle(workflow_app, "booking")
+
+    async def scenario() -> Any:
+        await booking.start("bk-1")
+        # Wait until the charge is running, so the cancel finds it pending.
+        while await booking.status("bk-1") is None:
+            await asyncio.sleep(0.05)
+        await booking.cancel("bk-1")
+        await booking.cancel("bk-1")  # a second cancel changes nothing
+        return await booking.result("bk-1", 60)
+
+    assert run(scenario()) == Cancelled()
+    assert [line.split()[2] for line in calls.lines("charge")] == ["-30"]
+    with pytest.raises(WorkflowCancelled):
+        run(booking.value("bk-1", 10))
+
+
+def test_a_faulted_body_surfaces_as_faulted_and_value_raises(
+    workflow_app: App, workflow_workers: WorkflowWorkers
+) -> None:
+    workflow_workers.start()
+    faulty = handle(workflow_app, "faulty")
+    run(faulty.start("f-1", "boom"))
+    outcome = run(faulty.result("f-1", 60))
+    assert isinstance(outcome, Faulted) and "boom" in outcome.error.message
+    with pytest.raises(WorkflowFaulted, match="boom"):
+        run(faulty.value("f-1", 10))
+
+
+def test_signal_cancel_result_and_status_of_an_unknown_id(
+    workflow_app: App, workflow_workers: WorkflowWorkers
+) -> None:
+    workflow_workers.start()
+    approve = handle(workflow_app, "approve")
+    with pytest.raises(WorkflowNotFound):
+        run(approve.signal("nobody", "approval", True))
+    with pytest.raises(WorkflowNotFound):
+        run(approve.cancel("nobody"))
+    with pytest.raises(WorkflowNotFound):
+        run(approve.result("nobody", 30))
+    assert run(approve.status("nobody")) is None
+
+
+def test_json_envelopes_start_and_signal_and_malformed_records_are_dead_lettered(
+    kafka_bootstrap: str, workflow_app: App, workflow_workers: WorkflowWorkers
+) -> None:
+    workflow_workers.start()
+    collector = handle(workflow_app, "collector")
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "partitioner": "murmur2_random"})
+    json_header = [("content-type", b"application/json")]
+
+    def send(value: bytes, headers: list[tuple[str, bytes]] | None = None, key: bytes = b"c-1") -> None:
+        producer.produce(collector.topics.inbox, value, key, headers=headers)
+
+    send(json.dumps({"kind": "start", "instance_id": "c-1", "payload": 2}).encode(), json_header)
+    send(b"not avro at all")
+    send(b"{broken json", json_header)
+    send(json.dumps({"kind": "launch", "instance_id": "c-1"}).encode(), json_header)
+    send(json.dumps({"kind": "signal", "instance_id": "c-1", "signal": "item", "payload": 7}).encode(), json_header)
+    # Sent to another partition than the instance's: forwarded, not lost.
+    send(json.dumps({"kind": "signal", "instance_id": "c-1", "signal": "item", "payload": 8}).encode(),
+         json_header, key=b"somewhere-else")
+    producer.flush(10)
+
+    assert run(collector.value("c-1", 60)) == [7, 8]
+
+    def dead_letters() -> list[DeadLetter]:
+        letters = [avro.decode(r.value) for r in read_topic(kafka_bootstrap, f"{workflow_app.name}.deadletter")]
+        assert len(letters) == 3
+        return letters
+
+    letters = assert_eventually(dead_letters, timeout=30)
+    assert {letter.error_type for letter in letters} == {"DecodeError", "SchemaError"}
+    assert all(letter.source_topic == collector.topics.inbox for letter in letters)
+
+
+def test_the_journal_is_keyed_by_instance_and_seq_and_the_outcome_is_published(
+    kafka_bootstrap: str, workflow_app: App, workflow_workers: WorkflowWorkers
+) -> None:
+    workflow_workers.start()
+    one = handle(workflow_app, "one-activity")
+    assert run(_start_and_value(one, "o-1", 1)) == 2
+    journal = read_topic(kafka_bootstrap, one.topics.journal)
+    keys = [record.key.decode() for record in journal]
+    assert keys == ["o-1/1", "o-1/2", "o-1/3", "o-1/4"]
+    entries = [avro.decode(record.value) for record in journal]
+    assert all(isinstance(e, WorkflowJournalEntry) and e.instance_id == "o-1" for e in entries)
+    outcomes = assert_eventually(lambda: read_topic(kafka_bootstrap, one.topics.outcomes), timeout=30)
+    assert outcomes[-1].key == b"o-1"
+
+
+async def _start_and_value(handle_: Any, instance_id: str, value: Any) -> Any:
+    await handle_.start(instance_id, value)
+    return await handle_.value(instance_id, 60)
+

@@ -1,0 +1,175 @@
+"""The workflow App the integration and chaos tests run in worker processes.
+
+A worker subprocess imports ``tests.integration.workflow_apps:app``; ``TEST_APP_ID`` names
+it and ``TEST_CALLS_DIR`` is where activities record their calls (one line per call, in a
+file per activity), so a test can count side effects across SIGKILLs. Tests build the same
+App in-process with ``build(app_id, calls_dir)`` to talk to it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from tidings import App
+from tidings.core.workflow import Attempt, ErrorKind, Retry, WorkflowContext, subroutine
+from tidings.errors import WorkflowStepFailed
+
+PARTITIONS = 4
+#: The seeds' five minutes, one minute and two days, scaled down so tests take seconds.
+SLEEP = timedelta(seconds=2)
+RACE_LIMIT = timedelta(seconds=3)
+APPROVAL_WINDOW = timedelta(seconds=4)
+
+
+class Calls:
+    """Appends one line per activity call to ``{dir}/{activity}.log``; counts them back."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def record(self, activity: str, attempt: Attempt, detail: Any = "") -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        with open(self.directory / f"{activity}.log", "a", encoding="utf-8") as log:
+            log.write(f"{attempt.idempotency_key} {attempt.number} {detail}\n")
+            log.flush()
+            os.fsync(log.fileno())
+
+    def lines(self, activity: str) -> list[str]:
+        path = self.directory / f"{activity}.log"
+        return path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+
+    def keys(self, activity: str) -> list[str]:
+        return [line.split(" ", 1)[0] for line in self.lines(activity)]
+
+
+def build(app_id: str, calls_dir: Path) -> App:
+    """Return the workflow test App named ``app_id``, recording calls under ``calls_dir``."""
+    app = App(app_id, partitions=PARTITIONS, command_timeout=60)
+    calls = Calls(calls_dir)
+
+    def score(attempt: Attempt, order: str) -> int:
+        calls.record("score", attempt, order)
+        return 42
+
+    def charge(attempt: Attempt, amount: int) -> str:
+        calls.record("charge", attempt, amount)
+        return "paid"
+
+    @app.workflow("enrich")
+    async def enrich(ctx: WorkflowContext, order: str) -> tuple[int, datetime]:
+        points = await ctx.activity("score", Retry.times(3), lambda a: score(a, order))
+        await ctx.sleep(SLEEP)
+        return points, await ctx.now()
+
+    @app.workflow("approve")
+    async def approve(ctx: WorkflowContext, _: None) -> bool:
+        answer = await ctx.wait_signal_for("approval", APPROVAL_WINDOW, type=bool)
+        return answer if answer is not None else False
+
+    @app.workflow("both")
+    async def both(ctx: WorkflowContext, _: None) -> tuple[list[int], str | None]:
+        async def charged(ctx: WorkflowContext) -> str | None:
+            return await ctx.activity("charge", Retry.none, lambda a: charge(a, 30))
+
+        async def timed_out(ctx: WorkflowContext) -> str | None:
+            await ctx.sleep(RACE_LIMIT)
+            return None
+
+        points = await ctx.all(
+            [ctx.activity("score", Retry.times(3), lambda a, o=o: score(a, o)) for o in ["A", "B", "C"]]
+        )
+        return points, await ctx.race([charged(ctx), timed_out(ctx)])
+
+    @app.workflow("points-and-receipt")
+    async def points_and_receipt(ctx: WorkflowContext, _: None) -> tuple[int, str]:
+        return await ctx.both(
+            ctx.activity("score", Retry.times(3), lambda a: score(a, "A")),
+            ctx.activity("charge", Retry.none, lambda a: charge(a, 30)),
+        )
+
+    def is_shipped(attempt: Attempt) -> bool:
+        calls.record("check", attempt)
+        return len(calls.lines("check")) >= 3
+
+    @subroutine
+    async def wait_until_shipped(ctx: WorkflowContext, checks: int) -> int:
+        if await ctx.activity("check", Retry.times(3), is_shipped):
+            return checks
+        await ctx.sleep(timedelta(milliseconds=200))
+        return await wait_until_shipped(ctx, checks + 1)
+
+    @app.workflow("shipping")
+    async def shipping(ctx: WorkflowContext, _: None) -> int:
+        return await wait_until_shipped(ctx, 0)
+
+    def slow_charge(attempt: Attempt, amount: int) -> str:
+        # Watches its cancellation so a cancel ends the attempt early, charging nothing.
+        if attempt.cancellation.wait(1.0):
+            raise RuntimeError("cancelled before charging")
+        calls.record("charge", attempt, amount)
+        return "paid"
+
+    @app.workflow("booking")
+    async def booking(ctx: WorkflowContext, _: None) -> str:
+        try:
+            return await ctx.activity("charge", Retry.forever(timedelta(hours=1)), lambda a: slow_charge(a, 30))
+        except WorkflowStepFailed as failed:
+            if failed.error.kind is ErrorKind.CANCELLED:
+                await ctx.activity("refund", Retry.none, lambda a: charge(a, -30))
+            raise
+
+    @app.workflow("faulty")
+    async def faulty(ctx: WorkflowContext, reason: str) -> None:
+        raise ValueError(reason)
+
+    # -- for the chaos tests ------------------------------------------------------------
+
+    def slow_side_effect(attempt: Attempt, seconds: float) -> str:
+        calls.record("slow", attempt, "begin")
+        time.sleep(seconds)
+        calls.record("slow", attempt, "end")
+        return "done"
+
+    def quick_side_effect(attempt: Attempt) -> int:
+        calls.record("quick", attempt)
+        return 1
+
+    @app.workflow("steps")
+    async def steps(ctx: WorkflowContext, seconds: float) -> list[str]:
+        """A completed activity, then a slow one, then another: crash during the slow one."""
+        first = await ctx.activity("quick", Retry.times(3), quick_side_effect)
+        second = await ctx.activity("slow", Retry.times(3), lambda a: slow_side_effect(a, seconds))
+        third = await ctx.activity("quick", Retry.times(3), quick_side_effect)
+        return [str(first), second, str(third)]
+
+    @app.workflow("napper")
+    async def napper(ctx: WorkflowContext, seconds: float) -> list[str]:
+        """Sleeps ``seconds``; returns when it started the sleep and when it woke."""
+        before = await ctx.now()
+        await ctx.sleep(timedelta(seconds=seconds))
+        after = await ctx.now()
+        return [before.isoformat(), after.isoformat()]
+
+    @app.workflow("collector")
+    async def collector(ctx: WorkflowContext, count: int) -> list[int]:
+        """Collects ``count`` signals named "item", in arrival order."""
+        items = []
+        for _ in range(count):
+            items.append(await ctx.wait_signal("item", type=int))
+        return items
+
+    @app.workflow("one-activity")
+    async def one_activity(ctx: WorkflowContext, n: int) -> int:
+        return await ctx.activity("inc", Retry.times(3), lambda a: n + 1)
+
+    return app
+
+
+app = build(
+    os.environ.get("TEST_APP_ID", "workflows"),
+    Path(os.environ.get("TEST_CALLS_DIR", ".tidings/test-calls")),
+)
