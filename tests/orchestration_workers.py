@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -98,6 +98,12 @@ class Executor:
 
     async def run_once(self) -> int:
         """Read the actions topic, execute what is new; return how many were executed."""
+        sends = await self.plan()
+        await asyncio.gather(*sends)
+        return len(sends)
+
+    async def plan(self) -> list[Awaitable[object]]:
+        """Read the actions topic; return the sends that execute what is new (not awaited)."""
         records = await asyncio.to_thread(read_topic, self.bootstrap, self.actions_topic)
         self.seen = [avro.decode_as(r.value, OrchestrationActions) for r in records]
         client = self.app.client(self.bootstrap)
@@ -115,8 +121,7 @@ class Executor:
                     "ledger", f"{action.type.lower()}-{order}",
                     Happen(order=order, step=REPLIES[action.type]),
                 ))
-        await asyncio.gather(*sends)
-        return len(sends)
+        return sends
 
     def outcomes(self) -> list[OrchestrationOutcome]:
         records = read_topic(self.bootstrap, self.outcomes_topic)

@@ -67,8 +67,10 @@ class OrchestrationDefinition:
     def attach(self, worker: Worker, faust_app: Any, publisher: Any) -> None:
         """Open the store and add the router and instance agents to ``faust_app``."""
         reader = KafkaPartitionReader(worker.bootstrap)
+        offsets_reader = KafkaPartitionReader(worker.bootstrap)
         store = OrchestrationStore(worker.data_dir / "orchestrations" / self.name)
         worker.on_close(reader.close)
+        worker.on_close(offsets_reader.close)
         worker.on_close(store.close)
         partitions = self.app.partitions
         router = OrchestrationRouter(
@@ -78,6 +80,7 @@ class OrchestrationDefinition:
         agent = OrchestrationAgent(
             self.name, self.factory, sources=self.sources, topics=self.topics,
             partitions=partitions, store=store, reader=reader, publisher=publisher,
+            offsets_reader=offsets_reader,
         )
         raw = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw",
                "value_serializer": "raw"}

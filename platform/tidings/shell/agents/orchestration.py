@@ -32,7 +32,7 @@ import json
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -279,6 +279,7 @@ class OrchestrationAgent:
         store: OrchestrationStore,
         reader: PartitionReader,
         publisher: Publisher,
+        offsets_reader: PartitionReader | None = None,
         clock: Callable[[], float] = time.time,
         cache_size: int = 10_000,
     ) -> None:
@@ -289,6 +290,9 @@ class OrchestrationAgent:
         self._partitions = partitions
         self._store = store
         self._reader = reader
+        # librdkafka answers an offsets query slowly (~0.4 s) right after a read's
+        # unassign; a second client that only asks for offsets keeps a catch-up fast.
+        self._offsets_reader = offsets_reader or reader
         self._publisher = publisher
         self._clock = clock
         self._cache_size = cache_size
@@ -360,13 +364,17 @@ class OrchestrationAgent:
         """Apply what Kafka holds beyond this worker's store for ``partition`` (module doc)."""
         self._live.pop(partition, None)
         offsets: dict[tuple[str, int], int] = {}
+        ranges = {
+            topic: await self._range(topic, partition)
+            for topic in (self.topics.actions, self.topics.outcomes, self.topics.journal)
+        }
         actions: set[tuple[str, int]] = set()
         outcomes: set[str] = set()
-        async for record in self._tail(self.topics.actions, partition, offsets):
+        async for record in self._tail(self.topics.actions, partition, ranges, offsets):
             written = _decoded(record, OrchestrationActions)
             if written is not None and written.orchestration == self.name:
                 actions.add((written.instance, written.position))
-        async for record in self._tail(self.topics.outcomes, partition, offsets):
+        async for record in self._tail(self.topics.outcomes, partition, ranges, offsets):
             finished = _decoded(record, OrchestrationOutcome)
             if finished is not None and finished.orchestration == self.name:
                 outcomes.add(finished.instance)
@@ -375,7 +383,7 @@ class OrchestrationAgent:
         work = _Work()
         now_ms = int(self._clock() * 1000)
         replayed = 0
-        async for record in self._tail(self.topics.journal, partition, offsets):
+        async for record in self._tail(self.topics.journal, partition, ranges, offsets):
             entry = _decoded(record, OrchestrationEvent)
             if entry is None or entry.orchestration != self.name:
                 continue
@@ -388,9 +396,9 @@ class OrchestrationAgent:
                 continue  # the store has it
             replayed += 1
             self._restore(partition, live, entry, record.value or b"", work, now_ms)
-        if replayed or work.records:
-            log.info("orchestration %s partition %d: %d journaled events beyond the store, "
-                     "%d records written late", self.name, partition, replayed, len(work.records))
+        log.info("orchestration %s partition %d caught up: %d actions records and %d outcomes "
+                 "beyond the store, %d journaled events replayed, %d records written late",
+                 self.name, partition, len(actions), len(outcomes), replayed, len(work.records))
         delivered = await self._publisher.publish(work.records)
         for key, end in self._offsets(delivered).items():
             offsets[key] = max(offsets.get(key, 0), end)
@@ -398,13 +406,22 @@ class OrchestrationAgent:
         self._trim()
         self._ready.add(partition)
 
+    async def _range(self, topic: str, partition: int) -> tuple[int, int]:
+        """Return the offsets of ``topic``/``partition`` beyond the store: [start, high)."""
+        low, high = await self._offsets_reader.watermarks(topic, partition)
+        return max(self._store.offset(self._roles[topic], partition) or 0, low), high
+
     async def _tail(
-        self, topic: str, partition: int, offsets: dict[tuple[str, int], int]
-    ) -> Any:
-        role = self._roles[topic]
-        low, high = await self._reader.watermarks(topic, partition)
-        start = max(self._store.offset(role, partition) or 0, low)
-        offsets[(role, partition)] = high
+        self,
+        topic: str,
+        partition: int,
+        ranges: Mapping[str, tuple[int, int]],
+        offsets: dict[tuple[str, int], int],
+    ) -> AsyncIterator[Incoming]:
+        start, high = ranges[topic]
+        offsets[(self._roles[topic], partition)] = high
+        if start >= high:
+            return
         async for chunk in self._reader.read(topic, partition, start, high):
             for record in chunk:
                 yield record
