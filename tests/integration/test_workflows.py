@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 from datetime import datetime
 from typing import Any
 
@@ -19,7 +22,7 @@ from tidings.errors import WorkflowCancelled, WorkflowEnded, WorkflowFaulted, Wo
 from tidings.testing.eventually import assert_eventually
 from tidings.testing.topics import read_topic
 from tests.integration.workflow_apps import SLEEP, Calls
-from tests.workflow_workers import WorkflowWorkers, calls, workflow_app, workflow_workers  # noqa: F401
+from tests.workflow_workers import ROOT, WorkflowWorkers, calls, workflow_app, workflow_workers  # noqa: F401
 
 
 def handle(app: App, name: str) -> Any:
@@ -195,3 +198,26 @@ async def _start_and_value(handle_: Any, instance_id: str, value: Any) -> Any:
     await handle_.start(instance_id, value)
     return await handle_.value(instance_id, 60)
 
+
+
+def test_the_cli_starts_signals_and_reads_the_status_and_result(
+    kafka_bootstrap: str, app_id: str, workflow_app: App, workflow_workers: WorkflowWorkers, calls: Calls
+) -> None:
+    workflow_workers.start()
+    env = {**os.environ, "TIDINGS_BOOTSTRAP": kafka_bootstrap, "TEST_APP_ID": app_id,
+           "TEST_CALLS_DIR": str(calls.directory)}
+
+    def tidings(*args: str) -> tuple[int, Any]:
+        done = subprocess.run(
+            [sys.executable, "-m", "tidings.cli.main", args[0], "tests.integration.workflow_apps:app", *args[1:]],
+            capture_output=True, text=True, env=env, cwd=ROOT, timeout=120,
+        )
+        return done.returncode, json.loads(done.stdout) if done.stdout.strip() else done.stderr
+
+    assert tidings("start", "approve", "cli-1") == (0, {"started": "cli-1", "workflow": "approve"})
+    assert tidings("signal", "approve", "cli-1", "approval", "true", "--timeout", "60") == (
+        0, {"signalled": "cli-1", "signal": "approval"})
+    assert tidings("result", "approve", "cli-1", "--timeout", "60") == (0, {"outcome": "finished", "value": True})
+    assert tidings("status", "approve", "cli-1") == (0, {"status": "FINISHED"})
+    code, error = tidings("cancel", "approve", "nobody")
+    assert code == 1 and "no approve instance 'nobody'" in error

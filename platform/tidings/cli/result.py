@@ -1,0 +1,41 @@
+"""``tidings result MODULE:APP WORKFLOW ID``: wait for an instance's outcome, print it as JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from ..core.workflow import Faulted, Finished
+from .start import add_workflow_parser, call, fail, workflow_handle
+
+_DESCRIPTION = """\
+Wait until the instance ID ends and print its outcome as JSON:
+{"outcome": "finished", "value": ...}, {"outcome": "faulted", "error": {...}} or
+{"outcome": "cancelled"}. Exit status: 0 finished; 1 faulted, cancelled or no such
+instance; 2 not ended within --timeout.
+"""
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``result`` command."""
+    parser = add_workflow_parser(subparsers, "result", "wait for a workflow instance's outcome", _DESCRIPTION)
+    parser.add_argument("--timeout", type=float, help="seconds to wait (default: the app's command timeout)")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    handle = workflow_handle(args)
+    try:
+        outcome = call(handle, lambda: handle.result(args.instance_id, args.timeout, bootstrap=args.bootstrap))
+    except TimeoutError as exc:
+        return fail(str(exc), 2)
+    if isinstance(outcome, Finished):
+        value = json.loads(handle.definition.codec.encode(outcome.value))
+        print(json.dumps({"outcome": "finished", "value": value}))
+        return 0
+    if isinstance(outcome, Faulted):
+        print(json.dumps({"outcome": "faulted", "error": outcome.error.to_json()}))
+        return 1
+    print(json.dumps({"outcome": "cancelled"}))
+    return 1

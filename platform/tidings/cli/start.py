@@ -1,0 +1,96 @@
+"""``tidings start MODULE:APP WORKFLOW ID [JSON]``: start a workflow instance.
+
+The other workflow commands (``signal``, ``cancel``, ``result``, ``status``) share the
+helpers here: finding the workflow's handle and parsing JSON arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from .loading import load_app
+
+_DESCRIPTION = """\
+Start the instance ID of a workflow with the JSON input, for example:
+
+  tidings start examples.shop.app:app enrich order-17 '"ABC"'
+
+A second start with the same ID stores nothing. Returns once the request is in the
+workflow's inbox; `tidings result` waits for the outcome.
+"""
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``start`` command."""
+    parser = add_workflow_parser(subparsers, "start", "start a workflow instance", _DESCRIPTION)
+    parser.add_argument("input", metavar="JSON", nargs="?", default="null", help="the input (default null)")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    handle = workflow_handle(args)
+    value = parse_json(args.input, "the input")
+    call(handle, lambda: handle.start(args.instance_id, value, bootstrap=args.bootstrap))
+    print(json.dumps({"started": args.instance_id, "workflow": handle.name}))
+    return 0
+
+
+# -- shared by the workflow commands ----------------------------------------------------------
+
+
+def add_workflow_parser(subparsers: Any, name: str, help: str, description: str) -> argparse.ArgumentParser:
+    """Add a command that names ``MODULE:APP WORKFLOW ID``; return its parser."""
+    parser = subparsers.add_parser(
+        name, help=help, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("app", metavar="MODULE:APP", help="where the App is")
+    parser.add_argument("workflow", metavar="WORKFLOW", help="the workflow's name, e.g. enrich")
+    parser.add_argument("instance_id", metavar="ID", help="the instance id, e.g. order-17")
+    parser.add_argument("--bootstrap", help="Kafka bootstrap servers (default $TIDINGS_BOOTSTRAP)")
+    return parser
+
+
+def workflow_handle(args: argparse.Namespace) -> Any:
+    """Return the handle of ``args.workflow`` in the App ``args.app``.
+
+    Raises:
+        SystemExit: the App declares no such workflow.
+    """
+    app = load_app(args.app)
+    workflows = [hosted for hosted in app.hosted if hasattr(hosted, "definition") and hasattr(hosted, "start")]
+    for handle in workflows:
+        if handle.name == args.workflow:
+            return handle
+    known = ", ".join(sorted(h.name for h in workflows)) or "none"
+    raise SystemExit(f"tidings: app {app.name!r} has no workflow {args.workflow!r}; known: {known}")
+
+
+def parse_json(text: str, what: str) -> Any:
+    """Parse a JSON argument, or exit saying what was wrong."""
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise SystemExit(f"tidings: {what} is not JSON: {exc}") from None
+
+
+def call(handle: Any, request: Callable[[], Awaitable[Any]]) -> Any:
+    """Run one request of ``handle`` and close its clients afterwards."""
+
+    async def run() -> Any:
+        return await request()
+
+    try:
+        return asyncio.run(run())
+    finally:
+        handle.close()
+
+
+def fail(message: str, code: int) -> int:
+    """Print ``message`` on stderr and return ``code``."""
+    print(f"tidings: {message}", file=sys.stderr)
+    return code
