@@ -88,7 +88,8 @@ def test_every_shipped_schema_version_is_in_the_catalogue() -> None:
     prints = {schema_fingerprint(json.loads(p.read_text())) for p in schemas.glob("*.avsc")}
     assert prints == set(CATALOGUE.by_fingerprint)
     assert {(v.kind, v.version) for v in CATALOGUE.newest.values()} == {
-        ("command", 2), ("event", 1), ("reply", 1), ("deadletter", 1)
+        ("command", 2), ("event", 1), ("reply", 1), ("deadletter", 1),
+        ("orchestrationevent", 1), ("orchestrationactions", 1), ("orchestrationoutcome", 1),
     }
 
 
