@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import inspect
 import json
 import logging
 import os
@@ -38,7 +37,6 @@ from typing import Any
 from ...codec import avro
 from ...core.partitioning import partition_for
 from ...core.workflow import (
-    ActivityResult,
     ArmTimer,
     Attempt,
     Cancel,
@@ -52,24 +50,26 @@ from ...core.workflow import (
     Signal,
     Start,
     Started,
-    StepError,
     TimerFired,
     WorkflowDefinition,
     WorkflowInstance,
     WorkflowStatus,
 )
-from ...core.workflow_records import (
-    WorkflowInbox,
-    WorkflowJournalEntry,
-    WorkflowOutcomeRecord,
-    WorkflowReply,
-    WorkflowStatusRecord,
-)
+from ...core.workflow_records import WorkflowInbox, WorkflowJournalEntry, WorkflowStatusRecord
 from ...errors import RecordError, SchemaError
 from ..deadletters import dead_letter
 from ..pipeline import EXIT_FAILED
 from ..io import Delivered, Incoming, Outgoing, PartitionReader, Publisher
-from .workflow_codec import INBOX_OFFSET_HEADER, decode_inbox, outcome_fields, outcome_fields_of
+from .workflow_activities import run_attempt
+from .workflow_codec import (
+    INBOX_OFFSET_HEADER,
+    answer_of,
+    decode_inbox,
+    outcome_fields,
+    outcome_fields_of,
+    outcome_record,
+    reply_record,
+)
 from .workflow_store import StoreWrite, WorkflowStore
 
 log = logging.getLogger(__name__)
@@ -244,7 +244,7 @@ class WorkflowAgent:
             return
         if request.kind == "signal":
             if instance is None:
-                self._reply(commit, request, "ended", **self._answer(stored))
+                self._reply(commit, request, "ended", **answer_of(stored))
                 return
             value = self._payload(record, request, commit, now_ms)
             if value is _BAD:
@@ -256,7 +256,7 @@ class WorkflowAgent:
                 self._advance(instance, Cancel(), commit, now_ms, record.offset)
             self._reply(commit, request, "accepted")
         else:  # query
-            answer = self._answer(stored) if instance is None else self._answer_live(instance)
+            answer = answer_of(stored) if instance is None else self._answer_live(instance)
             ended = answer.get("outcome") is not None
             if request.wait and not ended and request.reply_to:
                 self._waiters.setdefault(instance_id, []).append((request.request_id, request.reply_to))
@@ -333,16 +333,15 @@ class WorkflowAgent:
             commit.write.running[instance_id] = (partition, False)
             commit.after.append(self._outcome_record(instance_id, stored["outcome"], now_ms))
             for request_id, reply_to in self._waiters.pop(instance_id, ()):
-                commit.after.append(self._reply_record(reply_to, request_id, instance_id, "status",
-                                                       **self._answer(stored)))
+                commit.after.append(reply_record(reply_to, request_id, instance_id, "status", now_ms,
+                                                 **answer_of(stored)))
         else:
             commit.write.running[instance_id] = (partition, True)
         if reason is not None:
             stored["reason"] = reason
             log.warning("workflow %s instance %r is parked: %s", self.definition.name, instance_id, reason)
         commit.write.statuses[instance_id] = stored
-        status_record = WorkflowStatusRecord(instance_id, self.definition.name, status.value, now_ms, reason)
-        commit.after.append(Outgoing(self.topics.status, instance_id.encode(), avro.encode(status_record), partition))
+        commit.after.append(self._status_record(instance_id, status.value, now_ms, reason))
 
     def _replayed(self, instance_id: str, commit: _Commit, now_ms: int) -> WorkflowInstance:
         """Rebuild an instance that is not in memory from its stored journal."""
@@ -364,49 +363,11 @@ class WorkflowAgent:
             answer.update(fields)
         return answer
 
-    @staticmethod
-    def _answer(stored: dict[str, Any] | None) -> dict[str, Any]:
-        if stored is None:
-            return {}
-        answer: dict[str, Any] = {"status": stored["status"], "reason": stored.get("reason")}
-        answer.update(stored.get("outcome") or {})
-        return answer
-
     def _reply(self, commit: _Commit, request: WorkflowInbox, answer: str, **fields: Any) -> None:
         if request.reply_to:
-            commit.after.append(
-                self._reply_record(request.reply_to, request.request_id, request.instance_id, answer, **fields)
-            )
-
-    def _reply_record(
-        self, reply_to: str, request_id: str, instance_id: str, answer: str, **fields: Any
-    ) -> Outgoing:
-        error = fields.get("error")
-        reply = WorkflowReply(
-            request_id=request_id,
-            instance_id=instance_id,
-            answer=answer,
-            timestamp_ms=self._now_ms(),
-            status=fields.get("status"),
-            outcome=fields.get("outcome"),
-            result=fields.get("result"),
-            error=StepError.from_json(error) if isinstance(error, dict) else error,
-            reason=fields.get("reason"),
-        )
-        return Outgoing(reply_to, request_id.encode(), avro.encode(reply))
-
-    def _outcome_record(self, instance_id: str, fields: dict[str, Any], now_ms: int) -> Outgoing:
-        error = fields.get("error")
-        record = WorkflowOutcomeRecord(
-            instance_id=instance_id,
-            workflow=self.definition.name,
-            outcome=fields["outcome"],
-            at=now_ms,
-            result=fields.get("result"),
-            error=None if error is None else StepError.from_json(error),
-        )
-        partition = self._partition(instance_id)
-        return Outgoing(self.topics.outcomes, instance_id.encode(), avro.encode(record), partition)
+            commit.after.append(reply_record(
+                request.reply_to, request.request_id, request.instance_id, answer, self._now_ms(), **fields
+            ))
 
     _refusal: str | None = None
 
@@ -472,25 +433,7 @@ class WorkflowAgent:
         self._inputs.put_nowait((instance_id, TimerFired(path)))
 
     async def _call(self, instance_id: str, effect: RunActivity, attempt: Attempt) -> None:
-        delay = (effect.not_before - self._now_ms()) / 1000
-        if delay > 0:
-            await asyncio.sleep(delay)
-        try:
-            if inspect.iscoroutinefunction(effect.fn):
-                running: Awaitable[Any] = effect.fn(attempt)
-            else:
-                running = asyncio.get_running_loop().run_in_executor(self._executor, effect.fn, attempt)
-            if effect.timeout_at is not None:
-                value = await asyncio.wait_for(_settled(running), max(0.0, (effect.timeout_at - self._now_ms()) / 1000))
-            else:
-                value = await _settled(running)
-            result = ActivityResult(effect.path, effect.attempt, value=value)
-        except asyncio.TimeoutError:
-            result = ActivityResult(effect.path, effect.attempt, timed_out=True)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - the attempt failed; the policy decides
-            result = ActivityResult(effect.path, effect.attempt, error=exc)
+        result = await run_attempt(effect, attempt, self._executor, self._clock)
         key = (instance_id, effect.path)
         current = self._activities.get(key)
         if current is None or current[1] is not attempt:
@@ -610,10 +553,17 @@ class WorkflowAgent:
             status = {"finished": "FINISHED", "faulted": "FAULTED", "cancelled": "CANCELLED"}[record.outcome]
             change.statuses[instance_id] = {"status": status, "outcome": fields}
             after.append(self._outcome_record(instance_id, fields, record.at))
-            status_record = WorkflowStatusRecord(instance_id, self.definition.name, status, record.at)
-            after.append(Outgoing(self.topics.status, instance_id.encode(), avro.encode(status_record), partition))
+            after.append(self._status_record(instance_id, status, record.at))
 
     # -- small things ------------------------------------------------------------------
+
+    def _outcome_record(self, instance_id: str, fields: dict[str, Any], now_ms: int) -> Outgoing:
+        topic, partition = self.topics.outcomes, self._partition(instance_id)
+        return outcome_record(topic, partition, self.definition.name, instance_id, fields, now_ms)
+
+    def _status_record(self, instance_id: str, status: str, at: int, reason: str | None = None) -> Outgoing:
+        record = WorkflowStatusRecord(instance_id, self.definition.name, status, at, reason)
+        return Outgoing(self.topics.status, instance_id.encode(), avro.encode(record), self._partition(instance_id))
 
     def _remember(self, instance: WorkflowInstance) -> None:
         self._cache[instance.instance_id] = instance
@@ -636,14 +586,6 @@ class WorkflowAgent:
 
 
 _BAD = object()
-
-
-async def _settled(running: Awaitable[Any]) -> Any:
-    value = await running
-    # A sync function may return an awaitable (``lambda a: client.call(...)``): await it too.
-    while inspect.isawaitable(value):
-        value = await value
-    return value
 
 
 def _crashed(task: asyncio.Task[None]) -> None:

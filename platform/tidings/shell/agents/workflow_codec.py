@@ -12,9 +12,9 @@ from ...codec import avro
 from ...codec.content import content_type
 from ...codec.json import CONTENT_TYPE
 from ...core.workflow import Cancelled, Ended, Faulted, Finished, Outcome, StepError, WorkflowDefinition
-from ...core.workflow_records import WorkflowInbox, inbox_from_json
+from ...core.workflow_records import WorkflowInbox, WorkflowOutcomeRecord, WorkflowReply, inbox_from_json
 from ...errors import DecodeError, SchemaError
-from ..io import Incoming
+from ..io import Incoming, Outgoing
 
 #: Header on journal records written for an inbox record: that record's offset. After a
 #: crash it tells which inbox records are already journaled, so none is applied twice.
@@ -74,3 +74,47 @@ def outcome_from(
     if outcome == "faulted":
         return Faulted(error or StepError(None, "faulted"))
     return Cancelled()
+
+
+def answer_of(stored: dict[str, Any] | None) -> dict[str, Any]:
+    """Return the reply fields for an instance's stored status (``s/{id}`` in RocksDB)."""
+    if stored is None:
+        return {}
+    answer: dict[str, Any] = {"status": stored["status"], "reason": stored.get("reason")}
+    answer.update(stored.get("outcome") or {})
+    return answer
+
+
+def reply_record(
+    reply_to: str, request_id: str, instance_id: str, answer: str, now_ms: int, **fields: Any
+) -> Outgoing:
+    """Return the reply to ``request_id`` (keyed by it) on ``reply_to``."""
+    error = fields.get("error")
+    reply = WorkflowReply(
+        request_id=request_id,
+        instance_id=instance_id,
+        answer=answer,
+        timestamp_ms=now_ms,
+        status=fields.get("status"),
+        outcome=fields.get("outcome"),
+        result=fields.get("result"),
+        error=StepError.from_json(error) if isinstance(error, dict) else error,
+        reason=fields.get("reason"),
+    )
+    return Outgoing(reply_to, request_id.encode(), avro.encode(reply))
+
+
+def outcome_record(
+    topic: str, partition: int, workflow: str, instance_id: str, fields: dict[str, Any], at: int
+) -> Outgoing:
+    """Return the outcome record of ``instance_id`` (keyed by it) from stored outcome fields."""
+    error = fields.get("error")
+    record = WorkflowOutcomeRecord(
+        instance_id=instance_id,
+        workflow=workflow,
+        outcome=fields["outcome"],
+        at=at,
+        result=fields.get("result"),
+        error=None if error is None else StepError.from_json(error),
+    )
+    return Outgoing(topic, instance_id.encode(), avro.encode(record), partition)
