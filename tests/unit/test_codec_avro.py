@@ -90,6 +90,8 @@ def test_every_shipped_schema_version_is_in_the_catalogue() -> None:
     assert {(v.kind, v.version) for v in CATALOGUE.newest.values()} == {
         ("command", 2), ("event", 1), ("reply", 1), ("deadletter", 1),
         ("orchestrationevent", 1), ("orchestrationactions", 1), ("orchestrationoutcome", 1),
+        ("workflowinbox", 1), ("workflowjournal", 1), ("workflowoutcome", 1),
+        ("workflowreply", 1), ("workflowstatus", 1),
     }
 
 
