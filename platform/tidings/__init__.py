@@ -12,6 +12,17 @@ Start here. The package is split into a pure core and a thin shell:
 See docs/architecture.md for how a message flows through them.
 """
 
+from .core.workflow import Attempt as Attempt
+from .core.workflow import Cancelled as Cancelled
+from .core.workflow import ErrorKind as ErrorKind
+from .core.workflow import Faulted as Faulted
+from .core.workflow import Finished as Finished
+from .core.workflow import Retry as Retry
+from .core.workflow import RetryPolicy as RetryPolicy
+from .core.workflow import StepError as StepError
+from .core.workflow import WorkflowContext as WorkflowContext
+from .core.workflow import WorkflowStatus as WorkflowStatus
+from .core.workflow import subroutine as subroutine
 from .core.aggregate import Defer as Defer
 from .core.aggregate import Ignore as Ignore
 from .core.aggregate import Persist as Persist
@@ -23,31 +34,56 @@ from .errors import DefinitionError as DefinitionError
 from .errors import RecordError as RecordError
 from .errors import ReplyTimeout as ReplyTimeout
 from .errors import SchemaError as SchemaError
+from .errors import NondeterminismError as NondeterminismError
 from .errors import TidingsError as TidingsError
+from .errors import WorkflowCancelled as WorkflowCancelled
+from .errors import WorkflowEnded as WorkflowEnded
+from .errors import WorkflowFaulted as WorkflowFaulted
+from .errors import WorkflowNotFound as WorkflowNotFound
+from .errors import WorkflowStepFailed as WorkflowStepFailed
 from .shell.agents.projection import ProjectedEvent as ProjectedEvent
 from .shell.app import AggregateHandle as AggregateHandle
 from .shell.app import App as App
 from .shell.app import ProjectionHandle as ProjectionHandle
 from .shell.client import Client as Client
 from .shell.views import View as View
+from .shell.workflows import WorkflowHandle as WorkflowHandle
 
 __all__ = [
     "AggregateHandle",
     "AggregateVersionConflict",
     "App",
+    "Attempt",
     "BrokerError",
+    "Cancelled",
     "Client",
     "DecodeError",
     "Defer",
     "DefinitionError",
+    "ErrorKind",
+    "Faulted",
+    "Finished",
     "Ignore",
+    "NondeterminismError",
     "Persist",
     "PersistAll",
     "ProjectedEvent",
     "ProjectionHandle",
     "RecordError",
     "ReplyTimeout",
+    "Retry",
+    "RetryPolicy",
     "SchemaError",
+    "StepError",
     "TidingsError",
     "View",
+    "WorkflowCancelled",
+    "WorkflowContext",
+    "WorkflowEnded",
+    "WorkflowFaulted",
+    "WorkflowHandle",
+    "WorkflowNotFound",
+    "WorkflowStatus",
+    "WorkflowStepFailed",
+    "subroutine",
 ]
