@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tidings import App
-from tidings.core.workflow import Attempt, ErrorKind, Retry, WorkflowContext, subroutine
+from tidings.core.workflow import Attempt, Backoff, ErrorKind, Retry, WorkflowContext, subroutine
 from tidings.errors import WorkflowStepFailed
 
 PARTITIONS = 4
@@ -166,7 +166,91 @@ def build(app_id: str, calls_dir: Path) -> App:
     async def one_activity(ctx: WorkflowContext, n: int) -> int:
         return await ctx.activity("inc", Retry.times(3), lambda a: n + 1)
 
+    _recovery_workflows(app, calls)
     return app
+
+
+def _recovery_workflows(app: App, calls: Calls) -> None:
+    """Workflows of ``tests/chaos/test_workflow_recovery.py``.
+
+    ``WORKFLOW_VARIANT`` (read when the App is built) selects the body of "evolving":
+    ``original``, ``inserted`` (a step inserted before a running instance's position) or
+    ``versioned`` (a step added behind ``ctx.version``).
+    """
+    variant = os.environ.get("WORKFLOW_VARIANT", "original")
+
+    def noted(attempt: Attempt, activity: str, detail: Any) -> Any:
+        calls.record(activity, attempt, detail)
+        return detail
+
+    @app.workflow("racer")
+    async def racer(ctx: WorkflowContext, seconds: float) -> str:
+        """Races a sleep against signal "go"; notes the winner, then waits for "finish"."""
+
+        async def slept(ctx: WorkflowContext) -> str:
+            await ctx.sleep(timedelta(seconds=seconds))
+            return "sleep"
+
+        async def signalled(ctx: WorkflowContext) -> str:
+            return f"signal {await ctx.wait_signal('go', type=int)}"
+
+        winner = await ctx.race([slept(ctx), signalled(ctx)])
+        await ctx.activity("winner", Retry.times(3), lambda a: noted(a, "winner", winner), type=str)
+        await ctx.wait_signal("finish", type=bool)
+        return winner
+
+    @app.workflow("evolving")
+    async def evolving(ctx: WorkflowContext, _: None) -> list[int]:
+        if variant == "inserted":
+            await ctx.now()  # inserted before the position of instances already running
+        first = await ctx.activity("evolve", Retry.times(3), lambda a: noted(a, "evolve", 1), type=int)
+        version = 1
+        if variant == "versioned":
+            version = await ctx.version("extra-step", 2)
+            if version >= 2:
+                await ctx.activity("extra", Retry.times(3), lambda a: noted(a, "extra", 1), type=int)
+        last = await ctx.wait_signal("next", type=int)
+        return [version, first, last]
+
+    def tick(attempt: Attempt, n: int) -> int:
+        calls.record("tick", attempt, n)
+        time.sleep(0.02)
+        return n
+
+    @app.workflow("long-loop")
+    async def long_loop(ctx: WorkflowContext, steps: int) -> list[int]:
+        """``steps`` steps: ``now()``, and every 100th an activity (a round trip, so a kill lands mid-way)."""
+        done = total = 0
+        for n in range(steps):
+            if n % 100 == 99:
+                total += await ctx.activity("tick", Retry.times(3), lambda a, n=n: tick(a, n), type=int)
+            else:
+                await ctx.now()
+            done += 1
+        return [done, total]
+
+    @app.workflow("forgiving")
+    async def forgiving(ctx: WorkflowContext, _: None) -> str:
+        """Catches its cancellation, cleans up and returns."""
+        try:
+            await ctx.wait_signal("never", type=bool)
+        except WorkflowStepFailed as failed:
+            if failed.error.kind is not ErrorKind.CANCELLED:
+                raise
+            await ctx.activity("cleanup", Retry.none, lambda a: noted(a, "cleanup", 1), type=int)
+            return "cleaned up"
+        return "signalled"
+
+    def always_failing(attempt: Attempt) -> int:
+        calls.record("failing", attempt, f"{time.time():.3f}")
+        raise RuntimeError("always fails")
+
+    @app.workflow("stubborn")
+    async def stubborn(ctx: WorkflowContext, seconds: float) -> int:
+        """An activity that always fails, retried every 0.3 s until ``seconds`` after its start."""
+        every = timedelta(milliseconds=300)
+        policy = Retry.forever(timedelta(seconds=seconds)).replace(backoff=Backoff(every, 1.0, every))
+        return await ctx.activity("failing", policy, always_failing)
 
 
 app = build(
