@@ -20,7 +20,7 @@ from types import FrameType
 
 from tidings.broker import KAFKA_VERSION, LocalBroker
 
-from . import aggregates, faust_stream, raw_kafka
+from . import aggregates, faust_stream, raw_kafka, workflows
 from .report import Progress, Row, latency, machine, rate, table
 
 #: (raw confluent records, raw aiokafka records, aggregate workload) per mode.
@@ -32,10 +32,11 @@ QUICK = (100_000, 20_000, aggregates.Workload(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="a ~30 s run with smaller counts")
+    parser.add_argument("--quick", action="store_true", help="a ~1 min run with smaller counts")
     parser.add_argument("--commands", type=int, help="aggregate commands to measure")
     parser.add_argument("--in-flight", type=int, help="commands awaiting a reply at once")
     parser.add_argument("--no-aiokafka", action="store_true", help="skip the aiokafka reference")
+    parser.add_argument("--no-workflows", action="store_true", help="skip the workflow rows")
     parser.add_argument("--profile", type=Path, metavar="FILE",
                         help="cProfile the worker; write its stats to FILE and print the top")
     args = parser.parse_args(argv)
@@ -113,6 +114,9 @@ def _measure(
                                               progress=progress)
     agg = aggregates.run(bootstrap, workload, workdir=workdir, stack=stack, progress=progress,
                          profile=args.profile)
+    wf = None if args.no_workflows else workflows.run(
+        bootstrap, workflows.QUICK if args.quick else workflows.DEFAULT, workdir=workdir,
+        stack=stack, progress=progress)
 
     raw_e2e = rate(raw.records, raw.end_to_end_s or 0)
     w = workload
@@ -139,8 +143,10 @@ def _measure(
         Row("client side alone: encode + produce command envelopes",
             rate(w.commands, agg.send_only_s), "—", rate(raw.records, raw.produce_s)),
         Row("aggregate command latency, idle worker, p50 / p99",
-            latency(agg.latencies_s), "— (workflows: ≤ 5 / ≤ 15 ms)", latency(raw.round_trips_s)),
+            latency(agg.latencies_s), "—", latency(raw.round_trips_s)),
     ]
+    if wf is not None:
+        rows += workflows.rows(wf, raw_e2e, latency(raw.round_trips_s))
     statuses = ", ".join(f"{n:,} {s}" for s, n in sorted(agg.statuses.items()))
     notes = [
         "",
@@ -151,6 +157,8 @@ def _measure(
         f"raw figures: {raw.records:,} records (confluent), "
         f"{aio.records if aio else 0:,} (aiokafka), 8 partitions.",
     ]
+    if wf is not None:
+        notes += workflows.notes(wf)
     return rows, notes
 
 

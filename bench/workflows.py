@@ -1,12 +1,23 @@
-"""One-activity workflows through one worker: start -> outcome throughput and idle latency.
+"""Workflows through one worker, and replay / idle memory in-process (SPEC §10's workflow rows).
 
-Standalone (not yet a row of ``python -m bench``)::
+Part of ``python -m bench`` (skip with ``--no-workflows``); also runs alone::
 
-    .venv/bin/python -m bench.workflows [--count 2000] [--latency 200]
+    .venv/bin/python -m bench.workflows [--quick]
 
-Uses ``TIDINGS_BOOTSTRAP`` when set, else starts a local broker. The worker runs
-``tests.integration.workflow_apps:app`` in a child process; its ``one-activity`` workflow
-calls one sync activity and returns.
+which uses ``TIDINGS_BOOTSTRAP`` when set, else starts a local broker.
+
+One worker subprocess runs ``bench.workflow_apps:app`` (4 partitions). In order:
+
+1. idle latency: one ``one-activity`` instance at a time, start → outcome;
+2. throughput: N ``one-activity`` instances started at once, first start → last outcome;
+3. ten steps: M ``ten-steps`` instances at once; ten activity steps each, steps/s;
+4. recovery: K ``slow-activity`` instances (the activity sleeps in its thread) started, the
+   worker SIGKILLed while they are in flight, restarted on the same data dir: restart →
+   all K outcomes read back.
+
+Pure, in this process (no broker): replay of a 1,000 / 10,000 / 50,000-step journal built by
+the in-memory interpreter, and memory per idle instance waiting on a signal (tracemalloc
+over 1,000 instances), both as ``tests/unit/test_workflow_depth.py`` measures them.
 """
 
 from __future__ import annotations
@@ -14,69 +25,297 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import statistics
+import sys
 import tempfile
 import time
+import tracemalloc
 import uuid
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from tidings.broker import LocalBroker
+from tidings.core.workflow import (
+    ActivityResult,
+    JournalRecord,
+    Retry,
+    Start,
+    WorkflowContext,
+    WorkflowDefinition,
+    WorkflowInstance,
+    WorkflowStatus,
+    define_workflow,
+    replay,
+)
 from tidings.shell.topics import apply_topics
 from tidings.testing.processes import WorkerProcess
 
+from . import workflow_apps
+from .report import Row, latency, rate
+
 ROOT = Path(__file__).resolve().parent.parent
+TIMEOUT_S = 300.0
 
 
-async def _measure(handle, count: int, latency_runs: int) -> tuple[float, list[float]]:  # noqa: ANN001
-    await handle.start("warm-up", 0)
-    await handle.value("warm-up", 120)
-    latencies = []
-    for n in range(latency_runs):
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """How much to run."""
+
+    latency_runs: int
+    one_activity: int
+    ten_steps: int
+    recovery: int
+    recovery_sleep_s: float
+    replay_steps: tuple[int, ...] = (1_000, 10_000, 50_000)
+
+
+DEFAULT = Workload(latency_runs=200, one_activity=2000, ten_steps=500, recovery=2000, recovery_sleep_s=0.05)
+QUICK = Workload(latency_runs=50, one_activity=1000, ten_steps=200, recovery=2000, recovery_sleep_s=0.05)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowFigures:
+    """What one run measured (seconds)."""
+
+    workload: Workload
+    latencies_s: list[float]
+    one_activity_s: float
+    ten_steps_s: float
+    kill_after_s: float
+    recovery_s: float
+    first_after_restart_s: float
+    replay_s: dict[int, float]
+    idle_bytes: float
+
+
+def run(
+    bootstrap: str,
+    workload: Workload,
+    *,
+    workdir: Path,
+    stack: ExitStack,
+    progress: Callable[[str], None],
+) -> WorkflowFigures:
+    """Start a worker, drive it, SIGKILL and restart it, stop it; measure replay and memory."""
+    progress("workflows: replay of " + " / ".join(f"{n:,}" for n in workload.replay_steps)
+             + "-step journals (in-process)")
+    replay_s = replay_seconds(workload.replay_steps)
+    progress("workflows: memory per idle instance waiting on a signal (tracemalloc)")
+    idle_bytes = idle_instance_bytes()
+
+    app_id = f"benchwf{uuid.uuid4().hex[:10]}"
+    app = workflow_apps.build(app_id)
+    apply_topics(bootstrap, app.topic_specs(), out=lambda _: None)
+    handles = {h.name: h for h in app.hosted}
+    for handle in handles.values():
+        stack.callback(handle.close)
+
+    def worker(name: str) -> WorkerProcess:
+        process = WorkerProcess("bench.workflow_apps:app", bootstrap=bootstrap,
+                                data_dir=workdir / "wf-worker", log_path=workdir / f"{name}.log",
+                                env={"BENCH_WORKFLOW_APP_ID": app_id}, cwd=ROOT)
+        stack.callback(process.stop)
+        return process
+
+    first = worker("wf-worker")
+    progress(f"workflows: starting worker for app {app_id} (log: {first.log_path})")
+    first.start()
+    started = [first]
+
+    def another(name: str) -> WorkerProcess:
+        started.append(worker(name))
+        return started[-1]
+
+    try:
+        figures = asyncio.run(_drive(bootstrap, handles, workload, first, another, progress))
+    except BaseException:
+        progress(f"the workflow worker's log ends with:\n{started[-1].log_tail(30)}")
+        raise
+    finally:
+        progress(f"workflows: stopping worker (pid {started[-1].pid})")
+        started[-1].stop()
+    return WorkflowFigures(workload=workload, replay_s=replay_s, idle_bytes=idle_bytes, **figures)
+
+
+async def _drive(
+    bootstrap: str,
+    handles: dict[str, Any],
+    w: Workload,
+    first: WorkerProcess,
+    worker: Callable[[str], WorkerProcess],
+    progress: Callable[[str], None],
+) -> dict[str, Any]:
+    one, ten, slow = handles["one-activity"], handles["ten-steps"], handles["slow-activity"]
+    run_id = uuid.uuid4().hex[:6]
+
+    async def all_at_once(handle: Any, prefix: str, count: int, input: Callable[[int], Any]) -> float:
         began = time.perf_counter()
-        await handle.start(f"lat-{n}", n)
-        await handle.value(f"lat-{n}", 60)
-        latencies.append((time.perf_counter() - began) * 1000)
+        await asyncio.gather(*(handle.start(f"{prefix}-{n}", input(n), bootstrap=bootstrap)
+                               for n in range(count)))
+        await asyncio.gather(*(handle.value(f"{prefix}-{n}", TIMEOUT_S, bootstrap=bootstrap)
+                               for n in range(count)))
+        return time.perf_counter() - began
+
+    progress("workflows: warming up (first outcome once the worker has joined)")
+    for handle, value in ((one, 0), (ten, 0), (slow, 0.0)):
+        await handle.start(f"warm-{run_id}", value, bootstrap=bootstrap)
+        await handle.value(f"warm-{run_id}", TIMEOUT_S, bootstrap=bootstrap)
+
+    progress(f"workflows: one-activity latency, {w.latency_runs} runs one at a time")
+    latencies = []
+    for n in range(w.latency_runs):
+        began = time.perf_counter()
+        await one.start(f"lat-{n}", n, bootstrap=bootstrap)
+        await one.value(f"lat-{n}", TIMEOUT_S, bootstrap=bootstrap)
+        latencies.append(time.perf_counter() - began)
+
+    progress(f"workflows: {w.one_activity:,} one-activity workflows at once")
+    one_s = await all_at_once(one, "thr", w.one_activity, lambda n: n)
+    progress(f"workflows: {w.ten_steps:,} ten-step workflows at once")
+    ten_s = await all_at_once(ten, "ten", w.ten_steps, lambda n: n)
+
+    progress(f"workflows: recovery: starting {w.recovery:,} workflows whose activity sleeps "
+             f"{w.recovery_sleep_s * 1000:.0f} ms")
     began = time.perf_counter()
-    await asyncio.gather(*(handle.start(f"thr-{n}", n) for n in range(count)))
-    await asyncio.gather(*(handle.value(f"thr-{n}", 300) for n in range(count)))
-    return count / (time.perf_counter() - began), latencies
+    await asyncio.gather(*(slow.start(f"rec-{n}", w.recovery_sleep_s, bootstrap=bootstrap)
+                           for n in range(w.recovery)))
+    await asyncio.sleep(0.3)  # the worker has taken up the starts; activities are running
+    kill_after_s = time.perf_counter() - began
+    first.kill()
+    progress(f"workflows: worker SIGKILLed {kill_after_s:.2f} s after the first start; restarting it "
+             "on the same data dir")
+    restarted = worker("wf-worker-restarted")
+    began = time.perf_counter()
+    restarted.start()
+    ended: list[float] = []
+
+    async def outcome(n: int) -> None:
+        await slow.value(f"rec-{n}", TIMEOUT_S, bootstrap=bootstrap)
+        ended.append(time.perf_counter() - began)
+
+    await asyncio.gather(*(outcome(n) for n in range(w.recovery)))
+    recovery_s = max(ended)
+    progress(f"workflows: all {w.recovery:,} finished {recovery_s:.2f} s after the restart")
+    return dict(latencies_s=latencies, one_activity_s=one_s, ten_steps_s=ten_s,
+                kill_after_s=kill_after_s, recovery_s=recovery_s, first_after_restart_s=min(ended))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--count", type=int, default=2000)
-    parser.add_argument("--latency", type=int, default=200)
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        broker = None
+# -- pure measurements ------------------------------------------------------------------
+
+
+async def _loop_body(ctx: WorkflowContext, steps: int) -> int:
+    total = 0
+    for _ in range(steps):
+        total += await ctx.activity("add", Retry.none, lambda a: 1, type=int)
+    return total
+
+
+def _journal(definition: WorkflowDefinition, steps: int) -> list[JournalRecord]:
+    """Run a definition whose every step is one activity, feeding results directly."""
+    instance = WorkflowInstance(definition, "i")
+    records = list(instance.advance(Start(steps), 0).records)
+    now = 0
+    while instance.status is WorkflowStatus.RUNNING:
+        now += 1
+        (path,) = instance.pending_paths
+        records += instance.advance(ActivityResult(path, 1, 1), now).records
+    return records
+
+
+def replay_seconds(lengths: tuple[int, ...]) -> dict[int, float]:
+    """Seconds to replay a journal of each length (all but the outcome record, so it decides)."""
+    definition = define_workflow("loop", _loop_body)
+    timings = {}
+    for steps in lengths:
+        records = _journal(definition, steps)
+        began = time.perf_counter()
+        replay(definition, "i", records[:-1], 10**12)
+        timings[steps] = time.perf_counter() - began
+    return timings
+
+
+def idle_instance_bytes(count: int = 1_000) -> float:
+    """Bytes allocated per instance left waiting on a signal (tracemalloc, ``count`` instances)."""
+
+    async def idle(ctx: WorkflowContext, _: None) -> object:
+        return await ctx.wait_signal("wake")
+
+    definition = define_workflow("idle", idle)
+    instances = []
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        for n in range(count):
+            instance = WorkflowInstance(definition, f"i-{n}")
+            instance.advance(Start(None), 0)
+            instances.append(instance)
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    return sum(stat.size_diff for stat in after.compare_to(before, "filename")) / len(instances)
+
+
+# -- the table --------------------------------------------------------------------------
+
+
+def rows(f: WorkflowFigures, raw_e2e: str = "—", raw_latency: str = "—") -> list[Row]:
+    """The workflow rows of the bench table, each against its SPEC §10 target."""
+    w = f.workload
+    replays = " / ".join(f"{f.replay_s[n] * 1000:,.0f}" for n in w.replay_steps)
+    lengths = " / ".join(f"{n // 1000}k" for n in w.replay_steps)
+    return [
+        Row(f"one-activity workflows, start → outcome ({w.one_activity:,} at once)",
+            rate(w.one_activity, f.one_activity_s), "≥ 1,000 /s", raw_e2e),
+        Row(f"ten-step workflows ({w.ten_steps:,} at once, 10 activities each)",
+            rate(w.ten_steps * workflow_apps.STEPS, f.ten_steps_s, "steps/s"), "≥ 2,000 steps/s", raw_e2e),
+        Row(f"one-activity latency, idle worker, p50 / p99 ({w.latency_runs} runs)",
+            latency(f.latencies_s), "≤ 5 / ≤ 15 ms", raw_latency),
+        Row(f"recovery after SIGKILL, {w.recovery:,} in flight "
+            f"({w.recovery_sleep_s * 1000:.0f} ms activity), restart → all finished",
+            f"{f.recovery_s:.2f} s", "≤ 5 s"),
+        Row(f"replay of a {lengths}-step journal (in-process)", f"{replays} ms", "< 1 s for 10k, linear"),
+        Row("memory per idle instance waiting on a signal (tracemalloc)",
+            f"{f.idle_bytes:,.0f} B", "< 2 KB"),
+    ]
+
+
+def notes(f: WorkflowFigures) -> list[str]:
+    """Lines printed under the table about the workflow runs."""
+    w = f.workload
+    return [
+        f"workflow runs: one worker process (4 partitions, 64 activity threads per workflow); "
+        f"recovery: {w.recovery:,} started, SIGKILL {f.kill_after_s:.2f} s after the first start, "
+        f"first outcome {f.first_after_restart_s:.2f} s after the restart (worker start + group "
+        f"join + recovery), last {f.recovery_s:.2f} s.",
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.workflows", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="smaller counts")
+    args = parser.parse_args(argv)
+    from tidings.broker import LocalBroker
+
+    from .report import Progress, table
+
+    progress = Progress()
+    with ExitStack() as stack:
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tidings-bench-wf-")))
         bootstrap = os.environ.get("TIDINGS_BOOTSTRAP")
         if not bootstrap:
-            broker = LocalBroker(Path(tmp) / "kafka")
+            broker = LocalBroker(workdir / "kafka", on_progress=progress)
             bootstrap = broker.start()
-        app_id = f"bench{uuid.uuid4().hex[:8]}"
-        os.environ.update(TIDINGS_BOOTSTRAP=bootstrap, TEST_APP_ID=app_id, TEST_CALLS_DIR=str(Path(tmp) / "calls"))
-        from tests.integration.workflow_apps import build
-
-        app = build(app_id, Path(tmp) / "calls")
-        apply_topics(bootstrap, app.topic_specs(), out=lambda line: None)
-        worker = WorkerProcess("tests.integration.workflow_apps:app", bootstrap=bootstrap,
-                               data_dir=Path(tmp) / "w1", log_path=Path(tmp) / "w1.log",
-                               env={"TEST_APP_ID": app_id}, cwd=ROOT).start()
-        handle = next(h for h in app.hosted if h.name == "one-activity")
-        try:
-            rate, latencies = asyncio.run(_measure(handle, args.count, args.latency))
-        finally:
-            handle.close()
-            worker.stop()
-            if broker is not None:
-                broker.stop()
-    quantiles = statistics.quantiles(latencies, n=100)
-    print("| workload | measured |")
-    print("|---|---|")
-    print(f"| one-activity workflows, start -> outcome ({args.count} at once) | {rate:,.0f} /s |")
-    print(f"| one-activity latency on an idle worker, p50 / p99 ({args.latency} runs) | "
-          f"{quantiles[49]:.1f} / {quantiles[98]:.1f} ms |")
+            stack.callback(broker.stop)
+        figures = run(bootstrap, QUICK if args.quick else DEFAULT, workdir=workdir, stack=stack,
+                      progress=progress)
+        progress("stopping what the bench started")
+    print(table(rows(figures)))
+    for line in notes(figures):
+        print(line)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
