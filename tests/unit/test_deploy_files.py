@@ -4,9 +4,9 @@ No broker and no Docker engine: the files are parsed and cross-checked against t
 name (imported for real, so a renamed module or aggregate fails here, not at `compose up`).
 
 When a ``helm`` binary is on PATH, the chart is also linted and rendered and the rendered
-objects are checked. Those tests are skipped when helm is absent: CI does not build helm (it
-is a Go program, built for local checks with ``go install helm.sh/helm/v3/cmd/helm@v3.22.0``).
-That is the only skip in this file.
+objects are checked. Those tests are skipped when helm is absent; `.ci/run` builds it from
+the Go module proxy (``go install helm.sh/helm/v3/cmd/helm@v3.22.0``) so CI runs them. That
+is the only skip in this file.
 """
 
 from __future__ import annotations
@@ -308,7 +308,7 @@ def test_chart_values_document_why_there_is_no_default_liveness_probe() -> None:
 
 HELM = shutil.which("helm")
 needs_helm = pytest.mark.skipif(
-    HELM is None, reason="helm is not on PATH (CI does not build it; see the module docstring)"
+    HELM is None, reason="helm is not on PATH (.ci/run builds it; see the module docstring)"
 )
 
 
