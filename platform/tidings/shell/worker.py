@@ -76,7 +76,8 @@ class Worker:
     def _faust_app(self) -> faust.App:
         fapp = faust.App(
             self.app.name,
-            broker=[f"kafka://{server}" for server in self.bootstrap.split(",")],
+            # tidings:// is Faust's aiokafka transport with a short fetch wait (transport.py).
+            broker=[f"tidings://{server}" for server in self.bootstrap.split(",")],
             store="memory://",
             web_enabled=False,
             topic_partitions=self.app.partitions,
