@@ -114,7 +114,8 @@ def run(
     def worker(name: str) -> WorkerProcess:
         process = WorkerProcess("bench.workflow_apps:app", bootstrap=bootstrap,
                                 data_dir=workdir / "wf-worker", log_path=workdir / f"{name}.log",
-                                env={"BENCH_WORKFLOW_APP_ID": app_id}, cwd=ROOT)
+                                env={"BENCH_WORKFLOW_APP_ID": app_id,
+                                     "TIDINGS_INSTANCE_ID": "wf-worker"}, cwd=ROOT)
         stack.callback(process.stop)
         return process
 

@@ -35,14 +35,19 @@ class Workers:
         self._tmp_path = tmp_path
         self.started: list[WorkerProcess] = []
 
-    def start(self, name: str = "w1", *, data_dir: Path | None = None) -> WorkerProcess:
+    def start(
+        self, name: str = "w1", *, data_dir: Path | None = None, instance_id: str | None = None
+    ) -> WorkerProcess:
         """Start a worker; ``data_dir`` reuses another's RocksDB (a restart)."""
+        env = {"TEST_APP_ID": self._app_id}
+        if instance_id:
+            env["TIDINGS_INSTANCE_ID"] = instance_id
         worker = WorkerProcess(
             "tests.integration.apps:app",
             bootstrap=self._bootstrap,
             data_dir=data_dir or self._tmp_path / name,
             log_path=self._tmp_path / f"{name}.log",
-            env={"TEST_APP_ID": self._app_id},
+            env=env,
             cwd=ROOT,
         )
         self.started.append(worker)

@@ -201,3 +201,29 @@ def _deposit_each(client, accounts: list[str]):  # noqa: ANN001, ANN202
         )))
 
     return run()
+
+
+def test_a_worker_restarted_with_its_instance_id_rejoins_as_the_same_static_member(
+    kafka_bootstrap: str, test_app: App, workers: Workers
+) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    topic = f"{test_app.name}.aggregate.account.commands"
+    first = workers.start("w1", instance_id="worker-a")
+    client = test_app.client(kafka_bootstrap)
+    asyncio.run(open_and_fund(client, ACCOUNTS[:4]))
+    first.kill()
+    workers.start("w1-again", data_dir=first.data_dir, instance_id="worker-a")
+
+    def one_static_member_with_everything() -> bool:
+        admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+        (future,) = admin.describe_consumer_groups([test_app.name], request_timeout=10).values()
+        members = future.result().members
+        assert [m.group_instance_id for m in members] == ["worker-a"], members
+        held = {tp.partition for tp in members[0].assignment.topic_partitions if tp.topic == topic}
+        assert held == {0, 1, 2, 3}, held
+        return True
+
+    assert_eventually(one_static_member_with_everything, timeout=60, interval=0.5)
+    seen = asyncio.run(observed_balances(client, ACCOUNTS[:4]))
+    assert set(seen.values()) == {"Insufficient funds: 100 available"}

@@ -30,12 +30,19 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--data-dir", type=Path, help="RocksDB state directory (default $TIDINGS_DATA_DIR/APP)"
     )
+    parser.add_argument(
+        "--instance-id",
+        help="a stable, unique id for this worker (default $TIDINGS_INSTANCE_ID): a restarted "
+        "worker with the same id gets its partitions back at once",
+    )
     parser.add_argument("--loglevel", default="INFO", help="log level (default INFO)")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     app = load_app(args.app)
-    worker = app.worker(bootstrap=args.bootstrap, data_dir=args.data_dir)
+    worker = app.worker(
+        bootstrap=args.bootstrap, data_dir=args.data_dir, instance_id=args.instance_id
+    )
     worker.run(loglevel=args.loglevel)
     return 0

@@ -334,11 +334,27 @@ class App:
             self._clients[address] = Client(address, app=self)
         return self._clients[address]
 
-    def worker(self, *, bootstrap: str | None = None, data_dir: Path | None = None) -> Worker:
-        """Build the worker that runs every definition of this app (no I/O until run)."""
+    def worker(
+        self,
+        *,
+        bootstrap: str | None = None,
+        data_dir: Path | None = None,
+        instance_id: str | None = None,
+    ) -> Worker:
+        """Build the worker that runs every definition of this app (no I/O until run).
+
+        ``instance_id`` (default ``TIDINGS_INSTANCE_ID``) makes it a static member of the
+        app's consumer group: give each worker a stable, unique one (a pod name) and a
+        restarted worker takes its partitions back without a rebalance wait.
+        """
         from .worker import Worker
 
-        return Worker(self, bootstrap=bootstrap or self.bootstrap(), data_dir=data_dir)
+        return Worker(
+            self,
+            bootstrap=bootstrap or self.bootstrap(),
+            data_dir=data_dir,
+            instance_id=instance_id or os.environ.get("TIDINGS_INSTANCE_ID") or None,
+        )
 
 
 def _models(declared: Any) -> list[type]:

@@ -39,10 +39,20 @@ BATCH_SIZE = 2000
 class Worker:
     """Runs an App's agents in one process. Build it with ``app.worker()``."""
 
-    def __init__(self, app: App, *, bootstrap: str, data_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        app: App,
+        *,
+        bootstrap: str,
+        data_dir: Path | None = None,
+        instance_id: str | None = None,
+    ) -> None:
         self.app = app
         self.bootstrap = bootstrap
         self.data_dir = data_dir or app.data_dir()
+        # Static group membership (KIP-345): a worker restarted with the same id gets its
+        # partitions back at once instead of waiting for the session timeout.
+        self.instance_id = instance_id
         self.agents: list[AggregateAgent] = []
         self._readers: list[KafkaPartitionReader] = []
         # Called in order when the worker stops: stores, readers, publishers of every agent.
@@ -80,6 +90,7 @@ class Worker:
             broker=[f"tidings://{server}" for server in self.bootstrap.split(",")],
             store="memory://",
             web_enabled=False,
+            consumer_group_instance_id=self.instance_id,
             topic_partitions=self.app.partitions,
             topic_replication_factor=1,
             consumer_auto_offset_reset="earliest",
