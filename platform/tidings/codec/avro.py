@@ -35,6 +35,7 @@ from tidings.errors import DecodeError, SchemaError
 from tidings.core import workflow_records as _workflow
 
 from tidings.codec import orchestration as _orchestration
+from tidings.codec.fields import plain_fields
 from tidings.core.orchestration_records import (
     OrchestrationActions,
     OrchestrationEvent,
@@ -164,62 +165,10 @@ def load_catalogue() -> SchemaCatalogue:
 CATALOGUE: Final = load_catalogue()
 
 
-def _command_fields(record: CommandEnvelope) -> dict[str, Any]:
-    return {
-        "command_id": record.command_id,
-        "correlation_id": record.correlation_id,
-        "aggregate_id": record.aggregate_id,
-        "type": record.type,
-        "payload": record.payload,
-        "timestamp_ms": record.timestamp_ms,
-        "expected_version": record.expected_version,
-        "reply_to": record.reply_to,
-        "causation_id": record.causation_id,
-        "metadata": record.metadata,
-    }
-
-
-def _event_fields(record: EventEnvelope) -> dict[str, Any]:
-    return {
-        "event_id": record.event_id,
-        "command_id": record.command_id,
-        "correlation_id": record.correlation_id,
-        "aggregate_id": record.aggregate_id,
-        "version": record.version,
-        "type": record.type,
-        "payload": record.payload,
-        "timestamp_ms": record.timestamp_ms,
-        "deferred": record.deferred,
-        "metadata": record.metadata,
-    }
-
-
 def _reply_fields(record: ReplyEnvelope) -> dict[str, Any]:
-    return {
-        "command_id": record.command_id,
-        "correlation_id": record.correlation_id,
-        "aggregate_id": record.aggregate_id,
-        "status": record.status,
-        "version": record.version,
-        "timestamp_ms": record.timestamp_ms,
-        "events": [_event_fields(event) for event in record.events],
-        "expected_version": record.expected_version,
-        "reason": record.reason,
-    }
-
-
-def _dead_letter_fields(record: DeadLetter) -> dict[str, Any]:
-    return {
-        "source_topic": record.source_topic,
-        "partition": record.partition,
-        "offset": record.offset,
-        "key": record.key,
-        "value": record.value,
-        "reason": record.reason,
-        "error_type": record.error_type,
-        "timestamp_ms": record.timestamp_ms,
-        "headers": record.headers,
-    }
+    fields = plain_fields(record)
+    fields["events"] = [plain_fields(event) for event in record.events]
+    return fields
 
 
 def _reply_from(fields: dict[str, Any]) -> ReplyEnvelope:
@@ -231,10 +180,10 @@ def _reply_from(fields: dict[str, Any]) -> ReplyEnvelope:
 
 _TO_FIELDS: Final[Mapping[type, Callable[[Any], dict[str, Any]]]] = MappingProxyType(
     {
-        CommandEnvelope: _command_fields,
-        EventEnvelope: _event_fields,
+        CommandEnvelope: plain_fields,
+        EventEnvelope: plain_fields,
         ReplyEnvelope: _reply_fields,
-        DeadLetter: _dead_letter_fields,
+        DeadLetter: plain_fields,
         **_orchestration.TO_FIELDS,
         **_workflow.AVRO_TO_FIELDS,
     }

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, Final
 
+from tidings.codec.fields import plain_fields
 from tidings.core.orchestration_records import (
     Action,
     OrchestrationActions,
@@ -18,21 +19,6 @@ from tidings.core.orchestration_records import (
     OrchestrationOutcome,
 )
 from tidings.core.records import EventEnvelope
-
-
-def _event_fields(record: EventEnvelope) -> dict[str, Any]:
-    return {
-        "event_id": record.event_id,
-        "command_id": record.command_id,
-        "correlation_id": record.correlation_id,
-        "aggregate_id": record.aggregate_id,
-        "version": record.version,
-        "type": record.type,
-        "payload": record.payload,
-        "timestamp_ms": record.timestamp_ms,
-        "deferred": record.deferred,
-        "metadata": record.metadata,
-    }
 
 
 def _orchestration_event_fields(record: OrchestrationEvent) -> dict[str, Any]:
@@ -44,7 +30,7 @@ def _orchestration_event_fields(record: OrchestrationEvent) -> dict[str, Any]:
         "source_partition": record.source_partition,
         "source_offset": record.source_offset,
         "aggregate": record.aggregate,
-        "event": _event_fields(record.event),
+        "event": plain_fields(record.event),
     }
 
 
@@ -68,17 +54,6 @@ def _actions_from(fields: dict[str, Any]) -> OrchestrationActions:
     return OrchestrationActions(**fields)
 
 
-def _outcome_fields(record: OrchestrationOutcome) -> dict[str, Any]:
-    return {
-        "orchestration": record.orchestration,
-        "instance": record.instance,
-        "position": record.position,
-        "timestamp_ms": record.timestamp_ms,
-        "type": record.type,
-        "payload": record.payload,
-    }
-
-
 #: The Avro record name of each record type; the schema files must use these names.
 RECORD_NAMES: Final[Mapping[type, str]] = MappingProxyType(
     {
@@ -91,7 +66,7 @@ TO_FIELDS: Final[Mapping[type, Callable[[Any], dict[str, Any]]]] = MappingProxyT
     {
         OrchestrationEvent: _orchestration_event_fields,
         OrchestrationActions: _actions_fields,
-        OrchestrationOutcome: _outcome_fields,
+        OrchestrationOutcome: plain_fields,
     }
 )
 FROM_FIELDS: Final[Mapping[type, Callable[[dict[str, Any]], Any]]] = MappingProxyType(
