@@ -10,18 +10,17 @@ and wakes the caller waiting for that command id.
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaException, Producer
 
 from ..codec import avro
 from ..codec.payloads import load_payload, payload_of
 from ..core.records import CommandEnvelope, ReplyEnvelope
 from ..errors import AggregateVersionConflict, BrokerError, ReplyTimeout, SchemaError
-from .kafka import watermarks
+from .replies import ReplyReader
 
 if TYPE_CHECKING:
     from .app import AggregateHandle, App
@@ -46,12 +45,12 @@ class Client:
                 "linger.ms": 1,
             }
         )
-        self._pending: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Future[ReplyEnvelope]]] = {}
-        self._lock = threading.Lock()
-        self._started = threading.Event()
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._start_error: BaseException | None = None
+        self._replies: ReplyReader[ReplyEnvelope] = ReplyReader(
+            bootstrap,
+            app.replies_topic,
+            decode=_decode_reply,
+            on_poll=lambda: self._producer.poll(0),
+        )
 
     # -- public API --------------------------------------------------------------------
 
@@ -132,11 +131,8 @@ class Client:
             expected_version=expected_version,
             reply_to=self.app.replies_topic,
         )
-        await self._ensure_started()
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[ReplyEnvelope] = loop.create_future()
-        with self._lock:
-            self._pending[command_id] = (loop, future)
+        await self._replies.start()
+        future = self._replies.expect(command_id)
         try:
             self._produce(handle.topics.commands, aggregate_id.encode(), avro.encode(envelope))
             wait = self.app.command_timeout if timeout is None else timeout
@@ -148,16 +144,12 @@ class Client:
                     f"within {wait} s; is a worker running? (`tidings worker MODULE:APP`)"
                 ) from None
         finally:
-            with self._lock:
-                self._pending.pop(command_id, None)
+            self._replies.forget(command_id)
 
     def close(self) -> None:
         """Flush what was produced and stop reading replies."""
         self._producer.flush(10)
-        self._stopping.set()
-        if self._thread is not None:
-            self._thread.join(5)
-            self._thread = None
+        self._replies.close()
 
     # -- internals ---------------------------------------------------------------------
 
@@ -182,78 +174,7 @@ class Client:
         except KafkaException as exc:
             raise BrokerError(f"producing to {topic} failed: {exc}") from exc
 
-    async def _ensure_started(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="tidings-replies", daemon=True)
-            self._thread.start()
-        if not self._started.is_set():
-            await asyncio.to_thread(self._started.wait, 30)
-            if self._start_error is not None:
-                raise BrokerError(f"reading replies failed: {self._start_error}") from self._start_error
-            if not self._started.is_set():
-                raise BrokerError(f"no answer from Kafka at {self.bootstrap} within 30 s")
 
-    def _run(self) -> None:
-        topic = self.app.replies_topic
-        consumer = Consumer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "group.id": f"tidings-client-{uuid.uuid4().hex}",
-                "enable.auto.commit": False,
-            }
-        )
-        try:
-            consumer.assign(_reply_positions(consumer, topic))
-        except Exception as exc:  # reported to the caller by _ensure_started
-            self._start_error = exc
-            self._started.set()
-            consumer.close()
-            return
-        self._started.set()
-        try:
-            while not self._stopping.is_set():
-                self._producer.poll(0)
-                # poll() returns at the first reply; consume(n, 0) then drains what else
-                # is there without waiting (consume(n, t) would wait for n or t).
-                first = consumer.poll(0.02)
-                if first is None:
-                    continue
-                for message in (first, *consumer.consume(1000, 0)):
-                    if message.error() is not None or message.value() is None:
-                        continue
-                    self._deliver(message.value())
-        finally:
-            consumer.close()
-
-    def _deliver(self, value: bytes) -> None:
-        try:
-            reply = avro.decode_as(value, ReplyEnvelope)
-        except Exception:
-            return  # not a reply tidings wrote; nobody waits for it
-        with self._lock:
-            waiting = self._pending.get(reply.command_id)
-        if waiting is not None:
-            loop, future = waiting
-            loop.call_soon_threadsafe(_resolve, future, reply)
-
-
-def _reply_positions(consumer: Consumer, topic: str, wait: float = 30.0) -> list[TopicPartition]:
-    """Return every partition of ``topic`` at its current end offset.
-
-    Replies to commands sent from now on land after these offsets.
-    """
-    described = consumer.list_topics(topic, timeout=wait).topics[topic]
-    if described.error is not None:
-        raise BrokerError(
-            f"topic {topic} is not there ({described.error}); run `tidings topics apply "
-            "MODULE:APP` or start a worker, which applies the topics"
-        )
-    return [
-        TopicPartition(topic, p, watermarks(consumer, topic, p, wait)[1])
-        for p in sorted(described.partitions)
-    ]
-
-
-def _resolve(future: asyncio.Future[ReplyEnvelope], reply: ReplyEnvelope) -> None:
-    if not future.done():
-        future.set_result(reply)
+def _decode_reply(value: bytes) -> tuple[str, ReplyEnvelope]:
+    reply = avro.decode_as(value, ReplyEnvelope)
+    return reply.command_id, reply

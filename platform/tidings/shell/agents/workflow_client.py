@@ -10,17 +10,16 @@ thread reads every partition of it from where it was when the client started.
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 import uuid
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaException, Producer
 
 from ...codec import avro
 from ...core.workflow_records import WorkflowInbox, WorkflowReply
 from ...errors import BrokerError
-from ..kafka import watermarks
+from ..replies import ReplyReader
 
 
 class WorkflowClient:
@@ -44,12 +43,10 @@ class WorkflowClient:
                 "linger.ms": 1,
             }
         )
-        self._pending: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Future[WorkflowReply]]] = {}
-        self._lock = threading.Lock()
-        self._started = threading.Event()
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._start_error: BaseException | None = None
+        # Its thread also serves the producer's delivery callbacks (``send`` waits on them).
+        self._reader: ReplyReader[WorkflowReply] = ReplyReader(
+            bootstrap, replies, decode=_decode_reply, on_poll=lambda: self._producer.poll(0)
+        )
 
     def request(
         self,
@@ -75,7 +72,7 @@ class WorkflowClient:
 
     async def send(self, request: WorkflowInbox) -> None:
         """Produce ``request`` and wait until the broker has it."""
-        await self._ensure_started()
+        await self._reader.start()
         loop = asyncio.get_running_loop()
         stored: asyncio.Future[None] = loop.create_future()
 
@@ -92,25 +89,18 @@ class WorkflowClient:
         Raises:
             TimeoutError: No answer within ``timeout`` seconds.
         """
-        await self._ensure_started()
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[WorkflowReply] = loop.create_future()
-        with self._lock:
-            self._pending[request.request_id] = (loop, future)
+        await self._reader.start()
+        future = self._reader.expect(request.request_id)
         try:
             self._produce(request, None)
             return await asyncio.wait_for(asyncio.shield(future), timeout)
         finally:
-            with self._lock:
-                self._pending.pop(request.request_id, None)
+            self._reader.forget(request.request_id)
 
     def close(self) -> None:
         """Flush what was produced and stop reading answers."""
         self._producer.flush(10)
-        self._stopping.set()
-        if self._thread is not None:
-            self._thread.join(5)
-            self._thread = None
+        self._reader.close()
 
     # -- internals ---------------------------------------------------------------------
 
@@ -127,66 +117,10 @@ class WorkflowClient:
         except KafkaException as exc:
             raise BrokerError(f"producing to {self._inbox} failed: {exc}") from exc
 
-    async def _ensure_started(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="tidings-workflow-replies", daemon=True)
-            self._thread.start()
-        if not self._started.is_set():
-            await asyncio.to_thread(self._started.wait, 30)
-            if self._start_error is not None:
-                raise BrokerError(f"reading replies failed: {self._start_error}") from self._start_error
-            if not self._started.is_set():
-                raise BrokerError(f"no answer from Kafka at {self.bootstrap} within 30 s")
 
-    def _run(self) -> None:
-        consumer = Consumer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "group.id": f"tidings-workflow-client-{uuid.uuid4().hex}",
-                "enable.auto.commit": False,
-            }
-        )
-        try:
-            described = consumer.list_topics(self._replies, timeout=30).topics[self._replies]
-            if described.error is not None:
-                raise BrokerError(
-                    f"topic {self._replies} is not there ({described.error}); run `tidings topics "
-                    "apply MODULE:APP` or start a worker, which applies the topics"
-                )
-            consumer.assign([
-                TopicPartition(self._replies, p, watermarks(consumer, self._replies, p)[1])
-                for p in sorted(described.partitions)
-            ])
-        except Exception as exc:  # reported to the caller by _ensure_started
-            self._start_error = exc
-            self._started.set()
-            consumer.close()
-            return
-        self._started.set()
-        try:
-            while not self._stopping.is_set():
-                self._producer.poll(0)
-                first = consumer.poll(0.02)
-                if first is None:
-                    continue
-                for message in (first, *consumer.consume(1000, 0)):
-                    if message.error() is None and message.value() is not None:
-                        self._deliver(message.value())
-        finally:
-            consumer.close()
-
-    def _deliver(self, value: bytes) -> None:
-        try:
-            reply = avro.decode(value)
-        except Exception:  # noqa: BLE001 - not an answer tidings wrote; nobody waits for it
-            return
-        if not isinstance(reply, WorkflowReply):
-            return
-        with self._lock:
-            waiting = self._pending.get(reply.request_id)
-        if waiting is not None:
-            loop, future = waiting
-            loop.call_soon_threadsafe(_settle, future, None, reply)
+def _decode_reply(value: bytes) -> tuple[str, WorkflowReply] | None:
+    reply = avro.decode(value)
+    return (reply.request_id, reply) if isinstance(reply, WorkflowReply) else None
 
 
 def _settle(future: asyncio.Future[Any], error: BaseException | None, value: Any = None) -> None:
