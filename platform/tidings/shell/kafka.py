@@ -59,7 +59,9 @@ class ConfluentPublisher:
     idempotent, so retries neither duplicate nor reorder records of one partition.
     """
 
-    def __init__(self, bootstrap: str, *, linger_ms: float = 1.0) -> None:
+    def __init__(self, bootstrap: str, *, linger_ms: float = 0.0) -> None:
+        # No linger: each hop of a workflow step (journal, outcome, reply) would wait for it,
+        # and under load librdkafka batches anyway (records queue while a request is out).
         self._producer = Producer(
             {
                 "bootstrap.servers": bootstrap,

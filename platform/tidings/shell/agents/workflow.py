@@ -6,12 +6,13 @@ own inputs (an activity's result, a due timer) from a queue. Each decision becom
 *commit*:
 
 1. the decision's journal records are produced at once (key ``{instance_id}/{seq}``, the
-   instance's partition), in decision order;
+   instance's partition), in decision order, and its effects are carried out (activities
+   start, timers are armed): an activity runs at least once anyway, and what it leads to
+   is journaled by a later commit, produced behind these records;
 2. a single committer task takes commits in that order: it waits for the broker's acks,
    sends dead letters (awaited), writes RocksDB (journal, status, running index, timers,
-   offsets) in one batch, and only then carries out the effects (runs activities, arms
-   timers) and publishes outcomes, statuses and replies. So no effect and no reply ever
-   precedes the journal records it depends on.
+   offsets) in one batch, and only then publishes outcomes, statuses and replies. So no
+   outcome and no reply ever precedes the journal records it depends on.
 
 On partition assignment the agent catches up with the journal topic (another worker may
 have written there), then replays every RUNNING or PARKED instance of the partition and
@@ -449,6 +450,13 @@ class WorkflowAgent:
         """Produce ``commit``'s journal records now; queue the rest for the committer."""
         assert self._commits is not None
         delivery = self._publisher.send(commit.journal)
+        # Effects need not wait for the acks: an activity runs at least once anyway (a crash
+        # before its start record is stored means replay runs it again), and whatever it
+        # leads to is journaled by a later commit, produced behind these records to the
+        # same partition. Only outcomes, statuses and replies wait (see ``_commit``).
+        for instance_id, effect in commit.effects:
+            if self._partition(instance_id) in self._ready:
+                self._carry_out(instance_id, effect)
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._commits.put_nowait((commit, delivery, done))
         return done
@@ -474,9 +482,6 @@ class WorkflowAgent:
                     del self._dirty[instance_id]
             if commit.after:
                 self._publisher.publish_later(commit.after)
-            for instance_id, effect in commit.effects:
-                if self._partition(instance_id) in self._ready:
-                    self._carry_out(instance_id, effect)
             self._evict(commit.touched)
             if not done.done():
                 done.set_result(None)

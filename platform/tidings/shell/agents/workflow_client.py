@@ -12,13 +12,14 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from typing import Any
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaException
 
 from ...codec import avro
 from ...core.workflow_records import WorkflowInbox, WorkflowReply
 from ...errors import BrokerError
+from ..io import Outgoing
+from ..kafka import ConfluentPublisher
 from ..replies import ReplyReader
 
 
@@ -35,18 +36,10 @@ class WorkflowClient:
         self.bootstrap = bootstrap
         self._inbox = inbox
         self._replies = replies
-        self._producer = Producer(
-            {
-                "bootstrap.servers": bootstrap,
-                "partitioner": "murmur2_random",
-                "enable.idempotence": True,
-                "linger.ms": 1,
-            }
-        )
-        # Its thread also serves the producer's delivery callbacks (``send`` waits on them).
-        self._reader: ReplyReader[WorkflowReply] = ReplyReader(
-            bootstrap, replies, decode=_decode_reply, on_poll=lambda: self._producer.poll(0)
-        )
+        # The publisher serves its delivery callbacks in its own thread: ``send`` waits on
+        # them, and the reply reader's thread polls too slowly for that (one turn per 20 ms).
+        self._publisher = ConfluentPublisher(bootstrap)
+        self._reader: ReplyReader[WorkflowReply] = ReplyReader(bootstrap, replies, decode=_decode_reply)
 
     def request(
         self,
@@ -73,15 +66,7 @@ class WorkflowClient:
     async def send(self, request: WorkflowInbox) -> None:
         """Produce ``request`` and wait until the broker has it."""
         await self._reader.start()
-        loop = asyncio.get_running_loop()
-        stored: asyncio.Future[None] = loop.create_future()
-
-        def delivered(error: Any, _message: Any) -> None:
-            failure = None if error is None else BrokerError(f"producing to {self._inbox} failed: {error}")
-            loop.call_soon_threadsafe(_settle, stored, failure)
-
-        self._produce(request, delivered)
-        await stored
+        await self._produce(request, wait=True)
 
     async def ask(self, request: WorkflowInbox, timeout: float) -> WorkflowReply:
         """Produce ``request`` and return the worker's answer.
@@ -92,28 +77,26 @@ class WorkflowClient:
         await self._reader.start()
         future = self._reader.expect(request.request_id)
         try:
-            self._produce(request, None)
+            await self._produce(request, wait=False)
             return await asyncio.wait_for(asyncio.shield(future), timeout)
         finally:
             self._reader.forget(request.request_id)
 
     def close(self) -> None:
         """Flush what was produced and stop reading answers."""
-        self._producer.flush(10)
+        self._publisher.close()
         self._reader.close()
 
     # -- internals ---------------------------------------------------------------------
 
-    def _produce(self, request: WorkflowInbox, on_delivery: Any) -> None:
-        value = avro.encode(request)
-        key = request.instance_id.encode()
-        kwargs = {} if on_delivery is None else {"on_delivery": on_delivery}
+    async def _produce(self, request: WorkflowInbox, *, wait: bool) -> None:
+        # Keyed by instance id, no partition: the publisher's murmur2 picks the owner's.
+        record = Outgoing(self._inbox, request.instance_id.encode(), avro.encode(request))
         try:
-            try:
-                self._producer.produce(self._inbox, value, key, **kwargs)
-            except BufferError:
-                self._producer.poll(0.1)
-                self._producer.produce(self._inbox, value, key, **kwargs)
+            if wait:
+                await self._publisher.send([record])
+            else:
+                self._publisher.publish_later([record])
         except KafkaException as exc:
             raise BrokerError(f"producing to {self._inbox} failed: {exc}") from exc
 
@@ -121,12 +104,3 @@ class WorkflowClient:
 def _decode_reply(value: bytes) -> tuple[str, WorkflowReply] | None:
     reply = avro.decode(value)
     return (reply.request_id, reply) if isinstance(reply, WorkflowReply) else None
-
-
-def _settle(future: asyncio.Future[Any], error: BaseException | None, value: Any = None) -> None:
-    if future.done():
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(value)
