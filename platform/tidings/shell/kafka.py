@@ -186,6 +186,10 @@ class KafkaPartitionReader:
                     "enable.auto.commit": False,
                     "enable.partition.eof": False,
                     "fetch.max.bytes": 52428800,
+                    # One fetch is in flight at a time; after a read ends, the next
+                    # partition's first fetch waits for it, so the broker must not hold it
+                    # long (librdkafka's default 500 ms cost each recovered partition that).
+                    "fetch.wait.max.ms": 10,
                 }
             )
         return self._consumer

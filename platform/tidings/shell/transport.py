@@ -1,4 +1,5 @@
-"""Faust's aiokafka transport with a short fetch wait, registered as ``tidings://``.
+"""Faust's aiokafka transport with a short fetch wait (``tidings://``), and a table manager
+that starts without Faust's one-second pause.
 
 Faust creates its aiokafka consumer with ``fetch_max_wait_ms=1500`` and no setting to
 change it. aiokafka keeps one fetch request in flight per broker, leaving out partitions
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from faust.tables import TableManager as FaustTableManager
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
 #: How long the broker may hold a fetch that has no records yet (milliseconds).
@@ -42,3 +44,18 @@ class Transport(faust_aiokafka.Transport):
     """Faust's aiokafka transport with ``Consumer``; scheme ``tidings://``."""
 
     Consumer = Consumer
+
+
+class TableManager(FaustTableManager):
+    """Faust's table manager without the 1 s sleep it starts with.
+
+    Faust sleeps a second so that tables declared late can still register before it
+    subscribes. tidings declares no Faust tables (its state is in its own RocksDB stores),
+    so the pause only delays every worker start, and with it recovery after a crash.
+    Passed to ``faust.App`` as its ``TableManager`` setting.
+    """
+
+    async def on_start(self) -> None:
+        if not self.should_stop:
+            await self._update_channels()
+            await self.recovery.start()

@@ -102,6 +102,7 @@ class Worker:
             producer_linger_ms=1,
             producer_acks=-1,
             datadir=str(self.data_dir / "faust"),
+            TableManager="tidings.shell.transport:TableManager",  # no 1 s pause at start
         )
         publisher = ConfluentPublisher(self.bootstrap)
         self._closers.append(publisher.close)

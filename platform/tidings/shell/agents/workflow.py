@@ -6,13 +6,13 @@ own inputs (an activity's result, a due timer) from a queue. Each decision becom
 *commit*:
 
 1. the decision's journal records are produced at once (key ``{instance_id}/{seq}``, the
-   instance's partition), in decision order, and its effects are carried out (activities
-   start, timers are armed): an activity runs at least once anyway, and what it leads to
-   is journaled by a later commit, produced behind these records;
+   instance's partition), in decision order;
 2. a single committer task takes commits in that order: it waits for the broker's acks,
    sends dead letters (awaited), writes RocksDB (journal, status, running index, timers,
-   offsets) in one batch, and only then publishes outcomes, statuses and replies. So no
-   outcome and no reply ever precedes the journal records it depends on.
+   offsets) in one batch, and only then carries out the effects (runs activities, arms
+   timers) and publishes outcomes, statuses and replies. So no effect and no reply ever
+   precedes the journal records it depends on. The one exception, an activity whose
+   input cannot depend on anything unacknowledged, starts at step 1 (``_early_activities``).
 
 On partition assignment the agent catches up with the journal topic (another worker may
 have written there), then replays every RUNNING or PARKED instance of the partition and
@@ -51,6 +51,7 @@ from ...core.workflow import (
     Signal,
     Start,
     Started,
+    StepStarted,
     TimerFired,
     WorkflowDefinition,
     WorkflowInstance,
@@ -100,6 +101,7 @@ class _Commit:
     write: StoreWrite = field(default_factory=StoreWrite)
     effects: list[tuple[str, Any]] = field(default_factory=list)
     touched: set[str] = field(default_factory=set)
+    unsettled: Counter[str] = field(default_factory=Counter)  # see WorkflowAgent._unsettled
 
 
 class WorkflowAgent:
@@ -136,6 +138,10 @@ class WorkflowAgent:
         self._timers: dict[tuple[str, str], asyncio.TimerHandle] = {}
         self._busy: Counter[str] = Counter()  # live activities and timers: not evictable
         self._dirty: Counter[str] = Counter()  # decided, not yet in RocksDB: not evictable
+        # Journal records not acknowledged yet that an activity's input could come from
+        # (anything but Started and StepStarted): while an instance has some, its new
+        # activities wait for the acks (see _submit).
+        self._unsettled: Counter[str] = Counter()
         self._waiters: dict[str, list[tuple[str, str]]] = {}
         self._inputs: asyncio.Queue[tuple[str, InboxMessage]] | None = None
         self._commits: asyncio.Queue[tuple[_Commit, Awaitable[list[Delivered]], asyncio.Future[None]]] | None = None
@@ -315,8 +321,12 @@ class WorkflowAgent:
             value = avro.encode(WorkflowJournalEntry(instance_id, record))
             commit.journal.append(Outgoing(self.topics.journal, key, value, partition, headers))
             commit.write.records.append((instance_id, record))
-        commit.touched.add(instance_id)
-        self._dirty[instance_id] += 1
+            if not isinstance(record, (Started, StepStarted)):
+                commit.unsettled[instance_id] += 1
+                self._unsettled[instance_id] += 1
+        if instance_id not in commit.touched:
+            commit.touched.add(instance_id)
+            self._dirty[instance_id] += 1
 
     def _status_changed(self, instance: WorkflowInstance, decision: Any, commit: _Commit, now_ms: int) -> None:
         instance_id = instance.instance_id
@@ -450,16 +460,37 @@ class WorkflowAgent:
         """Produce ``commit``'s journal records now; queue the rest for the committer."""
         assert self._commits is not None
         delivery = self._publisher.send(commit.journal)
-        # Effects need not wait for the acks: an activity runs at least once anyway (a crash
-        # before its start record is stored means replay runs it again), and whatever it
-        # leads to is journaled by a later commit, produced behind these records to the
-        # same partition. Only outcomes, statuses and replies wait (see ``_commit``).
-        for instance_id, effect in commit.effects:
-            if self._partition(instance_id) in self._ready:
-                self._carry_out(instance_id, effect)
+        for instance_id, effect in self._early_activities(commit):
+            self._carry_out(instance_id, effect)
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._commits.put_nowait((commit, delivery, done))
         return done
+
+    def _early_activities(self, commit: _Commit) -> list[tuple[str, Any]]:
+        """Take from ``commit`` the activities that may start before its acks, and return them.
+
+        An activity runs at least once anyway: if the worker dies before its start record
+        is stored, replay runs it again. What must hold is that a re-run gets the *same
+        input* under the same idempotency key, so an activity may only start early when
+        nothing its input could come from is unacknowledged: the instance's unacknowledged
+        records are only Started and StepStarted (an input re-read from the inbox after a
+        crash is the same input). After a step's result, the next activity waits for it.
+        """
+        per_step = Counter((i, getattr(e, "path", None)) for i, e in commit.effects)
+        early, rest = [], []
+        for item in commit.effects:
+            instance_id, effect = item
+            if (
+                isinstance(effect, RunActivity)
+                and not self._unsettled.get(instance_id)
+                and per_step[(instance_id, effect.path)] == 1  # no cancel of it in the same commit
+                and self._partition(instance_id) in self._ready
+            ):
+                early.append(item)
+            else:
+                rest.append(item)
+        commit.effects = rest
+        return early
 
     async def _commit(self) -> None:
         assert self._commits is not None
@@ -480,8 +511,13 @@ class WorkflowAgent:
                 self._dirty[instance_id] -= 1
                 if self._dirty[instance_id] <= 0:
                     del self._dirty[instance_id]
+            self._unsettled.subtract(commit.unsettled)
+            self._unsettled = +self._unsettled
             if commit.after:
                 self._publisher.publish_later(commit.after)
+            for instance_id, effect in commit.effects:
+                if self._partition(instance_id) in self._ready:
+                    self._carry_out(instance_id, effect)
             self._evict(commit.touched)
             if not done.done():
                 done.set_result(None)
