@@ -134,6 +134,7 @@ class WorkflowAgent:
         self._cache: OrderedDict[str, WorkflowInstance] = OrderedDict()
         self._ready: set[int] = set()
         self._inbox_applied: dict[int, int] = {}
+        self._journal_end: dict[int, int] = {}  # next offset of each journal partition read or written
         self._activities: dict[tuple[str, str], tuple[asyncio.Task[None], Attempt]] = {}
         self._timers: dict[tuple[str, str], asyncio.TimerHandle] = {}
         self._busy: Counter[str] = Counter()  # live activities and timers: not evictable
@@ -185,6 +186,7 @@ class WorkflowAgent:
         self._ready.difference_update(gone)
         for partition in gone:
             self._inbox_applied.pop(partition, None)
+            self._journal_end.pop(partition, None)
         for instance_id in [i for i in self._cache if self._partition(i) in gone]:
             self._cache.pop(instance_id).close()
         for key in [k for k in self._activities if self._partition(k[0]) in gone]:
@@ -498,9 +500,7 @@ class WorkflowAgent:
             commit, delivery, done = await self._commits.get()
             try:
                 delivered = await delivery
-                for position in delivered:
-                    offsets = commit.write.journal_offsets
-                    offsets[position.partition] = max(offsets.get(position.partition, 0), position.offset + 1)
+                commit.write.journal_offsets.update(self._journal_offsets(delivered))
                 if commit.dead:
                     await self._publisher.publish(commit.dead)
                 self._store.write(commit.write)
@@ -521,6 +521,51 @@ class WorkflowAgent:
             self._evict(commit.touched)
             if not done.done():
                 done.set_result(None)
+
+    def _journal_offsets(self, delivered: Sequence[Delivered]) -> dict[int, int]:
+        """Return the new journal end per partition, checking that nobody else wrote there.
+
+        Only this agent writes an owned journal partition, and its records land there back
+        to back. A gap means another writer: a worker that lost the partition without
+        noticing (a zombie), or a store behind the topic. Then the partition is recovered
+        again: its instances are dropped and everything in the journal is re-read and
+        replayed, foreign records included (detection, not fencing: see
+        docs/workflows-hosted.md).
+        """
+        counts: Counter[int] = Counter(position.partition for position in delivered)
+        ends: dict[int, int] = {}
+        for position in delivered:
+            ends[position.partition] = max(ends.get(position.partition, 0), position.offset + 1)
+        for partition, end in list(ends.items()):
+            if partition not in self._ready:
+                # Revoked or being recovered: catch-up reads the journal from RocksDB's
+                # offset, which must not move past records nobody has read yet.
+                del ends[partition]
+                continue
+            expected = self._journal_end.get(partition)
+            if expected is not None and end - counts[partition] != expected:
+                log.warning("workflow %s: journal partition %d has records this worker did not write "
+                            "(offsets %d..%d); recovering the partition again",
+                            self.definition.name, partition, expected, end - counts[partition])
+                del ends[partition]  # RocksDB stays at the old offset: catch-up re-reads from there
+                self._recover_again(partition)
+            else:
+                self._journal_end[partition] = end
+        return ends
+
+    def _recover_again(self, partition: int) -> None:
+        """Drop what this worker knows of ``partition`` and catch it up from the journal."""
+        if partition not in self._ready:
+            return
+        self.revoke([partition])
+
+        async def recover() -> None:
+            async with self._lock:
+                if partition not in self._ready:
+                    await self._catch_up(partition)
+
+        task = asyncio.ensure_future(recover())
+        task.add_done_callback(_crashed)
 
     def _evict(self, touched: Iterable[str]) -> None:
         for instance_id in touched:
@@ -573,6 +618,7 @@ class WorkflowAgent:
                     # Ended while this store was behind: its outcome may never have been published.
                     self._publisher.publish_later(after)
         self._store.write(StoreWrite(journal_offsets={partition: high}, inbox_offsets={partition: applied}))
+        self._journal_end[partition] = high
         self._inbox_applied[partition] = applied
         self._ready.add(partition)
         commit = _Commit()
