@@ -19,7 +19,9 @@ from tidings.errors import TidingsError
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 # The command modules, in the order `tidings --help` lists them.
-COMMANDS: tuple[str, ...] = ("worker", "send", "topics", "broker", "demo", "start", "signal", "cancel", "result", "status")
+COMMANDS: tuple[str, ...] = (
+    "worker", "send", "topics", "broker", "demo", "start", "signal", "cancel", "result", "status", "outcomes",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

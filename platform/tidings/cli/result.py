@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from ..core.workflow import Faulted, Finished
+from ..core.workflow import Faulted, Finished, Outcome, WorkflowDefinition
 from .start import add_workflow_parser, call, fail, workflow_handle
 
 _DESCRIPTION = """\
@@ -30,12 +30,18 @@ def run(args: argparse.Namespace) -> int:
         outcome = call(handle, lambda: handle.result(args.instance_id, args.timeout, bootstrap=args.bootstrap))
     except TimeoutError as exc:
         return fail(str(exc), 2)
+    print(json.dumps(outcome_json(outcome, handle.definition)))
+    return 0 if isinstance(outcome, Finished) else 1
+
+
+def outcome_json(outcome: Outcome, definition: WorkflowDefinition) -> dict[str, Any]:
+    """Return what the CLI prints for ``outcome``; ``tidings outcomes`` prints the same shape.
+
+    ``{"outcome": "finished", "value": ...}`` (the value as the workflow stores it),
+    ``{"outcome": "faulted", "error": {...}}`` or ``{"outcome": "cancelled"}``.
+    """
     if isinstance(outcome, Finished):
-        value = json.loads(handle.definition.codec.encode(outcome.value))
-        print(json.dumps({"outcome": "finished", "value": value}))
-        return 0
+        return {"outcome": "finished", "value": json.loads(definition.codec.encode(outcome.value))}
     if isinstance(outcome, Faulted):
-        print(json.dumps({"outcome": "faulted", "error": outcome.error.to_json()}))
-        return 1
-    print(json.dumps({"outcome": "cancelled"}))
-    return 1
+        return {"outcome": "faulted", "error": outcome.error.to_json()}
+    return {"outcome": "cancelled"}

@@ -1,7 +1,7 @@
 """``tidings start MODULE:APP WORKFLOW ID [JSON]``: start a workflow instance.
 
-The other workflow commands (``signal``, ``cancel``, ``result``, ``status``) share the
-helpers here: finding the workflow's handle and parsing JSON arguments.
+The other workflow commands (``signal``, ``cancel``, ``result``, ``status``, ``outcomes``)
+share the helpers here: finding the workflow's handle and parsing JSON arguments.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from ..shell.workflows import workflow_named
 from .loading import load_app
 
 _DESCRIPTION = """\
@@ -43,14 +44,17 @@ def run(args: argparse.Namespace) -> int:
 # -- shared by the workflow commands ----------------------------------------------------------
 
 
-def add_workflow_parser(subparsers: Any, name: str, help: str, description: str) -> argparse.ArgumentParser:
-    """Add a command that names ``MODULE:APP WORKFLOW ID``; return its parser."""
+def add_workflow_parser(
+    subparsers: Any, name: str, help: str, description: str, *, instance: bool = True
+) -> argparse.ArgumentParser:
+    """Add a command that names ``MODULE:APP WORKFLOW ID`` (no ID unless ``instance``); return its parser."""
     parser = subparsers.add_parser(
         name, help=help, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("app", metavar="MODULE:APP", help="where the App is")
     parser.add_argument("workflow", metavar="WORKFLOW", help="the workflow's name, e.g. enrich")
-    parser.add_argument("instance_id", metavar="ID", help="the instance id, e.g. order-17")
+    if instance:
+        parser.add_argument("instance_id", metavar="ID", help="the instance id, e.g. order-17")
     parser.add_argument("--bootstrap", help="Kafka bootstrap servers (default $TIDINGS_BOOTSTRAP)")
     return parser
 
@@ -61,13 +65,10 @@ def workflow_handle(args: argparse.Namespace) -> Any:
     Raises:
         SystemExit: the App declares no such workflow.
     """
-    app = load_app(args.app)
-    workflows = [hosted for hosted in app.hosted if hasattr(hosted, "definition") and hasattr(hosted, "start")]
-    for handle in workflows:
-        if handle.name == args.workflow:
-            return handle
-    known = ", ".join(sorted(h.name for h in workflows)) or "none"
-    raise SystemExit(f"tidings: app {app.name!r} has no workflow {args.workflow!r}; known: {known}")
+    try:
+        return workflow_named(load_app(args.app), args.workflow)
+    except LookupError as exc:
+        raise SystemExit(f"tidings: {exc.args[0]}") from None
 
 
 def parse_json(text: str, what: str) -> Any:

@@ -1,17 +1,24 @@
-"""The client: send commands to aggregates and wait for their replies (confluent-kafka).
+"""The client: commands to aggregates, and the app's workflows (confluent-kafka).
 
 Commands are keyed by aggregate id and partitioned with ``murmur2_random`` (librdkafka's
 name for the Java client's murmur2 partitioner), so they land on the partition that owns
 the instance. Replies come back on the app's replies topic, keyed by command id; the
 client reads every partition of it from the position it had when the client started,
 and wakes the caller waiting for that command id.
+
+The workflow calls (``start``, ``result``, ``value``, ``status``, ``signal``, ``cancel``)
+hand off to the workflow's ``WorkflowHandle`` with the client's bootstrap, so a program
+that only has a ``Client`` and a workflow's name gets the handle's exact behaviour.
+``outcomes`` reads a workflow's compacted outcomes topic itself (``follower.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaException, Producer
@@ -19,11 +26,17 @@ from confluent_kafka import KafkaException, Producer
 from ..codec import avro
 from ..codec.payloads import load_payload, payload_of
 from ..core.records import CommandEnvelope, ReplyEnvelope
-from ..errors import AggregateVersionConflict, BrokerError, ReplyTimeout, SchemaError
+from ..core.workflow import Outcome, WorkflowStatus
+from ..errors import AggregateVersionConflict, BrokerError, RecordError, ReplyTimeout, SchemaError
+from .agents.workflow_codec import decode_outcome
+from .follower import TopicFollower
 from .replies import ReplyReader
+from .workflows import WorkflowHandle, workflow_named
 
 if TYPE_CHECKING:
     from .app import AggregateHandle, App
+
+log = logging.getLogger(__name__)
 
 
 class Client:
@@ -51,6 +64,9 @@ class Client:
             decode=_decode_reply,
             on_poll=lambda: self._producer.poll(0),
         )
+        # What close() closes beyond the producer and the reply reader.
+        self._workflows: dict[int, WorkflowHandle] = {}
+        self._followers: set[TopicFollower] = set()
 
     # -- public API --------------------------------------------------------------------
 
@@ -146,10 +162,155 @@ class Client:
         finally:
             self._replies.forget(command_id)
 
+    # -- workflows -----------------------------------------------------------------------
+
+    async def start(self, workflow: WorkflowHandle | str, instance_id: str, input: Any = None) -> None:
+        """Start ``instance_id`` of ``workflow`` with ``input``; see ``WorkflowHandle.start``.
+
+        Args:
+            workflow: The handle ``@app.workflow`` returned, or the workflow's name.
+            instance_id: The instance; a second start with the same id stores nothing.
+            input: The body's input.
+
+        Raises:
+            LookupError: The app declares no workflow of that name.
+            SchemaError: ``input`` cannot be stored or read back as the input type.
+        """
+        await self.workflow_for(workflow).start(instance_id, input, bootstrap=self.bootstrap)
+
+    async def result(self, workflow: WorkflowHandle | str, instance_id: str, timeout: float | None = None) -> Outcome:
+        """Wait for the outcome: ``Finished(value)``, ``Faulted(error)`` or ``Cancelled()``.
+
+        Raises:
+            LookupError: The app declares no workflow of that name.
+            WorkflowNotFound: No instance was ever started with this id.
+            TimeoutError: It had not ended within ``timeout`` seconds (default: the app's).
+        """
+        return await self.workflow_for(workflow).result(instance_id, timeout, bootstrap=self.bootstrap)
+
+    async def value(self, workflow: WorkflowHandle | str, instance_id: str, timeout: float | None = None) -> Any:
+        """Wait for the result value.
+
+        Raises:
+            LookupError: The app declares no workflow of that name.
+            WorkflowFaulted, WorkflowCancelled: It did not finish.
+            WorkflowNotFound, TimeoutError: As for ``result``.
+        """
+        return await self.workflow_for(workflow).value(instance_id, timeout, bootstrap=self.bootstrap)
+
+    async def status(
+        self, workflow: WorkflowHandle | str, instance_id: str, *, timeout: float | None = None
+    ) -> WorkflowStatus | None:
+        """Return RUNNING, FINISHED, FAULTED, CANCELLED or PARKED; None when never started.
+
+        Raises:
+            LookupError: The app declares no workflow of that name.
+            TimeoutError: No answer in time.
+        """
+        return await self.workflow_for(workflow).status(instance_id, timeout, bootstrap=self.bootstrap)
+
+    async def signal(
+        self, workflow: WorkflowHandle | str, instance_id: str, name: str, payload: Any = None, *,
+        timeout: float | None = None,
+    ) -> None:
+        """Deliver signal ``name`` with ``payload``; returns once it is stored.
+
+        Raises:
+            LookupError: The app declares no workflow of that name.
+            WorkflowNotFound: No instance was ever started with this id.
+            WorkflowEnded: The instance has ended.
+            SchemaError: The payload cannot be stored.
+            TimeoutError: No answer in time (the signal may still be stored later).
+        """
+        await self.workflow_for(workflow).signal(instance_id, name, payload, timeout=timeout, bootstrap=self.bootstrap)
+
+    async def cancel(self, workflow: WorkflowHandle | str, instance_id: str, *, timeout: float | None = None) -> None:
+        """Request cancellation (a repeat, or one to an ended instance, changes nothing).
+
+        Raises:
+            LookupError: The app declares no workflow of that name.
+            WorkflowNotFound: No instance was ever started with this id.
+            TimeoutError: No answer in time (the request may still be applied later).
+        """
+        await self.workflow_for(workflow).cancel(instance_id, timeout=timeout, bootstrap=self.bootstrap)
+
+    async def outcomes(
+        self, workflow: WorkflowHandle | str, *, follow: bool = True
+    ) -> AsyncIterator[tuple[str, Outcome]]:
+        """Yield ``(instance_id, outcome)`` for every ended instance of ``workflow``.
+
+        Reads the workflow's compacted outcomes topic from the beginning of every partition
+        (so instances that ended before the call come first, in no particular order across
+        partitions); with ``follow`` it then waits for new outcomes until the iterator is
+        closed, otherwise it stops at the end offsets it found when it started. Outcomes are
+        the objects ``result`` returns (a result read as the declared result type).
+
+        Each instance id is yielded at most once per iterator: a worker publishes an
+        outcome again after recovery, so the topic may hold it more than once. The ids
+        seen are kept in memory for the iterator's life. Records that cannot be read
+        (not an outcome record, or a result that no longer reads as the result type) are
+        skipped with a warning, tombstones silently. Closing the iterator (``aclose``, or
+        garbage collection) stops its consumer thread; closing the client ends it. Leaving
+        ``async for`` early does not close an async generator by itself: wrap it in
+        ``contextlib.aclosing`` to stop the thread at once::
+
+            async with aclosing(client.outcomes("enrich")) as outcomes:
+                async for instance_id, outcome in outcomes:
+                    ...
+
+        Raises:
+            LookupError: The app declares no workflow of that name.
+            BrokerError: The outcomes topic does not exist, or reading it failed.
+        """
+        handle = self.workflow_for(workflow)
+        follower = TopicFollower(self.bootstrap, handle.topics.outcomes, follow=follow)
+        self._followers.add(follower)
+        seen: set[str] = set()
+        try:
+            await follower.start()
+            while (chunk := await follower.next_chunk()) is not None:
+                for record in chunk:
+                    if record.value is None:
+                        continue  # a tombstone deletes a key of a compacted topic; nothing ended
+                    try:
+                        instance_id, outcome = decode_outcome(record.value, handle.definition)
+                    except RecordError as exc:
+                        log.warning("skipping outcome record %s/%d@%d: %s",
+                                    record.topic, record.partition, record.offset, exc)
+                        continue
+                    if instance_id in seen:
+                        continue
+                    seen.add(instance_id)
+                    yield instance_id, outcome
+        finally:
+            self._followers.discard(follower)
+            follower.close()
+
+    def workflow_for(self, workflow: WorkflowHandle | str) -> WorkflowHandle:
+        """Return the handle of ``workflow`` (a handle, or a workflow's name in the app).
+
+        Raises:
+            LookupError: The app declares no workflow of that name (the message lists the known ones).
+        """
+        handle = workflow if isinstance(workflow, WorkflowHandle) else workflow_named(self.app, workflow)
+        # Remembered so that close() closes the workflow client this client made it open.
+        self._workflows.setdefault(id(handle), handle)
+        return handle
+
     def close(self) -> None:
-        """Flush what was produced and stop reading replies."""
+        """Flush what was produced, stop reading replies and outcomes, close workflow clients.
+
+        An ``outcomes`` iterator still open ends (its next step stops the iteration). The
+        workflow clients are the handles' own for this bootstrap: a later call through a
+        handle or this client opens a new one.
+        """
         self._producer.flush(10)
         self._replies.close()
+        for follower in list(self._followers):
+            follower.close()
+        for handle in self._workflows.values():
+            handle.close(self.bootstrap)
+        self._workflows.clear()
 
     # -- internals ---------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from typing import Generic, TypeVar
 from confluent_kafka import Consumer, TopicPartition
 
 from ..errors import BrokerError
+from .follower import topic_partitions
 from .kafka import watermarks
 
 R = TypeVar("R")
@@ -124,15 +125,9 @@ class ReplyReader(Generic[R]):
             consumer.close()
 
     def _end_positions(self, consumer: Consumer) -> list[TopicPartition]:
-        described = consumer.list_topics(self.topic, timeout=START_TIMEOUT).topics[self.topic]
-        if described.error is not None:
-            raise BrokerError(
-                f"topic {self.topic} is not there ({described.error}); run `tidings topics "
-                "apply MODULE:APP` or start a worker, which applies the topics"
-            )
         return [
             TopicPartition(self.topic, p, watermarks(consumer, self.topic, p, START_TIMEOUT)[1])
-            for p in sorted(described.partitions)
+            for p in topic_partitions(consumer, self.topic, START_TIMEOUT)
         ]
 
     def _deliver(self, value: bytes) -> None:

@@ -171,11 +171,16 @@ class WorkflowHandle:
             self._clients[address] = WorkflowClient(address, inbox=self.topics.inbox, replies=self.topics.replies)
         return self._clients[address]
 
-    def close(self) -> None:
-        """Close this handle's clients."""
-        for client in self._clients.values():
-            client.close()
-        self._clients.clear()
+    def close(self, bootstrap: str | None = None) -> None:
+        """Close this handle's clients: the one for ``bootstrap``, or every one.
+
+        A closed client is forgotten, so a later call makes a new one.
+        """
+        addresses = list(self._clients) if bootstrap is None else [bootstrap]
+        for address in addresses:
+            client = self._clients.pop(address, None)
+            if client is not None:
+                client.close()
 
     async def _ask(self, instance_id: str, kind: str, timeout: float | None, bootstrap: str | None, **fields: Any) -> Any:
         _check_id(instance_id)
@@ -286,6 +291,20 @@ def declare_workflow(app: App, name: str | Callable[..., Any] | None = None, **o
         return handle
 
     return decorate
+
+
+def workflow_named(app: App, name: str) -> WorkflowHandle:
+    """Return the handle of the workflow ``name`` declared in ``app``.
+
+    Raises:
+        LookupError: ``app`` declares no such workflow (the message lists the known ones).
+    """
+    workflows = [hosted for hosted in app.hosted if isinstance(hosted, WorkflowHandle)]
+    for handle in workflows:
+        if handle.name == name:
+            return handle
+    known = ", ".join(sorted(h.name for h in workflows)) or "none"
+    raise LookupError(f"app {app.name!r} has no workflow {name!r}; known: {known}")
 
 
 def _check_id(instance_id: str) -> None:

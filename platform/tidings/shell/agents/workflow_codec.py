@@ -76,6 +76,28 @@ def outcome_from(
     return Cancelled()
 
 
+def decode_outcome(value: bytes | None, definition: WorkflowDefinition) -> tuple[str, Outcome]:
+    """Read an outcomes-topic record back as ``(instance_id, Outcome)``, the inverse of ``outcome_record``.
+
+    The result is read as the workflow's declared result type, so a reader of the topic
+    gets the same ``Outcome`` that ``handle.result`` returns.
+
+    Raises:
+        DecodeError: A tombstone, or bytes that are not an Avro record.
+        SchemaError: Another record type, or a result that does not read as the result type.
+    """
+    if value is None:
+        raise DecodeError("a tombstone (null value) is not a workflow outcome")
+    record = avro.decode_as(value, WorkflowOutcomeRecord)
+    if record.workflow != definition.name:
+        raise SchemaError(f"an outcome of workflow {record.workflow!r}, not {definition.name!r}")
+    try:
+        outcome = outcome_from(record.outcome, record.result, record.error, definition)
+    except ValueError as exc:
+        raise SchemaError(f"the result of {record.instance_id!r} does not read as the result type: {exc}") from exc
+    return record.instance_id, outcome
+
+
 def answer_of(stored: dict[str, Any] | None) -> dict[str, Any]:
     """Return the reply fields for an instance's stored status (``s/{id}`` in RocksDB)."""
     if stored is None:
