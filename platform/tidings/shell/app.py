@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from ..codec.payloads import type_registry
 from ..core.aggregate import AggregateDefinition, Decision
-from ..errors import DefinitionError
+from ..errors import BrokerError, DefinitionError
 from .agents.aggregate import AggregateTopics
 from .agents.projection import Handler, ProjectionSource
 from .topics import TopicSpec, deadletter_topic, spec_for, topic_name
@@ -298,10 +298,10 @@ class App:
         return f"{self.name}.replies"
 
     def bootstrap(self) -> str:
-        """Return the bootstrap servers, or raise saying how to set them."""
+        """Return the bootstrap servers, or raise ``BrokerError`` saying how to set them."""
         bootstrap = self._bootstrap or os.environ.get("TIDINGS_BOOTSTRAP")
         if not bootstrap:
-            raise RuntimeError(
+            raise BrokerError(
                 "no Kafka bootstrap servers: pass App(bootstrap=...) or set TIDINGS_BOOTSTRAP "
                 "(`tidings broker start` runs a local broker and prints the address)"
             )
