@@ -19,11 +19,11 @@ import threading
 import uuid
 from typing import Final
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
 from ..errors import BrokerError
 from .io import Incoming
-from .kafka import watermarks
+from .kafka import topic_partitions, watermarks
 
 log = logging.getLogger(__name__)
 
@@ -40,24 +40,6 @@ class _End:
 
 
 _END: Final = _End()
-
-
-def topic_partitions(consumer: Consumer, topic: str, timeout: float = START_TIMEOUT) -> list[int]:
-    """Return the partitions of ``topic``, sorted.
-
-    Raises:
-        BrokerError: The topic does not exist, or Kafka did not answer.
-    """
-    try:
-        described = consumer.list_topics(topic, timeout=timeout).topics[topic]
-    except KafkaException as exc:
-        raise BrokerError(f"reading the metadata of {topic}: {exc}") from exc
-    if described.error is not None:
-        raise BrokerError(
-            f"topic {topic} is not there ({described.error}); run `tidings topics "
-            "apply MODULE:APP` or start a worker, which applies the topics"
-        )
-    return sorted(described.partitions)
 
 
 class TopicFollower:

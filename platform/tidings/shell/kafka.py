@@ -51,6 +51,24 @@ _ELECTION_ERRORS = frozenset(
 )
 
 
+def topic_partitions(consumer: Consumer, topic: str, timeout: float = 30.0) -> list[int]:
+    """Return the partitions of ``topic``, sorted.
+
+    Raises:
+        BrokerError: The topic does not exist, or Kafka did not answer.
+    """
+    try:
+        described = consumer.list_topics(topic, timeout=timeout).topics[topic]
+    except KafkaException as exc:
+        raise BrokerError(f"reading the metadata of {topic}: {exc}") from exc
+    if described.error is not None:
+        raise BrokerError(
+            f"topic {topic} is not there ({described.error}); run `tidings topics "
+            "apply MODULE:APP` or start a worker, which applies the topics"
+        )
+    return sorted(described.partitions)
+
+
 class ConfluentPublisher:
     """Produces with confluent-kafka (librdkafka) and resolves asyncio futures on acks.
 

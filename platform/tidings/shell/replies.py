@@ -18,8 +18,7 @@ from typing import Generic, TypeVar
 from confluent_kafka import Consumer, TopicPartition
 
 from ..errors import BrokerError
-from .follower import topic_partitions
-from .kafka import watermarks
+from .kafka import topic_partitions, watermarks
 
 R = TypeVar("R")
 
