@@ -167,6 +167,7 @@ def build(app_id: str, calls_dir: Path) -> App:
         return await ctx.activity("inc", Retry.times(3), lambda a: n + 1)
 
     _recovery_workflows(app, calls)
+    _cache_and_rebalance_workflows(app, calls)
     return app
 
 
@@ -251,6 +252,65 @@ def _recovery_workflows(app: App, calls: Calls) -> None:
         every = timedelta(milliseconds=300)
         policy = Retry.forever(timedelta(seconds=seconds)).replace(backoff=Backoff(every, 1.0, every))
         return await ctx.activity("failing", policy, always_failing)
+
+
+#: The cache of "evicted": far fewer instances than a test keeps waiting at once.
+EVICTED_CACHE = 5
+#: The sleep of "moved" between its signal and its second activity.
+MOVED_NAP = timedelta(milliseconds=500)
+#: How long the second activity of "moved" takes when ``n % 3 == 1`` (a kill lands in it).
+MOVED_SLOW = 5.0
+
+
+def _cache_and_rebalance_workflows(app: App, calls: Calls) -> None:
+    """Workflows of ``tests/chaos/test_workflow_cache_and_rebalance.py``.
+
+    Both take a number ``n``, run an activity giving ``100 * n``, wait for signal "go" with
+    an int, then run a second activity giving the sum of the two, and return all three.
+    Their bodies note every entry in ``{dir}/{workflow}-entered.log`` (``n`` and the worker's
+    pid), outside any activity: a body runs again from its top whenever its instance is
+    rebuilt by replay (after eviction from the cache, or on a worker that took its partition
+    over), so these lines count rebuilds. Activity calls note the worker's pid as well.
+    """
+
+    def entered(workflow: str, n: int) -> None:
+        calls.directory.mkdir(parents=True, exist_ok=True)
+        with open(calls.directory / f"{workflow}-entered.log", "a", encoding="utf-8") as log:
+            log.write(f"{n} {os.getpid()}\n")
+
+    def counted(attempt: Attempt, activity: str, value: int) -> int:
+        calls.record(activity, attempt, os.getpid())
+        return value
+
+    def timed(attempt: Attempt, activity: str, value: int, seconds: float) -> int:
+        calls.record(activity, attempt, f"{os.getpid()} begin")
+        time.sleep(seconds)
+        calls.record(activity, attempt, f"{os.getpid()} end")
+        return value
+
+    @app.workflow("evicted", cache_size=EVICTED_CACHE)
+    async def evicted(ctx: WorkflowContext, n: int) -> list[int]:
+        """Waits for its signal with a cache of ``EVICTED_CACHE``: most waiting instances are evicted."""
+        entered("evicted", n)
+        first = await ctx.activity("evicted-first", Retry.times(3), lambda a: counted(a, "evicted-first", 100 * n),
+                                   type=int)
+        extra = await ctx.wait_signal("go", type=int)
+        second = await ctx.activity("evicted-second", Retry.times(3),
+                                    lambda a: counted(a, "evicted-second", first + extra), type=int)
+        return [first, extra, second]
+
+    @app.workflow("moved")
+    async def moved(ctx: WorkflowContext, n: int) -> list[int]:
+        """Waits for its signal, naps, then a second activity: ``MOVED_SLOW`` s when ``n % 3 == 1``, else quick."""
+        entered("moved", n)
+        first = await ctx.activity("moved-first", Retry.times(3), lambda a: counted(a, "moved-first", 100 * n),
+                                   type=int)
+        extra = await ctx.wait_signal("go", type=int)
+        await ctx.sleep(MOVED_NAP)
+        seconds = MOVED_SLOW if n % 3 == 1 else 0.0
+        second = await ctx.activity("moved-second", Retry.times(3),
+                                    lambda a: timed(a, "moved-second", first + extra, seconds), type=int)
+        return [first, extra, second]
 
 
 app = build(
