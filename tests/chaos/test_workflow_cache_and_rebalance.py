@@ -16,7 +16,6 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-import pytest
 
 from tidings import App
 from tidings.codec import avro
@@ -80,19 +79,6 @@ def calls_by(calls: Calls, activity: str, key: str) -> list[tuple[int, str]]:
     return found
 
 
-# PRODUCT BUG, found by this test (the test is right; remove the mark once it is fixed):
-# WorkflowAgent._call takes the instance off ``_busy`` *before* ``_feed`` has decided its
-# ActivityResult (it only sits in ``_inputs``); a commit finishing in between runs
-# ``_evict``, which may evict the instance (neither busy nor dirty), and ``_feed`` then drops
-# the result (``instance is None: continue``). The instance stalls, its result never
-# journaled, until a later input replays it and runs the activity again. ``_fire`` does the
-# same with TimerFired. Seen in most runs here: instances stuck before "go" (first wait
-# fails), or a second activity called twice (a ``value`` query replayed the instance).
-@pytest.mark.xfail(
-    strict=False,
-    reason="PRODUCT BUG: an activity result queued for _feed does not pin its instance; "
-           "_evict drops it and _feed discards the result (WorkflowAgent._call/_fire/_feed)",
-)
 def test_instances_evicted_from_a_small_cache_are_rebuilt_by_replay_without_running_activities_again(
     kafka_bootstrap: str, workflow_app: App, workflow_workers: WorkflowWorkers, calls: Calls
 ) -> None:

@@ -396,6 +396,9 @@ class WorkflowAgent:
                 commit = _Commit()
                 now_ms = self._now_ms()
                 for instance_id, message in items:
+                    self._busy[instance_id] -= 1  # held since the activity or timer started
+                    if self._busy[instance_id] <= 0:
+                        del self._busy[instance_id]
                     if self._partition(instance_id) not in self._ready:
                         continue  # revoked meanwhile: the new owner replays and re-issues it
                     instance = self._cache.get(instance_id)
@@ -440,9 +443,10 @@ class WorkflowAgent:
             self._busy[key[0]] -= 1
 
     def _fire(self, instance_id: str, path: str) -> None:
-        if self._timers.pop((instance_id, path), None) is not None:
-            self._busy[instance_id] -= 1
+        if self._timers.pop((instance_id, path), None) is None:
+            return  # stopped meanwhile
         assert self._inputs is not None
+        # The instance stays busy (not evictable) until _feed has taken this.
         self._inputs.put_nowait((instance_id, TimerFired(path)))
 
     async def _call(self, instance_id: str, effect: RunActivity, attempt: Attempt) -> None:
@@ -452,8 +456,9 @@ class WorkflowAgent:
         if current is None or current[1] is not attempt:
             return  # cancelled or replaced meanwhile: the result would be ignored anyway
         del self._activities[key]
-        self._busy[instance_id] -= 1
         assert self._inputs is not None
+        # The instance stays busy (not evictable) until _feed has taken the result: evicted
+        # in between, its result would find no instance and be lost.
         self._inputs.put_nowait((instance_id, result))
 
     # -- committing --------------------------------------------------------------------
