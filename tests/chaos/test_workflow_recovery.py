@@ -186,3 +186,22 @@ def test_retry_forever_stops_at_the_deadline_from_the_stored_start_across_a_rest
     assert deadline - 1.0 <= ended - started <= deadline + 3.0, workflow_workers.log_tail()
     assert all(at - started < deadline for _, at in attempts)
     assert any(number == 1 for number, at in attempts if at > restarted - 1)  # counting began again
+
+
+def test_an_activity_whose_deadline_passed_while_the_worker_was_down_fails_without_another_attempt(
+    kafka_bootstrap: str, workflow_app: App, workflow_workers: WorkflowWorkers, calls: Calls
+) -> None:
+    worker = workflow_workers.start()
+    stubborn = handle(workflow_app, "stubborn")
+    deadline = 3.0
+    run(stubborn.start("st-down", deadline))
+    assert_eventually(lambda: len(calls.lines("failing")) >= 2, timeout=60, message=workflow_workers.log_tail())
+    worker.kill()
+    killed = time.time()
+    started = next(r for r in journal(kafka_bootstrap, stubborn, "st-down") if isinstance(r, Started)).at / 1000
+    time.sleep(max(0.0, started + deadline + 1.0 - time.time()))  # down until the deadline is past
+    workflow_workers.start("w1-restarted", data_dir=worker.data_dir)
+    outcome = run(stubborn.result("st-down", 90))
+    assert isinstance(outcome, Faulted) and outcome.error.kind is ErrorKind.DEADLINE_EXCEEDED, outcome
+    attempts = [float(line.split()[2]) for line in calls.lines("failing")]
+    assert attempts and all(at < killed for at in attempts), (attempts, killed)
