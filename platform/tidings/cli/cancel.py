@@ -11,6 +11,11 @@ from .start import add_workflow_parser, call, fail, workflow_handle
 _DESCRIPTION = """\
 Request cancellation of the instance ID. Its pending steps fail CANCELLED; the body may
 run cleanup steps. A second request, or one to an ended instance, changes nothing.
+For example:
+
+  tidings start examples.shop.app:app approve order-19
+  tidings cancel examples.shop.app:app approve order-19
+
 Exit status: 0 requested; 1 no such instance; 2 no answer in time.
 """
 

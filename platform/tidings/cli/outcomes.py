@@ -30,7 +30,7 @@ once, although a worker publishes an outcome again after a restart.
 Without --follow it stops at the end the topic had when it started, and exits 0. With
 --follow it then prints outcomes as instances end, until Ctrl-C (exit 0), for example:
 
-  tidings outcomes shop.app:app enrich --follow | jq -c 'select(.outcome != "finished")'
+  tidings outcomes examples.shop.app:app enrich --follow | jq -c 'select(.outcome != "finished")'
 """
 
 

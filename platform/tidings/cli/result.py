@@ -12,8 +12,12 @@ from .start import add_workflow_parser, call, fail, workflow_handle
 _DESCRIPTION = """\
 Wait until the instance ID ends and print its outcome as JSON:
 {"outcome": "finished", "value": ...}, {"outcome": "faulted", "error": {...}} or
-{"outcome": "cancelled"}. Exit status: 0 finished; 1 faulted, cancelled or no such
-instance; 2 not ended within --timeout.
+{"outcome": "cancelled"}, for example:
+
+  tidings result examples.shop.app:app enrich order-17
+
+Exit status: 0 finished; 1 faulted, cancelled or no such instance; 2 not ended within
+--timeout.
 """
 
 

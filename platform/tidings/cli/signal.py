@@ -11,7 +11,8 @@ from .start import add_workflow_parser, call, fail, parse_json, workflow_handle
 _DESCRIPTION = """\
 Deliver the signal NAME with the JSON payload to the instance ID, for example:
 
-  tidings signal examples.shop.app:app approve order-17 approval true
+  tidings start examples.shop.app:app approve order-18
+  tidings signal examples.shop.app:app approve order-18 approval true
 
 Returns once the signal is stored. Exit status: 0 stored; 1 no such instance or it has
 ended; 2 no answer in time (the signal may still be stored later).

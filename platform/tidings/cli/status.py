@@ -10,7 +10,10 @@ from .start import add_workflow_parser, call, fail, workflow_handle
 
 _DESCRIPTION = """\
 Print the status of the instance ID as JSON: {"status": "RUNNING"} (or FINISHED,
-FAULTED, CANCELLED, PARKED), or {"status": null} when it was never started.
+FAULTED, CANCELLED, PARKED), or {"status": null} when it was never started, for example:
+
+  tidings status examples.shop.app:app enrich order-17
+
 Exit status: 0 answered; 2 no answer in time.
 """
 

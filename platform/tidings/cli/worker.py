@@ -9,8 +9,9 @@ from typing import Any
 from .loading import load_app
 
 _DESCRIPTION = """\
-Run a worker for the App at MODULE:ATTRIBUTE (e.g. examples.bank.app:app): it applies the
-app's topics, joins the app's consumer group and runs one agent per aggregate. Start more
+Run a worker for the App at MODULE:ATTRIBUTE (e.g. examples.bank.app:app or
+examples.shop.app:app): it applies the app's topics, joins the app's consumer group and
+runs one agent per definition (aggregate, projection, workflow, ...). Start more
 workers with the same app to split the partitions; each needs its own --data-dir.
 State (RocksDB) lives under --data-dir; deleting it is safe: it is rebuilt from Kafka.
 Stop it with Ctrl-C or SIGTERM.
@@ -21,7 +22,7 @@ def register(subparsers: Any) -> None:
     """Add the ``worker`` command."""
     parser = subparsers.add_parser(
         "worker",
-        help="run an App's agents (aggregates) in this process",
+        help="run an App's agents (aggregates, workflows, ...) in this process",
         description=_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
