@@ -323,7 +323,8 @@ class App:
             specs.append(spec_for("events", handle.topics.events, partitions=self.partitions))
         for hosted in self._hosted.values():
             specs.extend(hosted.topic_specs())
-        return specs
+        # Hosted definitions list the shared topics (the dead-letter topic) again: once each.
+        return list({spec.name: spec for spec in specs}.values())
 
     def client(self, bootstrap: str | None = None) -> Client:
         """Return this app's client for ``bootstrap`` (one per address, made on first use)."""
