@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from decimal import Decimal
 
 import pytest
+from confluent_kafka import Producer
 
 from examples.bank.account import Deposit, Deposited, Open, Opened, Rejected, Withdraw
 from tidings import AggregateVersionConflict, App
 from tidings.codec import avro
+from tidings.core.partitioning import partition_for
 from tidings.core.records import DeadLetter, EventEnvelope
 from tidings.testing.eventually import assert_eventually
 from tidings.testing.topics import read_topic
@@ -213,3 +216,41 @@ def test_a_command_on_the_wrong_partition_is_forwarded_to_its_owner(
     # The next command to t-7 is decided after the forwarded one: version 2.
     reply = asyncio.run(client.send_envelope("tally", "t-7", Add(amount=1)))
     assert reply.version == 2
+
+
+def test_an_event_another_worker_wrote_to_the_journal_is_read_before_the_next_decision(
+    kafka_bootstrap: str, test_app: App, workers: Workers
+) -> None:
+    """A zombie's event (a worker that lost the partition and still wrote) is noticed.
+
+    Only the owner writes a partition of the events topic, its events back to back. The
+    test plays the zombie by producing an event straight to the partition; the owner's
+    next write there shows the gap, and it re-reads the partition before deciding more.
+    """
+    worker = workers.start()
+    client = test_app.client(kafka_bootstrap)
+    partition = partition_for("t-zombie", test_app.partitions)
+    other = next(f"t-other{n}" for n in range(10_000) if partition_for(f"t-other{n}", test_app.partitions) == partition)
+
+    async def two_adds() -> None:
+        await client.send_envelope("tally", "t-zombie", Add(amount=1))
+        await client.send_envelope("tally", "t-zombie", Add(amount=1))
+
+    asyncio.run(two_adds())
+    handle = next(h for h in test_app.aggregates if h.name == "tally")
+    stored = [e for e in journal(kafka_bootstrap, test_app, "tally") if e.aggregate_id == "t-zombie"]
+    assert [e.version for e in stored] == [1, 2]
+    foreign = replace(stored[-1], event_id="zombie-event", command_id="zombie-command", version=3,
+                      payload=Added(amount=100).model_dump_json().encode())
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer.produce(handle.topics.events, avro.encode(foreign), b"t-zombie/3", partition=partition)
+    assert producer.flush(30) == 0
+
+    async def write_there_then_read() -> tuple:
+        await client.send_envelope("tally", other, Add(amount=5))  # the owner's next write there
+        total = await client.send("tally", "t-zombie", Read())
+        after = await client.send_envelope("tally", "t-zombie", Add(amount=1))
+        return total, after.version
+
+    assert asyncio.run(write_there_then_read()) == (Total(value=102), 4)
+    assert "moved under us" in worker.log_tail(400)
