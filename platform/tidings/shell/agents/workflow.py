@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import json
 import logging
 import os
@@ -123,6 +124,11 @@ class WorkflowAgent:
         self.definition = definition
         self.topics = topics
         self._partitions = partitions
+        # murmur2 in Python costs microseconds, and one input asks for its instance's
+        # partition a dozen times (records, statuses, effects, readiness).
+        self._partition_of: Callable[[str], int] = functools.lru_cache(maxsize=65_536)(
+            functools.partial(partition_for, partitions=partitions)
+        )
         self._store = store
         self._publisher = publisher
         self._reader = reader
@@ -662,7 +668,7 @@ class WorkflowAgent:
         self._cache.move_to_end(instance.instance_id)
 
     def _partition(self, instance_id: str) -> int:
-        return partition_for(instance_id, self._partitions)
+        return self._partition_of(instance_id)
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
