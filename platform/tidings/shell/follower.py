@@ -23,7 +23,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Top
 
 from ..errors import BrokerError
 from .io import Incoming
-from .kafka import topic_partitions, watermarks
+from .kafka import incoming, topic_partitions, watermarks
 
 log = logging.getLogger(__name__)
 
@@ -181,23 +181,15 @@ class TopicFollower:
                 log.warning("reading %s: %s (retrying)", self.topic, error)
                 return None
             raise BrokerError(f"reading {self.topic}/{message.partition()}: {error}")
-        partition, offset = message.partition(), message.offset()
+        record = incoming(message)
         if not self.follow:
-            end = remaining.get(partition)
-            if end is None or offset >= end:
+            end = remaining.get(record.partition)
+            if end is None or record.offset >= end:
                 return None
-            if offset >= end - 1:
-                del remaining[partition]
-                consumer.pause([TopicPartition(self.topic, partition)])
-        return Incoming(
-            self.topic,
-            partition,
-            offset,
-            message.key(),
-            message.value(),
-            dict(message.headers() or []),
-            message.timestamp()[1],
-        )
+            if record.offset >= end - 1:
+                del remaining[record.partition]
+                consumer.pause([TopicPartition(self.topic, record.partition)])
+        return record
 
     def _finish_compacted(self, consumer: Consumer, remaining: dict[int, int]) -> None:
         # Compaction can leave no record at a partition's last offsets: once nothing more

@@ -12,9 +12,9 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from ..errors import BrokerError
 from .io import Delivered, Incoming, Outgoing
@@ -49,6 +49,23 @@ _ELECTION_ERRORS = frozenset(
         KafkaError._TIMED_OUT,
     }
 )
+
+
+def incoming(message: Message) -> Incoming:
+    """Return a consumed, error-free confluent-kafka message as an ``Incoming`` record."""
+    partition, offset = message.partition(), message.offset()
+    # Set on every consumed message; None only on messages being produced.
+    assert partition is not None and offset is not None
+    headers = cast("list[tuple[str, bytes]]", message.headers() or [])
+    return Incoming(
+        cast(str, message.topic()),
+        partition,
+        offset,
+        cast("bytes | None", message.key()),
+        cast("bytes | None", message.value()),
+        dict(headers),
+        message.timestamp()[1],
+    )
 
 
 def topic_partitions(consumer: Consumer, topic: str, timeout: float = 30.0) -> list[int]:
@@ -237,22 +254,12 @@ class KafkaPartitionReader:
                     for message in messages:
                         if message.error() is not None:
                             raise BrokerError(f"reading {topic}/{partition}: {message.error()}")
-                        offset = message.offset()
-                        if offset >= end:
+                        record = incoming(message)
+                        if record.offset >= end:
                             position = end
                             break
-                        position = offset + 1
-                        chunk.append(
-                            Incoming(
-                                topic,
-                                partition,
-                                offset,
-                                message.key(),
-                                message.value(),
-                                {k: v for k, v in (message.headers() or [])},
-                                message.timestamp()[1],
-                            )
-                        )
+                        position = record.offset + 1
+                        chunk.append(record)
                     if chunk:
                         yield chunk
             finally:

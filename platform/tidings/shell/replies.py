@@ -42,7 +42,7 @@ class ReplyReader(Generic[R]):
         topic: str,
         *,
         decode: Callable[[bytes], tuple[str, R] | None],
-        on_poll: Callable[[], None] = lambda: None,
+        on_poll: Callable[[], object] = lambda: None,
     ) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
@@ -118,8 +118,9 @@ class ReplyReader(Generic[R]):
                 if first is None:
                     continue
                 for message in (first, *consumer.consume(1000, 0)):
-                    if message.error() is None and message.value() is not None:
-                        self._deliver(message.value())
+                    value = message.value()
+                    if message.error() is None and isinstance(value, bytes):
+                        self._deliver(value)
         finally:
             consumer.close()
 

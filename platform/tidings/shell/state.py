@@ -17,9 +17,9 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, cast
 
 from pydantic import TypeAdapter
 from rocksdict import Options, Rdict, WriteBatch
@@ -95,3 +95,16 @@ class AggregateStore(Generic[S]):
 def _reply_key(aggregate_id: str, command_id: str) -> bytes:
     return f"r/{aggregate_id}/{command_id}".encode()
 
+
+
+def prefixed(db: Rdict, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+    """Yield ``(key without prefix, value)`` for the keys starting with ``prefix``, in key order.
+
+    For stores opened in raw mode (bytes keys and values). RocksDB keeps keys sorted, so
+    the scan starts at ``prefix`` and stops at the first key past it.
+    """
+    for key, value in db.items(from_key=prefix):
+        key = cast(bytes, key)
+        if not key.startswith(prefix):
+            return
+        yield key[len(prefix):], cast(bytes, value)

@@ -19,6 +19,8 @@ from typing import Any
 
 from rocksdict import AccessType, Options, Rdict, WriteBatch
 
+from .state import prefixed
+
 _DELETED = object()
 
 
@@ -55,11 +57,8 @@ class View:
     def items(self, prefix: str = "") -> Iterator[tuple[str, Any]]:
         """Iterate entries whose key starts with ``prefix``, in key order."""
         merged: dict[str, Any] = {}
-        start = b"v/" + prefix.encode()
-        for raw_key, raw in self._db.items(from_key=start):
-            if not raw_key.startswith(start):
-                break
-            merged[raw_key[2:].decode()] = json.loads(raw)
+        for rest, raw in prefixed(self._db, b"v/" + prefix.encode()):
+            merged[prefix + rest.decode()] = json.loads(raw)
         for layer in (self._batch, self._event):
             merged.update((k, v) for k, v in layer.items() if k.startswith(prefix))
         for key in sorted(merged):

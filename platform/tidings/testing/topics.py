@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, TopicPartition
 
-from ..shell.kafka import watermarks
+from ..shell.kafka import incoming, watermarks
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,13 +61,12 @@ def read_topic(bootstrap: str, topic: str, *, timeout: float = 30.0) -> list[Sto
             for message in messages:
                 if message.error() is not None:
                     continue
-                partition, offset = message.partition(), message.offset()
+                record = incoming(message)
                 records.append(
-                    StoredRecord(partition, offset, message.key(), message.value(),
-                                 dict(message.headers() or []))
+                    StoredRecord(record.partition, record.offset, record.key, record.value, dict(record.headers))
                 )
-                if partition in remaining and offset >= remaining[partition] - 1:
-                    del remaining[partition]
+                if record.partition in remaining and record.offset >= remaining[record.partition] - 1:
+                    del remaining[record.partition]
         return sorted(records, key=lambda r: (r.partition, r.offset))
     finally:
         consumer.close()

@@ -63,6 +63,7 @@ from ...errors import RecordError, SchemaError
 from ..deadletters import dead_letter
 from ..io import Delivered, Incoming, Outgoing, PartitionReader, Publisher
 from ..pipeline import Finish
+from ..state import prefixed
 from .projection import ProjectionSource
 
 log = logging.getLogger(__name__)
@@ -205,13 +206,7 @@ class OrchestrationStore:
 
     def events(self, instance: str) -> list[bytes]:
         """Return the journal records of a running ``instance``, oldest first."""
-        prefix = _events_prefix(instance)
-        found = []
-        for key, value in self._db.items(from_key=prefix):
-            if not key.startswith(prefix):
-                break
-            found.append(value)
-        return found
+        return [value for _, value in prefixed(self._db, _events_prefix(instance))]
 
     def offset(self, role: str, partition: int) -> int | None:
         """Return the next offset of ``role``'s topic accounted for in ``partition``."""

@@ -23,6 +23,7 @@ from typing import Any
 from rocksdict import Options, Rdict, WriteBatch
 
 from ...core.workflow import JournalRecord, record_from_json, record_to_json
+from ..state import prefixed
 
 
 @dataclass(slots=True)
@@ -56,13 +57,7 @@ class WorkflowStore:
 
     def journal(self, instance_id: str) -> list[JournalRecord]:
         """Return the stored journal of ``instance_id`` in seq order (empty if none)."""
-        prefix = f"j/{instance_id}/".encode()
-        records = []
-        for key, value in self._db.items(from_key=prefix):
-            if not key.startswith(prefix):
-                break
-            records.append(record_from_json(json.loads(value)))
-        return records
+        return [record_from_json(json.loads(value)) for _, value in prefixed(self._db, f"j/{instance_id}/".encode())]
 
     def status(self, instance_id: str) -> dict[str, Any] | None:
         """Return ``{"status": ..., "outcome": {...}?}``, or None when never started."""
@@ -71,23 +66,11 @@ class WorkflowStore:
 
     def running(self, partition: int) -> list[str]:
         """Return the ids of the RUNNING or PARKED instances of ``partition``."""
-        prefix = f"r/{partition}/".encode()
-        found = []
-        for key in self._db.keys(from_key=prefix):
-            if not key.startswith(prefix):
-                break
-            found.append(key[len(prefix):].decode())
-        return found
+        return [key.decode() for key, _ in prefixed(self._db, f"r/{partition}/".encode())]
 
     def timers(self, instance_id: str) -> dict[str, int]:
         """Return the armed timers of ``instance_id``: path -> due (ms)."""
-        prefix = f"t/{instance_id}/".encode()
-        found = {}
-        for key, value in self._db.items(from_key=prefix):
-            if not key.startswith(prefix):
-                break
-            found[key[len(prefix):].decode()] = int(value)
-        return found
+        return {key.decode(): int(value) for key, value in prefixed(self._db, f"t/{instance_id}/".encode())}
 
     def journal_offset(self, partition: int) -> int | None:
         """Return the next journal offset applied for ``partition``, or None if never."""
