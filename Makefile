@@ -18,6 +18,7 @@ demo: install
 
 test: install
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 	$(BIN)/python -m pytest tests
 
 bench: install

@@ -7,7 +7,6 @@ never goes through binary floating point.
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -133,8 +132,8 @@ def decide(command: AccountCommand, state: AccountState) -> Decision:
             event = TransferReceived(transfer_id=tid, source=source, amount=amount)
             return Defer(event) if tid in state.received else Persist(event)
         case RefundTransfer(transfer_id=tid, target=target, amount=amount):
-            event = TransferRefunded(transfer_id=tid, target=target, amount=amount)
-            return Defer(event) if tid in state.refunded else Persist(event)
+            refunded = TransferRefunded(transfer_id=tid, target=target, amount=amount)
+            return Defer(refunded) if tid in state.refunded else Persist(refunded)
     raise TypeError(f"not an account command: {command!r}")
 
 

@@ -45,10 +45,14 @@ from tidings.core.orchestration_records import (
 Record = (
     CommandEnvelope | EventEnvelope | ReplyEnvelope | DeadLetter
     | OrchestrationEvent | OrchestrationActions | OrchestrationOutcome
+    | _workflow.WorkflowInbox | _workflow.WorkflowJournalEntry | _workflow.WorkflowReply
+    | _workflow.WorkflowOutcomeRecord | _workflow.WorkflowStatusRecord
 )
 R = TypeVar(
     "R", CommandEnvelope, EventEnvelope, ReplyEnvelope, DeadLetter,
     OrchestrationEvent, OrchestrationActions, OrchestrationOutcome,
+    _workflow.WorkflowInbox, _workflow.WorkflowJournalEntry, _workflow.WorkflowReply,
+    _workflow.WorkflowOutcomeRecord, _workflow.WorkflowStatusRecord,
 )
 
 MAGIC: Final = b"\xc3\x01"
@@ -136,7 +140,7 @@ def load_catalogue() -> SchemaCatalogue:
         raw = json.loads(entry.read_text(encoding="utf-8"))
         # A fresh named_schemas per file: reply.vN.avsc defines tidings.EventEnvelope
         # inline too, and each file must stand alone as a writer schema.
-        parsed = parse_schema(raw, named_schemas={})
+        parsed = cast(dict[str, Any], parse_schema(raw, named_schemas={}))
         record_type = by_name.get(parsed["name"])
         if record_type is None:
             problems.append(f"{entry.name}: record {parsed['name']!r} is no tidings envelope")

@@ -112,8 +112,8 @@ class _Elapsed(Coordination[E, Instant]):
         self, duration: Any, clock: Callable[[E], Instant | None], start: Instant | None
     ) -> None:
         self._duration = duration
-        self._clock = clock
-        self._start = start
+        self._clock: Callable[[E], Instant | None] = clock
+        self._start: Instant | None = start
 
     def __call__(self, event: E) -> Step[E, Instant]:
         now = self._clock(event)

@@ -208,7 +208,7 @@ def all_orchestrations(coordinations: Sequence[Coordination[Any, Any]]) -> bool:
 def _combine_outcomes(items: tuple[Outcome[Any, Any], ...]) -> Outcome[Any, Any]:
     if all(isinstance(item, Continue) for item in items):
         return Continue(tuple(item.value for item in items))  # type: ignore[union-attr]
-    return Break(action for item in items if isinstance(item, Break) for action in item.actions)
+    return Break(tuple(action for item in items if isinstance(item, Break) for action in item.actions))
 
 
 def _keep_actions(buffers: tuple[tuple[Any, ...], ...]) -> list[Any]:
@@ -221,7 +221,7 @@ def _keep_actions(buffers: tuple[tuple[Any, ...], ...]) -> list[Any]:
         if isinstance(item, Break)
         for action in item.actions
     ]
-    return [Break(actions)] if actions else []
+    return [Break(tuple(actions))] if actions else []
 
 
 def zip_orchestrations(

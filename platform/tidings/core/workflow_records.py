@@ -176,7 +176,7 @@ def _journal_from(fields: dict[str, Any]) -> WorkflowJournalEntry:
     cls = _JOURNAL_TYPES.get(name)
     if cls is None:
         raise SchemaError(f"unknown workflow journal record type {name!r}")
-    data = {"type": name, **{slot: fields.get(slot) for slot in cls.__slots__}}
+    data = {"type": name, **{slot: fields.get(slot) for slot in getattr(cls, "__slots__")}}
     if data.get("error") is not None:
         data["error"] = _error_from(data["error"])
     try:

@@ -90,7 +90,10 @@ class Hosted(Protocol):
     them for their topics, and lets each attach its agents to the worker's Faust app.
     """
 
-    name: str
+    @property
+    def name(self) -> str:
+        """The definition's name (unique per kind in the app)."""
+        ...
 
     def topic_specs(self) -> list[TopicSpec]:
         """Every topic this definition needs."""

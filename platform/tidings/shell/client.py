@@ -18,7 +18,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaException, Producer
@@ -236,7 +236,7 @@ class Client:
 
     async def outcomes(
         self, workflow: WorkflowHandle | str, *, follow: bool = True
-    ) -> AsyncIterator[tuple[str, Outcome]]:
+    ) -> AsyncGenerator[tuple[str, Outcome], None]:
         """Yield ``(instance_id, outcome)`` for every ended instance of ``workflow``.
 
         Reads the workflow's compacted outcomes topic from the beginning of every partition

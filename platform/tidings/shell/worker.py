@@ -145,7 +145,7 @@ class Worker:
         agents = self.agents
         projections = self.projections
 
-        @fapp.on_partitions_revoked.connect
+        @fapp.on_partitions_revoked.connect  # type: ignore[arg-type]  # called with revoked=, signal= keywords
         async def on_revoked(sender: Any, revoked: Iterable[Any], **_: Any) -> None:
             revoked = list(revoked)
             for agent in agents:

@@ -281,7 +281,7 @@ def declare_workflow(app: App, name: str | Callable[..., Any] | None = None, **o
 
     def decorate(body: Callable[..., Any]) -> WorkflowHandle:
         definition = define_workflow(
-            name or getattr(body, "__name__", ""),
+            name or str(getattr(body, "__name__", "")),
             body,
             input_type=options.get("input_type"),
             result_type=options.get("result_type"),

@@ -63,9 +63,9 @@ def define_workflow(
     if problems:
         raise DefinitionError(f"workflow {name!r}", problems)
     hints = _hints(body)
-    parameters = list(inspect.signature(body).parameters)
-    if input_type is None and len(parameters) >= 2:
-        input_type = hints.get(parameters[1])
+    names = list(inspect.signature(body).parameters)
+    if input_type is None and len(names) >= 2:
+        input_type = hints.get(names[1])
     if result_type is None:
         result_type = hints.get("return")
     return WorkflowDefinition(name=name, body=body, input_type=input_type, result_type=result_type)

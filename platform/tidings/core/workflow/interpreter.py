@@ -443,14 +443,14 @@ class WorkflowInstance:
             try:
                 request = frame.send(value) if exc is None else frame.throw(exc)
             except StopIteration as stop:
-                frames.pop()
+                del frames[-1]
                 if frames:
                     value, exc = stop.value, None
                     continue
                 self._fiber_ended(fiber, stop.value, None)
                 return
             except Exception as error:  # noqa: BLE001 - the body's own exception
-                frames.pop()
+                del frames[-1]
                 if frames:
                     value, exc = None, error
                     continue

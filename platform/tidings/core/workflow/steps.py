@@ -75,7 +75,9 @@ def _inline(self: WorkflowInstance, fiber: Fiber, kind: str, produce: Callable[[
     replay = self._replay
     # While replaying, the stored value wins: draw no entropy for a value that is dropped.
     value = "" if replay is not None and replay.peek() is not None else produce()
-    return self._record(StepCompleted(self._next_seq, path, value)).result  # type: ignore[union-attr]
+    completed = self._record(StepCompleted(self._next_seq, path, value))
+    assert isinstance(completed, StepCompleted)
+    return completed.result
 
 
 def _now(self: WorkflowInstance, fiber: Fiber, request: NowRequest) -> Any:
