@@ -8,7 +8,7 @@ guarantees and limits, is in docs/orchestrations-hosted.md.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -23,15 +23,12 @@ from .agents.orchestration import (
 )
 from .agents.projection import ProjectionSource
 from .kafka import KafkaPartitionReader
-from .pipeline import Start, run_batches
+from .pipeline import agent_body, raw_topic
 from .topics import TopicSpec, deadletter_topic, spec_for, topic_name
 
 if TYPE_CHECKING:
     from .app import App
     from .worker import Worker
-
-#: Most inbox or source records one agent call handles.
-BATCH_SIZE = 2000
 
 
 @dataclass(frozen=True)
@@ -82,17 +79,15 @@ class OrchestrationDefinition:
             partitions=partitions, store=store, reader=reader, publisher=publisher,
             offsets_reader=offsets_reader,
         )
-        raw = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw",
-               "value_serializer": "raw"}
-        sources = faust_app.topic(*router.source_topics, **raw)
+        sources = raw_topic(faust_app, *router.source_topics)
         faust_app.agent(sources, name=f"orchestration-{self.name}-router")(
-            _consumer(router.start, f"orchestration {self.name} router", max_in_flight=2)
+            agent_body(router.start, f"orchestration {self.name} router")
         )
-        inbox = faust_app.topic(self.topics.inbox, partitions=partitions, **raw)
+        inbox = raw_topic(faust_app, self.topics.inbox, partitions=partitions)
         # One batch in flight: the next batch's catch-up and decisions read RocksDB, which
         # must hold the previous batch first.
         faust_app.agent(inbox, name=f"orchestration-{self.name}")(
-            _consumer(agent.start, f"orchestration {self.name}", max_in_flight=1)
+            agent_body(agent.start, f"orchestration {self.name}", max_in_flight=1)
         )
 
         @faust_app.on_partitions_revoked.connect
@@ -182,14 +177,3 @@ def declare_orchestration(
     app.host("orchestration", definition)
     return definition
 
-
-def _consumer(start: Start, what: str, *, max_in_flight: int) -> Callable[[Any], Awaitable[None]]:
-    """Return a Faust agent body that runs ``start`` over batches."""
-
-    async def consume(stream: Any) -> None:
-        await run_batches(
-            stream, start, what=what, max_batch=BATCH_SIZE, max_in_flight=max_in_flight
-        )
-
-    consume.__name__ = f"consume_{what.replace(' ', '_').replace('-', '_')}"
-    return consume

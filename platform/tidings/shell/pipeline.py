@@ -35,10 +35,12 @@ Start = Callable[[list[Incoming]], Awaitable[Finish]]
 
 #: Exit status of a worker that stopped because Kafka or a handler failed.
 EXIT_FAILED = 70
+#: Most records one batch takes (also Faust's poll size; its buffer holds four batches).
+BATCH_SIZE = 2000
 
 
 async def run_batches(
-    stream: Any, start: Start, *, what: str, max_batch: int = 2000, max_in_flight: int = 2
+    stream: Any, start: Start, *, what: str, max_batch: int = BATCH_SIZE, max_in_flight: int = 2
 ) -> None:
     """Consume ``stream`` (a Faust stream) in pipelined batches; see the module docstring."""
     stream = stream.noack()
@@ -92,6 +94,38 @@ async def run_batches(
     finally:
         for task in workers:
             task.cancel()
+
+
+def agent_body(start: Start, what: str, *, max_in_flight: int = 2) -> Callable[[Any], Awaitable[None]]:
+    """Return a Faust agent body that runs ``start`` over pipelined batches of its stream.
+
+    Args:
+        start: Decides a batch and returns what completes it (see ``run_batches``).
+        what: What the agent does, for logs and the agent function's name.
+        max_in_flight: Batches decided but not yet finished.
+    """
+
+    async def consume(stream: Any) -> None:
+        await run_batches(stream, start, what=what, max_in_flight=max_in_flight)
+
+    consume.__name__ = "consume_" + "".join(c if c.isalnum() else "_" for c in what)
+    return consume
+
+
+def raw_topic(faust_app: Any, *names: str, partitions: int | None = None) -> Any:
+    """Declare ``names`` on ``faust_app`` as one Faust topic of raw bytes keys and values.
+
+    The agents decode records themselves (Avro or JSON, dead letters for bad ones), so Faust
+    must hand them over untouched.
+    """
+    return faust_app.topic(
+        *names,
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+        partitions=partitions,
+    )
 
 
 def _fail(what: str) -> None:

@@ -22,7 +22,7 @@ from .agents.aggregate import AggregateAgent
 from .agents.projection import ProjectionAgent
 from .io import Incoming
 from .kafka import ConfluentPublisher, KafkaPartitionReader
-from .pipeline import Finish, Start, run_batches
+from .pipeline import BATCH_SIZE, Finish, Start, agent_body, raw_topic
 from .state import AggregateStore
 from .topics import apply_topics, deadletter_topic
 from .views import ViewStore
@@ -31,9 +31,6 @@ if TYPE_CHECKING:
     from .app import App, ProjectionHandle
 
 log = logging.getLogger(__name__)
-
-#: Most records one agent call handles; larger batches mean fewer round trips.
-BATCH_SIZE = 2000
 
 
 class Worker:
@@ -125,17 +122,8 @@ class Worker:
             self._readers.append(reader)
             self._closers.append(store.close)
             self.agents.append(agent)
-            topic = fapp.topic(
-                handle.topics.commands,
-                key_type=bytes,
-                value_type=bytes,
-                key_serializer="raw",
-                value_serializer="raw",
-                partitions=self.app.partitions,
-            )
-            fapp.agent(topic, name=f"aggregate-{handle.name}")(
-                _consumer(agent.start, f"aggregate {handle.name}")
-            )
+            topic = raw_topic(fapp, handle.topics.commands, partitions=self.app.partitions)
+            fapp.agent(topic, name=f"aggregate-{handle.name}")(agent_body(agent.start, f"aggregate {handle.name}"))
 
         for projection in self.app.projections:
             self._add_projection(fapp, projection, publisher)
@@ -172,15 +160,9 @@ class Worker:
         self._readers.append(reader)
         self._closers.append(store.close)
         self.projections.append(agent)
-        topic = fapp.topic(
-            *agent.topics,
-            key_type=bytes,
-            value_type=bytes,
-            key_serializer="raw",
-            value_serializer="raw",
-        )
+        topic = raw_topic(fapp, *agent.topics)
         fapp.agent(topic, name=f"projection-{handle.name}")(
-            _consumer(_started(agent.process), f"projection {handle.name}")
+            agent_body(_started(agent.process), f"projection {handle.name}")
         )
 
 
@@ -189,16 +171,6 @@ def decode_command(record: Incoming) -> CommandEnvelope:
     return decode_record(
         record.value, CommandEnvelope, headers=record.headers, timestamp_ms=record.timestamp_ms
     )
-
-
-def _consumer(start: Start, what: str) -> Callable[[Any], Awaitable[None]]:
-    """Return a Faust agent body that runs ``start`` over pipelined batches."""
-
-    async def consume(stream: Any) -> None:
-        await run_batches(stream, start, what=what, max_batch=BATCH_SIZE)
-
-    consume.__name__ = f"consume_{what.replace(' ', '_')}"
-    return consume
 
 
 def _started(process: Callable[[list[Incoming]], Awaitable[None]]) -> Start:

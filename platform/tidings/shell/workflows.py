@@ -28,7 +28,7 @@ from .agents.workflow_client import WorkflowClient
 from .agents.workflow_codec import outcome_from
 from .agents.workflow_store import WorkflowStore
 from .kafka import KafkaPartitionReader
-from .pipeline import run_batches
+from .pipeline import agent_body, raw_topic
 from .topics import TopicSpec, deadletter_topic, spec_for, topic_name
 
 if TYPE_CHECKING:
@@ -37,9 +37,6 @@ if TYPE_CHECKING:
 #: How often ``result`` asks again while it waits: an answer promised by a worker that
 #: then crashed is never sent, so the question is repeated to whoever owns the instance.
 RESULT_REASK_S = 5.0
-
-#: Most inbox records one agent call decides.
-BATCH_SIZE = 2000
 
 
 class WorkflowHandle:
@@ -228,21 +225,8 @@ class WorkflowHandle:
         worker.on_close(agent.close)
         worker.on_close(reader.close)
         worker.on_close(store.close)
-        topic = faust_app.topic(
-            self.topics.inbox,
-            key_type=bytes,
-            value_type=bytes,
-            key_serializer="raw",
-            value_serializer="raw",
-            partitions=self.app.partitions,
-        )
-        what = f"workflow {self.name}"
-
-        async def consume(stream: Any) -> None:
-            await run_batches(stream, agent.start, what=what, max_batch=BATCH_SIZE)
-
-        consume.__name__ = f"consume_workflow_{self.name.replace('-', '_').replace('.', '_')}"
-        faust_app.agent(topic, name=f"workflow-{self.name}")(consume)
+        topic = raw_topic(faust_app, self.topics.inbox, partitions=self.app.partitions)
+        faust_app.agent(topic, name=f"workflow-{self.name}")(agent_body(agent.start, f"workflow {self.name}"))
         inbox = self.topics.inbox
 
         @faust_app.on_partitions_assigned.connect
