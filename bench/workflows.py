@@ -17,7 +17,7 @@ One worker subprocess runs ``bench.workflow_apps:app`` (4 partitions). In order:
 
 Pure, in this process (no broker): replay of a 1,000 / 10,000 / 50,000-step journal built by
 the in-memory interpreter, and memory per idle instance waiting on a signal (tracemalloc
-over 1,000 instances), both as ``tests/unit/test_workflow_depth.py`` measures them.
+over 1,000 instances).
 """
 
 from __future__ import annotations
