@@ -20,39 +20,17 @@ from tidings import App
 from tidings.codec import avro
 from tidings.core.orchestration_records import OrchestrationActions, OrchestrationOutcome
 from tidings.shell.topics import apply_topics
-from tidings.testing.processes import WorkerProcess
 from tidings.testing.topics import read_topic
 
 from .integration.orchestration_apps import REPLIES, Happen, build
+from .workers import Workers
 
-ROOT = Path(__file__).resolve().parent.parent
 
-
-class OrchestrationWorkers:
-    """Worker processes of one test's App; every one is killed when the test ends."""
+class OrchestrationWorkers(Workers):
+    """Worker processes of one test's orchestration App; every one is killed when the test ends."""
 
     def __init__(self, bootstrap: str, app_id: str, tmp_path: Path) -> None:
-        self._bootstrap = bootstrap
-        self._app_id = app_id
-        self._tmp_path = tmp_path
-        self.started: list[WorkerProcess] = []
-
-    def start(self, name: str = "w1", *, data_dir: Path | None = None) -> WorkerProcess:
-        """Start a worker; ``data_dir`` reuses another's RocksDB (a restart)."""
-        worker = WorkerProcess(
-            "tests.integration.orchestration_apps:app",
-            bootstrap=self._bootstrap,
-            data_dir=data_dir or self._tmp_path / name,
-            log_path=self._tmp_path / f"{name}.log",
-            env={"TEST_APP_ID": self._app_id},
-            cwd=ROOT,
-        )
-        self.started.append(worker)
-        return worker.start()
-
-    def kill_all(self) -> None:
-        for worker in self.started:
-            worker.kill()
+        super().__init__(bootstrap, app_id, tmp_path, app_spec="tests.integration.orchestration_apps:app")
 
 
 @pytest.fixture

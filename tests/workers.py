@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,23 +26,40 @@ def test_app(kafka_bootstrap: str, app_id: str) -> Iterator[App]:
 
 
 class Workers:
-    """Worker processes of one test's App; every one is killed when the test ends."""
+    """Worker processes of one test's App; every one is killed when the test ends.
 
-    def __init__(self, bootstrap: str, app_id: str, tmp_path: Path) -> None:
+    Args:
+        bootstrap: The broker.
+        app_id: The App's name (``TEST_APP_ID`` in the worker).
+        tmp_path: Where each worker keeps its data directory and log.
+        app_spec: The ``MODULE:APP`` the workers run.
+        env: More environment for the workers.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        app_id: str,
+        tmp_path: Path,
+        *,
+        app_spec: str = "tests.integration.apps:app",
+        env: dict[str, str] | None = None,
+    ) -> None:
         self._bootstrap = bootstrap
-        self._app_id = app_id
         self._tmp_path = tmp_path
+        self._app_spec = app_spec
+        self._env = {"TEST_APP_ID": app_id, **(env or {})}
         self.started: list[WorkerProcess] = []
 
     def start(
         self, name: str = "w1", *, data_dir: Path | None = None, instance_id: str | None = None
     ) -> WorkerProcess:
         """Start a worker; ``data_dir`` reuses another's RocksDB (a restart)."""
-        env = {"TEST_APP_ID": self._app_id}
+        env = dict(self._env)
         if instance_id:
             env["TIDINGS_INSTANCE_ID"] = instance_id
         worker = WorkerProcess(
-            "tests.integration.apps:app",
+            self._app_spec,
             bootstrap=self._bootstrap,
             data_dir=data_dir or self._tmp_path / name,
             log_path=self._tmp_path / f"{name}.log",
@@ -59,8 +75,18 @@ class Workers:
             worker.stop()
 
     def kill_all(self) -> None:
+        """SIGKILL every worker."""
         for worker in self.started:
             worker.kill()
+
+    def log_tail(self, lines: int = 60) -> str:
+        """The last lines of every worker's log, for assertion messages."""
+        tails = []
+        for worker in self.started:
+            if worker.log_path.exists():
+                text = worker.log_path.read_text(errors="replace").splitlines()[-lines:]
+                tails.append(f"--- {worker.log_path.name}\n" + "\n".join(text))
+        return "\n".join(tails)
 
 
 @pytest.fixture
