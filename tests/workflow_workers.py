@@ -29,8 +29,8 @@ def workflow_app(
     app = build(app_id, calls.directory)
     apply_topics(kafka_bootstrap, app.topic_specs(), out=lambda line: None)
     yield app
-    for hosted in app.hosted:
-        hosted.close()  # type: ignore[attr-defined]
+    for handle in app.workflows:
+        handle.close()
 
 
 class WorkflowWorkers(Workers):

@@ -15,7 +15,8 @@ The tree::
     ├── ForeignAwaitError (also TypeError)  a body awaited something that is not a ctx step
     ├── RecordError                         a record cannot be used; always dead-lettered
     │   ├── DecodeError                     bytes that are not a known envelope
-    │   └── SchemaError                     a valid envelope whose type/payload is wrong
+    │   ├── SchemaError                     a valid envelope whose type/payload is wrong
+    │   └── HandlerFailed                   user code (decide, fold, a handler) raised on it
     ├── BrokerError                         a Kafka error, translated at the boundary
     └── ReplyTimeout (also TimeoutError)    no reply within the timeout
 """
@@ -102,6 +103,13 @@ class DecodeError(RecordError):
 
 class SchemaError(RecordError):
     """The envelope decoded, but its type is unknown or its payload is invalid for the type."""
+
+
+class HandlerFailed(RecordError):
+    """User code (``decide``, ``fold``, a projection handler, ``key_of``) raised on a record.
+
+    The record is dead-lettered with the exception in the reason, and the worker goes on.
+    """
 
 
 class BrokerError(TidingsError):

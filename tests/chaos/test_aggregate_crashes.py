@@ -39,7 +39,7 @@ def fold_journal(events: list[EventEnvelope], app: App) -> account.AccountState:
 
 
 def stored_states(worker: WorkerProcess, ids: list[str]) -> dict[str, tuple[int, account.AccountState]]:
-    store = AggregateStore(worker.data_dir / "aggregates" / "account", account.AccountState,
+    store = AggregateStore(worker.data_dir / "stores" / "aggregate" / "account", account.AccountState,
                            definition_name="account")
     try:
         found = {i: store.load(i) for i in ids}

@@ -42,8 +42,8 @@ def shop(kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[None
     monkeypatch.setenv("TIDINGS_BOOTSTRAP", kafka_bootstrap)
     apply_topics(kafka_bootstrap, app.topic_specs(), out=lambda line: None)
     yield
-    for hosted in app.hosted:
-        hosted.close()  # type: ignore[attr-defined]
+    for handle in app.workflows:
+        handle.close()
 
 
 @pytest.fixture

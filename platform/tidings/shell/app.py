@@ -10,98 +10,31 @@ import os
 import types
 import typing
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..codec.payloads import type_registry
 from ..core.aggregate import AggregateDefinition, Decision
 from ..errors import BrokerError, DefinitionError
 from .agents.aggregate import AggregateTopics
 from .agents.projection import Handler, ProjectionSource
-from .topics import TopicSpec, deadletter_topic, spec_for, topic_name
+from .aggregates import AggregateHandle
+from .hosting import Hosted
+from .projections import ProjectionHandle
+from .topics import ApplyReport, TopicSpec, apply_topics, deadletter_topic, spec_for, topic_name
 
 if TYPE_CHECKING:
     from .client import Client
     from .worker import Worker
+    from .workflows import WorkflowHandle
+
+__all__ = ["AggregateHandle", "App", "ProjectionHandle"]
 
 C = TypeVar("C")
 E = TypeVar("E")
 S = TypeVar("S")
 
 DEFAULT_PARTITIONS = 8
-
-
-@dataclass(frozen=True)
-class AggregateHandle(Generic[C, E, S]):
-    """What ``app.aggregate`` returns: the definition, its topics and a way to send."""
-
-    app: App
-    definition: AggregateDefinition[C, E, S]
-    topics: AggregateTopics
-
-    @property
-    def name(self) -> str:
-        return self.definition.name
-
-    async def send(
-        self,
-        aggregate_id: str,
-        command: C,
-        timeout: float | None = None,
-        *,
-        expected_version: int | None = None,
-        command_id: str | None = None,
-    ) -> E:
-        """Send ``command`` to ``aggregate_id`` and return the reply event.
-
-        Uses a client bound to ``TIDINGS_BOOTSTRAP`` (or the app's bootstrap); see
-        ``Client.send`` for the errors it raises.
-        """
-        client = self.app.client()
-        return await client.send(
-            self,
-            aggregate_id,
-            command,
-            timeout,
-            expected_version=expected_version,
-            command_id=command_id,
-        )
-
-
-@dataclass(frozen=True)
-class ProjectionHandle:
-    """What ``app.projection`` returns: the projection's name, sources and handler."""
-
-    app: App
-    name: str
-    sources: tuple[ProjectionSource, ...]
-    handler: Handler
-
-    def view_path(self, data_dir: Path | None = None) -> Path:
-        """Where a worker using ``data_dir`` keeps this projection's view."""
-        return (data_dir or self.app.data_dir()) / "projections" / self.name
-
-
-class Hosted(Protocol):
-    """A definition that runs in the worker beside aggregates (workflows, orchestrations).
-
-    Each kind lives in its own shell module; the App keeps the declared ones in order, asks
-    them for their topics, and lets each attach its agents to the worker's Faust app.
-    """
-
-    @property
-    def name(self) -> str:
-        """The definition's name (unique per kind in the app)."""
-        ...
-
-    def topic_specs(self) -> list[TopicSpec]:
-        """Every topic this definition needs."""
-        ...
-
-    def attach(self, worker: Worker, faust_app: Any, publisher: Any) -> None:
-        """Add this definition's agents to ``faust_app`` (called once, before it starts)."""
-        ...
 
 
 class App:
@@ -139,8 +72,7 @@ class App:
         self.command_timeout = command_timeout
         self._bootstrap = bootstrap
         self._data_dir = data_dir
-        self._aggregates: dict[str, AggregateHandle[Any, Any, Any]] = {}
-        self._projections: dict[str, ProjectionHandle] = {}
+        # Every definition the worker runs, in declaration order, by (kind, name).
         self._hosted: dict[tuple[str, str], Hosted] = {}
         self._clients: dict[str, Client] = {}
 
@@ -170,7 +102,7 @@ class App:
             DefinitionError: listing every problem with the definition.
         """
         reasons: list[str] = []
-        if name in self._aggregates:
+        if ("aggregate", name) in self._hosted:
             reasons.append(f"an aggregate named {name!r} is already declared")
         registries = []
         for what, types_ in (("command", command), ("event", event)):
@@ -194,7 +126,7 @@ class App:
             deadletter=deadletter_topic(self.name),
         )
         handle = AggregateHandle(self, definition, topics)
-        self._aggregates[name] = handle
+        self.host(handle)
         return handle
 
     def projection(
@@ -215,7 +147,7 @@ class App:
         reasons: list[str] = []
         if not name or not all(ch.isalnum() or ch in "_-" for ch in name):
             reasons.append(f"name {name!r} must be letters, digits, '_' or '-'")
-        if name in self._projections:
+        if ("projection", name) in self._hosted:
             reasons.append(f"a projection named {name!r} is already declared")
         sources = list(sources)
         if not sources:
@@ -236,7 +168,7 @@ class App:
             ),
             handler,
         )
-        self._projections[name] = handle
+        self.host(handle)
         return handle
 
     def workflow(self, name: str | None = None, **options: Any) -> Callable[[Any], Any]:
@@ -267,12 +199,15 @@ class App:
             self, name, sources, key_of, factory, actions_topic, **options
         )
 
-    def host(self, kind: str, definition: Hosted) -> None:
-        """Register a definition of ``kind`` (e.g. "workflow") to run in this app's workers.
+    def host(self, definition: Hosted) -> None:
+        """Register a definition to run in this app's workers (``hosting.Hosted``).
+
+        Every kind goes through here: aggregates, projections, workflows, orchestrations.
 
         Raises:
-            DefinitionError: the app already has a ``kind`` named ``definition.name``.
+            DefinitionError: the app already has a definition of that kind and name.
         """
+        kind = definition.kind
         key = (kind, definition.name)
         if key in self._hosted:
             raise DefinitionError(
@@ -283,17 +218,40 @@ class App:
     # -- what the shell reads ----------------------------------------------------------
 
     @property
+    def hosted(self) -> tuple[Hosted, ...]:
+        """Every definition the worker runs, in declaration order."""
+        return tuple(self._hosted.values())
+
+    @property
     def aggregates(self) -> tuple[AggregateHandle[Any, Any, Any], ...]:
-        return tuple(self._aggregates.values())
+        return tuple(h for h in self._hosted.values() if isinstance(h, AggregateHandle))
 
     @property
     def projections(self) -> tuple[ProjectionHandle, ...]:
-        return tuple(self._projections.values())
+        return tuple(h for h in self._hosted.values() if isinstance(h, ProjectionHandle))
 
     @property
-    def hosted(self) -> tuple[Hosted, ...]:
-        """Workflows, orchestrations and other definitions registered with ``host``."""
-        return tuple(self._hosted.values())
+    def workflows(self) -> tuple[WorkflowHandle, ...]:
+        """The handles of the app's workflows, in declaration order."""
+        return tuple(h for h in self._hosted.values() if h.kind == "workflow")  # type: ignore[misc]
+
+    def workflow_handle(self, name: str) -> WorkflowHandle:
+        """Return the handle of the workflow ``name``.
+
+        Raises:
+            LookupError: The app declares no such workflow (the message lists the known ones).
+        """
+        for handle in self.workflows:
+            if handle.name == name:
+                return handle
+        known = ", ".join(sorted(h.name for h in self.workflows)) or "none"
+        raise LookupError(f"app {self.name!r} has no workflow {name!r}; known: {known}")
+
+    def own_topics(self) -> frozenset[str]:
+        """The app's topics no reply may be sent to: all it declares but the replies topics."""
+        return frozenset(
+            spec.name for spec in self.topic_specs() if not spec.name.endswith(".replies")
+        )
 
     @property
     def replies_topic(self) -> str:
@@ -321,13 +279,18 @@ class App:
             spec_for("deadletter", deadletter_topic(self.name), partitions=self.partitions),
             spec_for("replies", self.replies_topic, partitions=self.partitions),
         ]
-        for handle in self._aggregates.values():
-            specs.append(spec_for("commands", handle.topics.commands, partitions=self.partitions))
-            specs.append(spec_for("events", handle.topics.events, partitions=self.partitions))
         for hosted in self._hosted.values():
             specs.extend(hosted.topic_specs())
         # Hosted definitions list the shared topics (the dead-letter topic) again: once each.
         return list({spec.name: spec for spec in specs}.values())
+
+    def apply_topics(self, bootstrap: str | None = None, *, out: Callable[[str], Any] = print) -> ApplyReport:
+        """Create the app's missing topics and report differences (``tidings topics apply``).
+
+        Raises:
+            BrokerError: Kafka did not answer.
+        """
+        return apply_topics(bootstrap or self.bootstrap(), self.topic_specs(), out=out)
 
     def client(self, bootstrap: str | None = None) -> Client:
         """Return this app's client for ``bootstrap`` (one per address, made on first use)."""

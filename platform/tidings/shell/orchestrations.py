@@ -1,14 +1,14 @@
-"""Hosted orchestrations: ``app.orchestration(...)`` declared, validated, run as Faust agents.
+"""Hosted orchestrations: ``app.orchestration(...)`` declared, validated, and hosted.
 
-Declaring does no I/O; ``attach`` (called by the worker) opens the RocksDB store and adds
-two Faust agents: the router over the sources' events topics and the instance agent over
+Declaring does no I/O; ``open`` (called by the worker) opens the RocksDB store and returns
+two agents: the router over the sources' events topics and the instance agent over
 the orchestration's inbox (``tidings.shell.agents.orchestration``). The design, with its
 guarantees and limits, is in docs/orchestrations-hosted.md.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -22,13 +22,11 @@ from .agents.orchestration import (
     OrchestrationTopics,
 )
 from .agents.projection import ProjectionSource
-from .kafka import KafkaPartitionReader
-from .pipeline import agent_body, raw_topic
+from .hosting import Input, Runtime, TopicPartition
 from .topics import TopicSpec, deadletter_topic, spec_for, topic_name
 
 if TYPE_CHECKING:
     from .app import App
-    from .worker import Worker
 
 
 @dataclass(frozen=True)
@@ -61,39 +59,54 @@ class OrchestrationDefinition:
             spec_for("outcomes", self.topics.outcomes, partitions=partitions),
         ]
 
-    def attach(self, worker: Worker, faust_app: Any, publisher: Any) -> None:
-        """Open the store and add the router and instance agents to ``faust_app``."""
-        reader = KafkaPartitionReader(worker.bootstrap)
-        offsets_reader = KafkaPartitionReader(worker.bootstrap)
-        store = OrchestrationStore(worker.data_dir / "orchestrations" / self.name)
-        worker.on_close(reader.close)
-        worker.on_close(offsets_reader.close)
-        worker.on_close(store.close)
-        partitions = self.app.partitions
+    @property
+    def kind(self) -> str:
+        return "orchestration"
+
+    def open(self, runtime: Runtime) -> OrchestrationAgents:
+        """Open the store and return the router and instance agents of this orchestration."""
+        store = OrchestrationStore(runtime.store_path(self.kind, self.name))
+        runtime.on_close(store.close)
+        partitions = runtime.partitions
         router = OrchestrationRouter(
             self.name, self.key_of, sources=self.sources, topics=self.topics,
-            partitions=partitions, publisher=publisher,
+            partitions=partitions, publisher=runtime.publisher, clock=runtime.clock,
         )
         agent = OrchestrationAgent(
             self.name, self.factory, sources=self.sources, topics=self.topics,
-            partitions=partitions, store=store, reader=reader, publisher=publisher,
-            offsets_reader=offsets_reader,
+            partitions=partitions, store=store, reader=runtime.reader(), publisher=runtime.publisher,
+            # librdkafka answers an offsets query slowly right after a read's unassign.
+            offsets_reader=runtime.reader(), clock=runtime.clock,
         )
-        sources = raw_topic(faust_app, *router.source_topics)
-        faust_app.agent(sources, name=f"orchestration-{self.name}-router")(
-            agent_body(router.start, f"orchestration {self.name} router")
-        )
-        inbox = raw_topic(faust_app, self.topics.inbox, partitions=partitions)
-        # One batch in flight: the next batch's catch-up and decisions read RocksDB, which
-        # must hold the previous batch first.
-        faust_app.agent(inbox, name=f"orchestration-{self.name}")(
-            agent_body(agent.start, f"orchestration {self.name}", max_in_flight=1)
-        )
+        return OrchestrationAgents(router, agent)
 
-        @faust_app.on_partitions_revoked.connect
-        async def on_revoked(sender: Any, revoked: Iterable[Any], **_: Any) -> None:
-            agent.revoke(tp.partition for tp in revoked if tp.topic == self.topics.inbox)
 
+@dataclass(frozen=True)
+class OrchestrationAgents:
+    """The two agents of one hosted orchestration, as the worker runs them."""
+
+    router: OrchestrationRouter
+    agent: OrchestrationAgent
+
+    @property
+    def inputs(self) -> Sequence[Input]:
+        name = self.agent.name
+        return [
+            Input(f"orchestration-{name}-router", tuple(self.router.source_topics), self.router.start),
+            # One batch in flight: the next batch's catch-up and decisions read RocksDB,
+            # which must hold the previous batch first.
+            Input(f"orchestration-{name}", (self.agent.topics.inbox,), self.agent.start,
+                  partitions=self.agent.owner.partitions, max_in_flight=1),
+        ]
+
+    async def assign(self, partitions: Collection[TopicPartition]) -> None:
+        """Nothing to do at once: a partition is caught up before its first record."""
+
+    def revoke(self, partitions: Collection[TopicPartition]) -> None:
+        self.agent.revoke(p for topic, p in partitions if topic == self.agent.topics.inbox)
+
+    def close(self) -> None:
+        """The store is closed by the runtime."""
 
 
 def declare_orchestration(
@@ -130,12 +143,12 @@ def declare_orchestration(
         **options: None are accepted yet.
 
     Returns:
-        The definition, registered with ``app.host("orchestration", ...)``.
+        The definition, registered with ``app.host(...)``.
 
     Raises:
         DefinitionError: listing every problem with the declaration.
     """
-    from .app import AggregateHandle
+    from .aggregates import AggregateHandle
 
     reasons: list[str] = []
     if not name or not all(ch.isalnum() or ch in "_-" for ch in name):
@@ -174,6 +187,6 @@ def declare_orchestration(
         factory,
         topics,
     )
-    app.host("orchestration", definition)
+    app.host(definition)
     return definition
 

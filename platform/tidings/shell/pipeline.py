@@ -112,22 +112,6 @@ def agent_body(start: Start, what: str, *, max_in_flight: int = 2) -> Callable[[
     return consume
 
 
-def raw_topic(faust_app: Any, *names: str, partitions: int | None = None) -> Any:
-    """Declare ``names`` on ``faust_app`` as one Faust topic of raw bytes keys and values.
-
-    The agents decode records themselves (Avro or JSON, dead letters for bad ones), so Faust
-    must hand them over untouched.
-    """
-    return faust_app.topic(
-        *names,
-        key_type=bytes,
-        value_type=bytes,
-        key_serializer="raw",
-        value_serializer="raw",
-        partitions=partitions,
-    )
-
-
 def _fail(what: str) -> None:
     log.critical("%s failed; stopping the worker so it restarts", what, exc_info=True)
     logging.shutdown()

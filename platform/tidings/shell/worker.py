@@ -1,34 +1,31 @@
-"""The worker: one Faust app that runs every definition of a tidings App as agents.
+"""The worker: one Faust app that runs every definition of a tidings App.
 
-Starting the worker is where all I/O happens: topics are applied, RocksDB stores opened,
-the Faust consumer joins the app's group. Each aggregate is one Faust agent that takes the
-commands topic in pipelined batches (``tidings.shell.pipeline``) and hands each batch to
-``AggregateAgent``; a batch's offsets are acked only after its events were acknowledged by
-the broker and its RocksDB batch was written.
+This is the only module that speaks Faust (with ``transport.py``). Starting the worker is
+where all I/O happens: topics are applied, every hosted definition is opened with the
+worker's ``Runtime`` (``hosting.py``), and each ``Input`` of each agent becomes one Faust
+agent over raw-bytes topics that feeds ``pipeline.run_batches``. Partition assignments and
+revocations go to every agent (each keeps what concerns its topics). A batch's offsets are
+acked only after the agent completed it (its writes acknowledged by the broker).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import faust
 
-from ..codec.content import decode_record
-from ..core.records import CommandEnvelope
-from .agents.aggregate import AggregateAgent
-from .agents.projection import ProjectionAgent
-from .io import Incoming
-from .kafka import ConfluentPublisher, KafkaPartitionReader
-from .pipeline import BATCH_SIZE, Finish, Start, agent_body, raw_topic
-from .state import AggregateStore
+from .hosting import Agent, Runtime, TopicPartition
+from .kafka import ConfluentPublisher
+from .pipeline import BATCH_SIZE, EXIT_FAILED, agent_body
 from .topics import apply_topics, deadletter_topic
-from .views import ViewStore
 
 if TYPE_CHECKING:
-    from .app import App, ProjectionHandle
+    from .app import App
 
 log = logging.getLogger(__name__)
 
@@ -50,11 +47,8 @@ class Worker:
         # Static group membership (KIP-345): a worker restarted with the same id gets its
         # partitions back at once instead of waiting for the session timeout.
         self.instance_id = instance_id
-        self.agents: list[AggregateAgent] = []
-        self._readers: list[KafkaPartitionReader] = []
-        # Called in order when the worker stops: stores, readers, publishers of every agent.
-        self._closers: list[Callable[[], None]] = []
-        self.projections: list[ProjectionAgent] = []
+        self.agents: list[Agent] = []
+        self._runtime: Runtime | None = None
         self.faust = self._faust_app()
 
     def run(self, *, apply: bool = True, loglevel: str = "INFO") -> None:
@@ -67,18 +61,14 @@ class Worker:
         finally:
             self.close()
 
-    def on_close(self, close: Callable[[], None]) -> None:
-        """Call ``close`` when the worker stops (hosted definitions register their stores)."""
-        self._closers.append(close)
-
     def close(self) -> None:
-        """Close readers and RocksDB stores."""
-        for reader in self._readers:
-            reader.close()
-        for close in self._closers:
-            close()
-        self._readers.clear()
-        self._closers.clear()
+        """Close every agent, then readers, stores and the publisher."""
+        for agent in self.agents:
+            agent.close()
+        self.agents.clear()
+        if self._runtime is not None:
+            self._runtime.close()
+            self._runtime = None
 
     def _faust_app(self) -> faust.App:
         fapp = faust.App(
@@ -102,86 +92,62 @@ class Worker:
             TableManager="tidings.shell.transport:TableManager",  # no 1 s pause at start
         )
         publisher = ConfluentPublisher(self.bootstrap)
-        self._closers.append(publisher.close)
-        for handle in self.app.aggregates:
-            reader = KafkaPartitionReader(self.bootstrap)
-            store = AggregateStore(
-                self.data_dir / "aggregates" / handle.name,
-                type(handle.definition.initial),
-                definition_name=handle.name,
-            )
-            agent = AggregateAgent(
-                handle.definition,
-                topics=handle.topics,
-                partitions=self.app.partitions,
-                store=store,
-                publisher=publisher,
-                reader=reader,
-                decode_command=decode_command,
-            )
-            self._readers.append(reader)
-            self._closers.append(store.close)
-            self.agents.append(agent)
-            topic = raw_topic(fapp, handle.topics.commands, partitions=self.app.partitions)
-            fapp.agent(topic, name=f"aggregate-{handle.name}")(agent_body(agent.start, f"aggregate {handle.name}"))
-
-        for projection in self.app.projections:
-            self._add_projection(fapp, projection, publisher)
+        runtime = Runtime(
+            app_name=self.app.name,
+            bootstrap=self.bootstrap,
+            data_dir=self.data_dir,
+            partitions=self.app.partitions,
+            publisher=publisher,
+            deadletter_topic=deadletter_topic(self.app.name),
+            own_topics=self.app.own_topics(),
+        )
+        runtime.on_close(publisher.close)  # closed last: the agents' last writes go out
+        self._runtime = runtime
         for hosted in self.app.hosted:
-            hosted.attach(self, fapp, publisher)
+            agent = hosted.open(runtime)
+            self.agents.append(agent)
+            for source in agent.inputs:
+                topic = fapp.topic(
+                    *source.topics,
+                    # The agents decode records themselves (Avro or JSON, dead letters for bad
+                    # ones), so Faust must hand them over untouched.
+                    key_type=bytes,
+                    value_type=bytes,
+                    key_serializer="raw",
+                    value_serializer="raw",
+                    partitions=source.partitions,
+                )
+                body = agent_body(source.start, source.name.replace("-", " "),
+                                  max_in_flight=source.max_in_flight)
+                fapp.agent(topic, name=source.name)(body)
 
         agents = self.agents
-        projections = self.projections
 
-        @fapp.on_partitions_revoked.connect  # type: ignore[arg-type]  # called with revoked=, signal= keywords
-        async def on_revoked(sender: Any, revoked: Iterable[Any], **_: Any) -> None:
-            revoked = list(revoked)
+        @fapp.on_partitions_assigned.connect  # type: ignore[arg-type]  # called with assigned=, signal=
+        async def on_assigned(sender: Any, assigned: Iterable[Any], **_: Any) -> None:
+            partitions = _pairs(assigned)
             for agent in agents:
-                agent.revoke(tp.partition for tp in revoked if tp.topic == agent.topics.commands)
-            for projection in projections:
-                projection.revoke((tp.topic, tp.partition) for tp in revoked)
+                # Not awaited: an agent's recovery reads its journal, and Faust waits for
+                # these handlers before it hands out records; the agents make records of
+                # partitions they are recovering wait (PartitionOwner.ensure_ready).
+                asyncio.ensure_future(agent.assign(partitions)).add_done_callback(_crashed)
+
+        @fapp.on_partitions_revoked.connect  # type: ignore[arg-type]  # called with revoked=, signal=
+        async def on_revoked(sender: Any, revoked: Iterable[Any], **_: Any) -> None:
+            partitions = _pairs(revoked)
+            for agent in agents:
+                agent.revoke(partitions)
 
         return fapp
 
-    def _add_projection(
-        self, fapp: faust.App, handle: ProjectionHandle, publisher: ConfluentPublisher
-    ) -> None:
-        reader = KafkaPartitionReader(self.bootstrap)
-        store = ViewStore(handle.view_path(self.data_dir))
-        agent = ProjectionAgent(
-            handle.name,
-            handle.handler,
-            sources=handle.sources,
-            store=store,
-            reader=reader,
-            publisher=publisher,
-            deadletter_topic=deadletter_topic(self.app.name),
-        )
-        self._readers.append(reader)
-        self._closers.append(store.close)
-        self.projections.append(agent)
-        topic = raw_topic(fapp, *agent.topics)
-        fapp.agent(topic, name=f"projection-{handle.name}")(
-            agent_body(_started(agent.process), f"projection {handle.name}")
-        )
+
+def _pairs(partitions: Iterable[Any]) -> list[TopicPartition]:
+    return [(tp.topic, tp.partition) for tp in partitions]
 
 
-def decode_command(record: Incoming) -> CommandEnvelope:
-    """Decode a command record: Avro, or JSON when the header says so."""
-    return decode_record(
-        record.value, CommandEnvelope, headers=record.headers, timestamp_ms=record.timestamp_ms
-    )
-
-
-def _started(process: Callable[[list[Incoming]], Awaitable[None]]) -> Start:
-    """Adapt a ``process(batch)`` that completes a batch by itself to the pipeline."""
-
-    async def start(batch: list[Incoming]) -> Finish:
-        await process(batch)
-        return _nothing
-
-    return start
-
-
-async def _nothing() -> None:
-    return None
+def _crashed(task: asyncio.Future[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.critical("recovering assigned partitions failed; stopping the worker so it restarts",
+                     exc_info=task.exception())
+        logging.shutdown()
+        os._exit(EXIT_FAILED)

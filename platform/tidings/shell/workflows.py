@@ -1,8 +1,8 @@
 """``@app.workflow``: declare a durable workflow hosted on Kafka, and its handle.
 
 Declaring does no I/O: ``declare_workflow`` validates the body (``define_workflow``),
-registers the definition with ``app.host("workflow", handle)`` and returns the handle. The
-worker calls ``handle.attach`` to run the definition (``tidings.shell.agents.workflow``);
+registers the handle with ``app.host(handle)`` and returns it. The worker calls
+``handle.open(runtime)`` to run the definition (``tidings.shell.agents.workflow``);
 a program calls ``handle.start/result/value/status/signal/cancel``, which talk to the
 worker through Kafka (see docs/workflows-hosted.md)::
 
@@ -27,8 +27,7 @@ from .agents.workflow import WorkflowAgent, WorkflowTopics
 from .agents.workflow_client import WorkflowClient
 from .agents.workflow_codec import outcome_from
 from .agents.workflow_store import WorkflowStore
-from .kafka import KafkaPartitionReader
-from .pipeline import agent_body, raw_topic
+from .hosting import Runtime
 from .topics import TopicSpec, deadletter_topic, spec_for, topic_name
 
 if TYPE_CHECKING:
@@ -194,7 +193,7 @@ class WorkflowHandle:
             raise WorkflowNotFound(f"no {self.name} instance {instance_id!r} was started")
         return reply
 
-    # -- the Hosted protocol (the worker side) ------------------------------------------
+    # -- the hosting protocol (the worker side) -----------------------------------------
 
     def topic_specs(self) -> list[TopicSpec]:
         """Every topic this workflow needs (and the app's shared dead-letter topic)."""
@@ -209,37 +208,16 @@ class WorkflowHandle:
             spec_for("deadletter", topics.deadletter, partitions=partitions),
         ]
 
-    def attach(self, worker: Any, faust_app: Any, publisher: Any) -> None:
-        """Add this workflow's agent to the worker's Faust app (called once, before it starts)."""
-        reader = KafkaPartitionReader(worker.bootstrap)
-        store = WorkflowStore(worker.data_dir / "workflows" / self.name)
-        agent = WorkflowAgent(
-            self.definition,
-            topics=self.topics,
-            partitions=self.app.partitions,
-            store=store,
-            publisher=publisher,
-            reader=reader,
-            cache_size=self.cache_size,
+    @property
+    def kind(self) -> str:
+        return "workflow"
+
+    def open(self, runtime: Runtime) -> WorkflowAgent:
+        """Open the store and return the agent that runs this workflow in a worker."""
+        store = WorkflowStore(runtime.store_path(self.kind, self.name))
+        return WorkflowAgent(
+            self.definition, topics=self.topics, store=store, runtime=runtime, cache_size=self.cache_size
         )
-        worker.on_close(agent.close)
-        worker.on_close(reader.close)
-        worker.on_close(store.close)
-        topic = raw_topic(faust_app, self.topics.inbox, partitions=self.app.partitions)
-        faust_app.agent(topic, name=f"workflow-{self.name}")(agent_body(agent.start, f"workflow {self.name}"))
-        inbox = self.topics.inbox
-
-        @faust_app.on_partitions_assigned.connect
-        async def on_assigned(sender: Any, assigned: Any, **_: Any) -> None:
-            mine = [tp.partition for tp in assigned if tp.topic == inbox]
-            if mine:
-                # Not awaited: recovery reads the journal, and Faust waits for its handlers
-                # before it hands out records. Records of these partitions wait on the lock.
-                asyncio.ensure_future(agent.assign(mine))
-
-        @faust_app.on_partitions_revoked.connect
-        async def on_revoked(sender: Any, revoked: Any, **_: Any) -> None:
-            agent.revoke(tp.partition for tp in revoked if tp.topic == inbox)
 
 
 def declare_workflow(app: App, name: str | Callable[..., Any] | None = None, **options: Any) -> Any:
@@ -271,7 +249,7 @@ def declare_workflow(app: App, name: str | Callable[..., Any] | None = None, **o
             result_type=options.get("result_type"),
         )
         handle = WorkflowHandle(app, definition, cache_size=options.get("cache_size", 10_000))
-        app.host("workflow", handle)
+        app.host(handle)
         return handle
 
     return decorate

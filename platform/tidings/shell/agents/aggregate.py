@@ -2,11 +2,14 @@
 
 One ``process`` call handles one batch of command records from the commands topic:
 
-1. decode each record; an undecodable one, or one with an unknown type or an invalid
-   payload, becomes a dead letter (and, if it named ``reply_to``, a ``rejected`` reply);
-2. before the first command of a partition is decided, bring that partition's instances
-   up to date with the events topic (``catch_up``): after a rebalance another worker may
-   have written events this worker's RocksDB has not seen;
+1. before the first command of a partition is decided, bring that partition's instances
+   up to date with the events topic (the ``PartitionOwner``'s catch-up): after a
+   rebalance another worker may have written events this worker's RocksDB has not seen;
+2. decode each record; an undecodable one, one with an unknown type, an invalid payload
+   or a ``reply_to`` that is not a topic a reply may go to, and one on which ``decide`` or
+   ``fold`` raises or whose events are too large to store, becomes a dead letter (and, if
+   it named a usable ``reply_to``, a ``rejected`` reply); a command on the wrong
+   partition is forwarded to its home partition;
 3. decide every command in order with the pure core (``tidings.core.aggregate``);
 4. produce the new events and wait until the broker has them all; only then produce the
    replies (without waiting: a lost reply is re-sent when the caller retries) and the
@@ -22,29 +25,34 @@ from the journal and gets its first verdict again) or not (it is decided afresh)
 from __future__ import annotations
 
 import logging
-import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ...codec import avro
+from ...codec.content import decode_record
 from ...codec.payloads import load_payload, payload_of
 from ...core.aggregate import (
     AggregateDefinition,
     AggregateInstance,
+    Handled,
     handle,
     reply_for_stored,
     restore,
 )
-from ...core.partitioning import partition_for
 from ...core.records import CommandEnvelope, EventEnvelope, ReplyEnvelope
-from ...errors import RecordError, SchemaError
-from ..deadletters import dead_letter
-from ..io import Delivered, Incoming, Outgoing, PartitionReader, Publisher
+from ...errors import HandlerFailed, RecordError, SchemaError
+from ..hosting import Input, Runtime, TopicPartition
+from ..io import Incoming, Outgoing
+from ..owner import PartitionOwner
 from ..state import AggregateStore
 
 log = logging.getLogger(__name__)
+
+#: Largest event record the agent produces; a command whose events are larger is refused
+#: (the broker's default ``max.message.bytes`` is 1 MiB, and the reply carries them too).
+MAX_EVENT_BYTES = 900_000
 
 
 @dataclass(slots=True)
@@ -76,35 +84,56 @@ class AggregateAgent:
         definition: AggregateDefinition[Any, Any, Any],
         *,
         topics: AggregateTopics,
-        partitions: int,
         store: AggregateStore[Any],
-        publisher: Publisher,
-        reader: PartitionReader,
-        decode_command: Callable[[Incoming], CommandEnvelope],
-        clock: Callable[[], float] = time.time,
+        runtime: Runtime,
         cache_size: int = 100_000,
     ) -> None:
         self.definition = definition
         self.topics = topics
-        self._partitions = partitions
         self._store = store
-        self._publisher = publisher
-        self._reader = reader
-        self._decode_command = decode_command
-        self._clock = clock
+        self._runtime = runtime
+        self._publisher = runtime.publisher
+        self._clock = runtime.clock
         self._cache_size = cache_size
+        self.owner = PartitionOwner(
+            f"aggregate {definition.name}",
+            journal=topics.events,
+            partitions=runtime.partitions,
+            reader=runtime.reader(),
+            applied=store.offset,
+            restore=self._restore_chunk,
+            caught_up=self._caught_up,
+            # Another writer: what is cached may miss its events; re-read before deciding.
+            on_foreign=self._forget,
+        )
         # Live instances per partition; a partition's entries go when it is revoked.
         self._cache: dict[int, OrderedDict[str, AggregateInstance[Any]]] = {}
-        self._ready: set[int] = set()
-        self._journal_end: dict[int, int] = {}  # next offset of each journal partition
         self._unwritten: dict[tuple[str, str], bytes] = {}  # replies not in RocksDB yet
 
-    def revoke(self, partitions: Iterable[int]) -> None:
-        """Forget what is cached for ``partitions``: another worker may change them now."""
-        for partition in partitions:
-            self._ready.discard(partition)
+    # -- the hosting seam ----------------------------------------------------------------
+
+    @property
+    def inputs(self) -> Sequence[Input]:
+        return [Input(f"aggregate-{self.definition.name}", (self.topics.commands,), self.start,
+                      partitions=self.owner.partitions)]
+
+    async def assign(self, partitions: Collection[TopicPartition]) -> None:
+        """Nothing to do at once: a partition is caught up before its first command."""
+
+    def revoke(self, partitions: Collection[TopicPartition]) -> None:
+        """Forget what is cached for revoked partitions: another worker may change them now."""
+        mine = [p for topic, p in partitions if topic == self.topics.commands]
+        self.owner.revoke(mine)
+        for partition in mine:
             self._cache.pop(partition, None)
-            self._journal_end.pop(partition, None)
+
+    def close(self) -> None:
+        self._store.close()
+
+    def _forget(self, partition: int) -> None:
+        self._cache.pop(partition, None)
+
+    # -- deciding --------------------------------------------------------------------------
 
     async def process(self, batch: Sequence[Incoming]) -> None:
         """Handle one batch of command records (see the module docstring)."""
@@ -123,7 +152,7 @@ class AggregateAgent:
 
         async def finish() -> None:
             delivered = await delivery
-            offsets = self._journal_offsets(delivered)
+            offsets = self.owner.settle(delivered)
             if decided.notices:
                 # Not awaited: a lost reply makes the caller retry with the same command
                 # id, which gets this verdict again; waiting would only slow the pipeline.
@@ -138,72 +167,88 @@ class AggregateAgent:
 
     async def _decide(self, batch: Sequence[Incoming]) -> _Decided:
         now_ms = int(self._clock() * 1000)
-        for partition in sorted({record.partition for record in batch} - self._ready):
-            await self.catch_up(partition)
+        await self.owner.ensure_ready({record.partition for record in batch})
         decided = _Decided()
         for record in batch:
             try:
-                command = self._decode_command(record)
+                self._decide_one(record, decided, now_ms)
             except RecordError as exc:
-                decided.after.append(dead_letter(record, exc, self.topics.deadletter, now_ms))
-                continue
-            home = partition_for(command.aggregate_id, self._partitions)
-            if home != record.partition:
-                # A producer with another partitioner: send it where its instance lives.
-                decided.after.append(self._forward(record, home))
-                continue
-            try:
-                value = load_payload(command.type, command.payload, self.definition.command_types)
-            except SchemaError as exc:
-                decided.after.append(dead_letter(record, exc, self.topics.deadletter, now_ms))
-                if command.reply_to:
-                    decided.notices.append(self._rejection(command, str(exc), now_ms))
-                continue
-            key = (command.aggregate_id, command.command_id)
-            instance = self._instance(record.partition, command.aggregate_id)
-            handled = handle(
-                self.definition, instance, command, value, now_ms=now_ms, encode=payload_of
-            )
-            if handled.duplicate:
-                first = self._unwritten.get(key) or self._store.reply(*key)
-                if first is not None and command.reply_to:
-                    decided.notices.append(Outgoing(command.reply_to, key[1].encode(), first))
-                continue
-            self._cache_put(record.partition, handled.instance)
-            decided.dirty[command.aggregate_id] = handled.instance
-            for event in handled.stored:
-                decided.events.append(self._event_record(record.partition, event))
-            assert handled.reply is not None
-            encoded_reply = avro.encode(handled.reply)
-            decided.replies[key] = encoded_reply
-            # Until RocksDB has it, a repeat of this command finds its reply here.
-            self._unwritten[key] = encoded_reply
-            decided.forget.extend((command.aggregate_id, gone) for gone in handled.forget)
-            if command.reply_to:
-                decided.notices.append(Outgoing(command.reply_to, key[1].encode(), encoded_reply))
+                log.error("aggregate %s dead-letters %s/%d@%d: %s", self.definition.name,
+                          record.topic, record.partition, record.offset, exc)
+                decided.after.append(self._runtime.dead_letter(record, exc))
         return decided
+
+    def _decide_one(self, record: Incoming, decided: _Decided, now_ms: int) -> None:
+        """Decide one record; a ``RecordError`` from here dead-letters it (nothing changed)."""
+        command = decode_record(
+            record.value, CommandEnvelope, headers=record.headers, timestamp_ms=record.timestamp_ms
+        )
+        forward = self.owner.forward(record, command.aggregate_id)
+        if forward is not None:
+            decided.after.append(forward)
+            return
+        reply_to = self._runtime.reply_topic(command.reply_to)
+        try:
+            value = load_payload(command.type, command.payload, self.definition.command_types)
+        except RecordError as exc:
+            if reply_to:
+                decided.notices.append(self._rejection(command, reply_to, str(exc), now_ms))
+            raise
+        key = (command.aggregate_id, command.command_id)
+        partition = record.partition
+        instance = self._instance(partition, command.aggregate_id)
+        try:
+            handled = self._handle(instance, command, value, now_ms)
+            events = [self._event_record(partition, event) for event in handled.stored]
+        except RecordError as exc:
+            if reply_to:
+                decided.notices.append(self._rejection(command, reply_to, str(exc), now_ms))
+            raise
+        if handled.duplicate:
+            first = self._unwritten.get(key) or self._store.reply(*key)
+            if first is not None and reply_to:
+                decided.notices.append(Outgoing(reply_to, key[1].encode(), first))
+            return
+        self._cache_put(partition, handled.instance)
+        decided.dirty[command.aggregate_id] = handled.instance
+        decided.events.extend(events)
+        assert handled.reply is not None
+        encoded_reply = avro.encode(handled.reply)
+        decided.replies[key] = encoded_reply
+        # Until RocksDB has it, a repeat of this command finds its reply here.
+        self._unwritten[key] = encoded_reply
+        decided.forget.extend((command.aggregate_id, gone) for gone in handled.forget)
+        if reply_to:
+            decided.notices.append(Outgoing(reply_to, key[1].encode(), encoded_reply))
+
+    def _handle(
+        self, instance: AggregateInstance[Any], command: CommandEnvelope, value: Any, now_ms: int
+    ) -> Handled[Any]:
+        """Run ``decide``/``fold`` (user code) on one command; what they raise is the record's."""
+        try:
+            return handle(self.definition, instance, command, value, now_ms=now_ms, encode=payload_of)
+        except RecordError:
+            raise
+        except Exception as exc:
+            raise HandlerFailed(
+                f"aggregate {self.definition.name} failed on command {command.type} for "
+                f"{command.aggregate_id!r}: {type(exc).__name__}: {exc}"
+            ) from exc
+
+    # -- recovery --------------------------------------------------------------------------
 
     async def catch_up(self, partition: int) -> None:
         """Fold every event of ``partition`` this worker's store has not applied yet."""
-        low, high = await self._reader.watermarks(self.topics.events, partition)
-        start = max(self._store.offset(partition) or 0, low)
-        self._cache.pop(partition, None)
-        if start < high:
-            log.info(
-                "restoring %s partition %d from the journal: offsets %d..%d",
-                self.definition.name, partition, start, high,
-            )
-            async for chunk in self._reader.read(self.topics.events, partition, start, high):
-                self._restore_chunk(partition, chunk)
-        self._store.write((), {}, (), {partition: high})
-        self._journal_end[partition] = high
-        self._ready.add(partition)
+        await self.owner.catch_up(partition)
+
+    def _caught_up(self, partition: int, end: int) -> None:
+        self._store.write((), {}, (), {partition: end})
 
     def instance(self, aggregate_id: str) -> AggregateInstance[Any]:
         """Return the current record of ``aggregate_id`` (cached, stored or new)."""
-        return self._instance(partition_for(aggregate_id, self._partitions), aggregate_id)
+        return self._instance(self.owner.home(aggregate_id), aggregate_id)
 
-    def _restore_chunk(self, partition: int, chunk: Sequence[Incoming]) -> None:
+    def _restore_chunk(self, partition: int, chunk: list[Incoming]) -> None:
         dirty: dict[str, AggregateInstance[Any]] = {}
         replies: dict[tuple[str, str], bytes] = {}
         group: list[EventEnvelope] = []
@@ -218,13 +263,13 @@ class AggregateAgent:
             try:
                 event = avro.decode_as(record.value or b"", EventEnvelope)
                 value = load_payload(event.type, event.payload, self.definition.event_types)
-            except RecordError as exc:
+                instance = dirty.get(event.aggregate_id) or self._instance(partition, event.aggregate_id)
+                restored = restore(self.definition, instance, event, value)
+            except Exception as exc:  # noqa: BLE001 - a bad record or fold raising on it
                 # Not ours to fix: the journal keeps it, the fold skips it, a human is told.
-                log.error("skipping unreadable journal record %s/%d@%d: %s",
-                          record.topic, record.partition, record.offset, exc)
+                log.error("skipping journal record %s/%d@%d: %s: %s", record.topic,
+                          record.partition, record.offset, type(exc).__name__, exc)
                 continue
-            instance = dirty.get(event.aggregate_id) or self._instance(partition, event.aggregate_id)
-            restored = restore(self.definition, instance, event, value)
             if restored is None:
                 continue
             if group and (group[-1].command_id, group[-1].aggregate_id) != (
@@ -237,26 +282,6 @@ class AggregateAgent:
         close_group()
         end = chunk[-1].offset + 1 if chunk else None
         self._store.write(dirty.values(), replies, (), {} if end is None else {partition: end})
-
-    def _journal_offsets(self, delivered: Sequence[Delivered]) -> dict[int, int]:
-        """Return the new journal end per partition, checking nobody else wrote there."""
-        counts: dict[int, int] = {}
-        ends: dict[int, int] = {}
-        for position in delivered:
-            counts[position.partition] = counts.get(position.partition, 0) + 1
-            ends[position.partition] = max(ends.get(position.partition, 0), position.offset + 1)
-        for partition, end in list(ends.items()):
-            expected = self._journal_end.get(partition)
-            if expected is not None and end - counts[partition] != expected:
-                # Someone else wrote to this partition of the journal (a zombie worker):
-                # re-read it before deciding anything more there.
-                log.warning("journal partition %d moved under us; re-reading it", partition)
-                self._ready.discard(partition)
-                self._journal_end.pop(partition, None)
-                del ends[partition]
-            else:
-                self._journal_end[partition] = end
-        return ends
 
     def _instance(self, partition: int, aggregate_id: str) -> AggregateInstance[Any]:
         cache = self._cache.get(partition)
@@ -280,13 +305,15 @@ class AggregateAgent:
 
     def _event_record(self, partition: int, event: EventEnvelope) -> Outgoing:
         key = f"{event.aggregate_id}/{event.version}".encode()
-        return Outgoing(self.topics.events, key, avro.encode(event), partition)
+        value = avro.encode(event)
+        if len(value) + len(key) > MAX_EVENT_BYTES:
+            raise SchemaError(
+                f"event {event.type} of {event.aggregate_id!r} is {len(value)} bytes; events "
+                f"larger than {MAX_EVENT_BYTES} bytes cannot be stored"
+            )
+        return Outgoing(self.topics.events, key, value, partition)
 
-    def _forward(self, record: Incoming, home: int) -> Outgoing:
-        headers = tuple(record.headers.items())
-        return Outgoing(self.topics.commands, record.key, record.value, home, headers)
-
-    def _rejection(self, command: CommandEnvelope, reason: str, now_ms: int) -> Outgoing:
+    def _rejection(self, command: CommandEnvelope, reply_to: str, reason: str, now_ms: int) -> Outgoing:
         reply = ReplyEnvelope(
             command_id=command.command_id,
             correlation_id=command.correlation_id,
@@ -296,5 +323,5 @@ class AggregateAgent:
             timestamp_ms=now_ms,
             reason=reason,
         )
-        assert command.reply_to is not None
-        return Outgoing(command.reply_to, command.command_id.encode(), avro.encode(reply))
+        return Outgoing(reply_to, command.command_id.encode(), avro.encode(reply))
+

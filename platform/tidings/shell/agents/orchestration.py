@@ -59,9 +59,10 @@ from ...core.orchestration_records import (
 )
 from ...core.partitioning import partition_for
 from ...core.records import EventEnvelope
-from ...errors import RecordError, SchemaError
+from ...errors import DecodeError, HandlerFailed, RecordError, SchemaError
 from ..deadletters import dead_letter
 from ..io import Delivered, Incoming, Outgoing, PartitionReader, Publisher
+from ..owner import PartitionOwner
 from ..pipeline import Finish
 from ..state import prefixed
 from .projection import ProjectionSource
@@ -134,7 +135,9 @@ class OrchestrationRouter:
         for record in batch:
             try:
                 outgoing = self._route(record)
-            except RecordError as exc:
+            except Exception as exc:  # noqa: BLE001 - no record stops the router
+                if not isinstance(exc, RecordError):
+                    exc = DecodeError(f"{type(exc).__name__}: {exc}")
                 log.error("orchestration %s dead-letters %s/%d@%d: %s",
                           self.name, record.topic, record.partition, record.offset, exc)
                 letters.append(dead_letter(record, exc, self.topics.deadletter, now_ms))
@@ -291,7 +294,9 @@ class OrchestrationAgent:
         self._publisher = publisher
         self._clock = clock
         self._cache_size = cache_size
-        self._ready: set[int] = set()
+        self.owner = PartitionOwner(
+            f"orchestration {name}", journal=None, partitions=partitions, catch_up=self.catch_up
+        )
         self._live: dict[int, OrderedDict[str, _Live]] = {}
         # (instance, position) of action records and instances with an outcome that the
         # catch-up found beyond the store's offsets: written before a crash, not re-written.
@@ -301,25 +306,27 @@ class OrchestrationAgent:
 
     def revoke(self, partitions: Iterable[int]) -> None:
         """Forget what is cached for ``partitions``: another worker may change them now."""
+        partitions = list(partitions)
+        self.owner.revoke(partitions)
         for partition in partitions:
-            self._ready.discard(partition)
             self._live.pop(partition, None)
             self._written_actions.pop(partition, None)
             self._written_outcomes.pop(partition, None)
 
     async def start(self, batch: Sequence[Incoming]) -> Finish:
         """Decide ``batch`` and start producing; return what completes it (see module doc)."""
-        for partition in sorted({record.partition for record in batch} - self._ready):
-            await self.catch_up(partition)
+        await self.owner.ensure_ready({record.partition for record in batch})
         now_ms = int(self._clock() * 1000)
         work = _Work()
         for record in batch:
             try:
                 self._handle(record, work, now_ms)
-            except RecordError as exc:
+            except Exception as exc:  # noqa: BLE001 - no record stops the agent
+                error = exc if isinstance(exc, RecordError) else HandlerFailed(
+                    f"orchestration {self.name} failed: {type(exc).__name__}: {exc}")
                 log.error("orchestration %s dead-letters %s/%d@%d: %s",
-                          self.name, record.topic, record.partition, record.offset, exc)
-                work.letters.append(dead_letter(record, exc, self.topics.deadletter, now_ms))
+                          self.name, record.topic, record.partition, record.offset, error)
+                work.letters.append(dead_letter(record, error, self.topics.deadletter, now_ms))
         delivery = self._publisher.send(work.records)
 
         async def finish() -> None:
@@ -336,10 +343,9 @@ class OrchestrationAgent:
         if routed.orchestration != self.name:
             raise SchemaError(f"a record of orchestration {routed.orchestration!r} on the inbox "
                               f"of {self.name!r}")
-        home = partition_for(routed.instance, self._partitions)
-        if home != record.partition:
-            # Written by another partitioner: send it where its instance lives.
-            work.letters.append(Outgoing(record.topic, record.key, record.value, home))
+        forward = self.owner.forward(record, routed.instance)
+        if forward is not None:
+            work.letters.append(forward)  # another partitioner: decided where the instance lives
             return
         live = self._instance(record.partition, routed.instance)
         position = (routed.source_topic, routed.source_partition, routed.source_offset)
@@ -399,7 +405,6 @@ class OrchestrationAgent:
             offsets[key] = max(offsets.get(key, 0), end)
         self._store.write(work.states.values(), work.events, offsets)
         self._trim()
-        self._ready.add(partition)
 
     async def _range(self, topic: str, partition: int) -> tuple[int, int]:
         """Return the offsets of ``topic``/``partition`` beyond the store: [start, high)."""

@@ -17,17 +17,17 @@ from __future__ import annotations
 
 import inspect
 import logging
-import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ...codec import avro
 from ...codec.payloads import load_payload
 from ...core.records import EventEnvelope
-from ...errors import RecordError
-from ..deadletters import dead_letter
-from ..io import Incoming, Outgoing, PartitionReader, Publisher
+from ...errors import DecodeError, HandlerFailed, RecordError
+from ..hosting import Input, Runtime, TopicPartition
+from ..io import Incoming, Outgoing
+from ..pipeline import Finish
 from ..views import View, ViewStore
 
 log = logging.getLogger(__name__)
@@ -45,10 +45,6 @@ class ProjectedEvent:
 
 
 Handler = Callable[[ProjectedEvent, View], None | Awaitable[None]]
-
-
-class HandlerFailed(RecordError):
-    """A projection handler raised on an event; the event is dead-lettered."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,50 +66,59 @@ class ProjectionAgent:
         *,
         sources: Sequence[ProjectionSource],
         store: ViewStore,
-        reader: PartitionReader,
-        publisher: Publisher,
-        deadletter_topic: str,
-        clock: Callable[[], float] = time.time,
+        runtime: Runtime,
     ) -> None:
         self.name = name
         self._handler = handler
         self._sources = {source.topic: source for source in sources}
         self._store = store
-        self._reader = reader
-        self._publisher = publisher
-        self._deadletter_topic = deadletter_topic
-        self._clock = clock
+        self._runtime = runtime
+        self._reader = runtime.reader()
+        self._publisher = runtime.publisher
         self._next: dict[tuple[str, int], int] = {}  # partitions this worker is applying
 
     @property
     def topics(self) -> list[str]:
         return list(self._sources)
 
-    def revoke(self, partitions: Iterable[tuple[str, int]]) -> None:
+    # -- the hosting seam ----------------------------------------------------------------
+
+    @property
+    def inputs(self) -> Sequence[Input]:
+        return [Input(f"projection-{self.name}", tuple(self._sources), self._start)]
+
+    async def assign(self, partitions: Collection[TopicPartition]) -> None:
+        """Nothing to do at once: a source partition is caught up at its first record."""
+
+    def revoke(self, partitions: Collection[TopicPartition]) -> None:
         """Forget revoked partitions: the next time, start from the stored offset again."""
         for key in partitions:
             self._next.pop(key, None)
 
+    def close(self) -> None:
+        self._store.close()
+
+    async def _start(self, batch: list[Incoming]) -> Finish:
+        await self.process(batch)
+        return _nothing
+
     async def process(self, batch: Sequence[Incoming]) -> None:
         """Apply one batch of event records (see the module docstring)."""
         letters: list[Outgoing] = []
-        now_ms = int(self._clock() * 1000)
         for record in batch:
             key = (record.topic, record.partition)
             if key not in self._next:
-                await self._catch_up(key, record.offset, letters, now_ms)
+                await self._catch_up(key, record.offset, letters)
             if record.offset < self._next[key]:
                 continue  # applied before a crash: the view already holds it
-            await self._apply(record, letters, now_ms)
+            await self._apply(record, letters)
             self._next[key] = record.offset + 1
         if letters:
             await self._publisher.publish(letters)
         touched = {(r.topic, r.partition) for r in batch}
         self._store.commit({key: self._next[key] for key in touched})
 
-    async def _catch_up(
-        self, key: tuple[str, int], first: int, letters: list[Outgoing], now_ms: int
-    ) -> None:
+    async def _catch_up(self, key: tuple[str, int], first: int, letters: list[Outgoing]) -> None:
         topic, partition = key
         stored = self._store.offset(topic, partition)
         low, _ = await self._reader.watermarks(topic, partition)
@@ -124,11 +129,11 @@ class ProjectionAgent:
                      self.name, topic, partition, start, first)
             async for chunk in self._reader.read(topic, partition, start, first):
                 for record in chunk:
-                    await self._apply(record, letters, now_ms)
+                    await self._apply(record, letters)
                     self._next[key] = record.offset + 1
             self._next[key] = max(self._next[key], first)
 
-    async def _apply(self, record: Incoming, letters: list[Outgoing], now_ms: int) -> None:
+    async def _apply(self, record: Incoming, letters: list[Outgoing]) -> None:
         view = self._store.view
         source = self._sources[record.topic]
         try:
@@ -146,10 +151,15 @@ class ProjectionAgent:
                     f"projection {self.name} failed on {envelope.aggregate_id}/"
                     f"{envelope.version}: {type(exc).__name__}: {exc}"
                 ) from exc
-        except RecordError as exc:
+        except Exception as exc:  # noqa: BLE001 - whatever the record holds, the next one goes on
+            error = exc if isinstance(exc, RecordError) else DecodeError(f"{type(exc).__name__}: {exc}")
             view._discard()
             log.error("projection %s dead-letters %s/%d@%d: %s",
-                      self.name, record.topic, record.partition, record.offset, exc)
-            letters.append(dead_letter(record, exc, self._deadletter_topic, now_ms))
+                      self.name, record.topic, record.partition, record.offset, error)
+            letters.append(self._runtime.dead_letter(record, error))
             return
         view._keep()
+
+
+async def _nothing() -> None:
+    return None

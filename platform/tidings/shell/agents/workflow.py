@@ -26,18 +26,15 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import functools
 import json
 import logging
 import os
-import time
 from collections import Counter, OrderedDict
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ...codec import avro
-from ...core.partitioning import partition_for
 from ...core.workflow import (
     ArmTimer,
     Attempt,
@@ -59,10 +56,11 @@ from ...core.workflow import (
     WorkflowStatus,
 )
 from ...core.workflow_records import WorkflowInbox, WorkflowJournalEntry, WorkflowStatusRecord
-from ...errors import RecordError, SchemaError
-from ..deadletters import dead_letter
+from ...errors import DecodeError, RecordError, SchemaError
+from ..hosting import Input, Runtime, TopicPartition
+from ..io import Delivered, Incoming, Outgoing
+from ..owner import PartitionOwner
 from ..pipeline import EXIT_FAILED
-from ..io import Delivered, Incoming, Outgoing, PartitionReader, Publisher
 from .workflow_activities import run_attempt
 from .workflow_codec import (
     INBOX_OFFSET_HEADER,
@@ -113,34 +111,36 @@ class WorkflowAgent:
         definition: WorkflowDefinition,
         *,
         topics: WorkflowTopics,
-        partitions: int,
         store: WorkflowStore,
-        publisher: Publisher,
-        reader: PartitionReader,
-        clock: Callable[[], float] = time.time,
+        runtime: Runtime,
         cache_size: int = 10_000,
         activity_threads: int = 64,
     ) -> None:
         self.definition = definition
         self.topics = topics
-        self._partitions = partitions
-        # murmur2 in Python costs microseconds, and one input asks for its instance's
-        # partition a dozen times (records, statuses, effects, readiness).
-        self._partition_of: Callable[[str], int] = functools.lru_cache(maxsize=65_536)(
-            functools.partial(partition_for, partitions=partitions)
-        )
+        self._partitions = runtime.partitions
         self._store = store
-        self._publisher = publisher
-        self._reader = reader
-        self._clock = clock
+        self._runtime = runtime
+        self._publisher = runtime.publisher
+        self._clock = runtime.clock
         self._cache_size = cache_size
+        self.owner = PartitionOwner(
+            f"workflow {definition.name}",
+            journal=topics.journal,
+            partitions=runtime.partitions,
+            reader=runtime.reader(),
+            applied=store.journal_offset,
+            forget=self._begin_catch_up,
+            restore=self._restore_chunk,
+            caught_up=self._caught_up,
+            on_foreign=self._recover_again,
+        )
+        self._partition_of = self.owner.home
         # Sync activities block; the loop's default pool (cores + 4 threads) is far too small.
         self._executor = concurrent.futures.ThreadPoolExecutor(activity_threads, "tidings-activity")
         self._lock = asyncio.Lock()
         self._cache: OrderedDict[str, WorkflowInstance] = OrderedDict()
-        self._ready: set[int] = set()
         self._inbox_applied: dict[int, int] = {}
-        self._journal_end: dict[int, int] = {}  # next offset of each journal partition read or written
         self._activities: dict[tuple[str, str], tuple[asyncio.Task[None], Attempt]] = {}
         self._timers: dict[tuple[str, str], asyncio.TimerHandle] = {}
         self._busy: Counter[str] = Counter()  # live activities and timers: not evictable
@@ -154,18 +154,29 @@ class WorkflowAgent:
         self._commits: asyncio.Queue[tuple[_Commit, Awaitable[list[Delivered]], asyncio.Future[None]]] | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
-    # -- what the worker calls ---------------------------------------------------------
+    # -- the hosting seam ----------------------------------------------------------------
+
+    @property
+    def inputs(self) -> Sequence[Input]:
+        return [Input(f"workflow-{self.definition.name}", (self.topics.inbox,), self.start,
+                      partitions=self._partitions)]
 
     async def start(self, batch: Sequence[Incoming]) -> Callable[[], Awaitable[None]]:
         """Decide a batch of inbox records; return what waits for it to be committed."""
         self._ensure_tasks()
         async with self._lock:
-            for partition in sorted({record.partition for record in batch} - self._ready):
-                await self._catch_up(partition)
+            await self.owner.ensure_ready({record.partition for record in batch})
             commit = _Commit()
             now_ms = self._now_ms()
             for record in batch:
-                self._inbox_record(record, commit, now_ms)
+                try:
+                    self._inbox_record(record, commit, now_ms)
+                except Exception as exc:  # noqa: BLE001 - the backstop: no record stops the agent
+                    log.error("workflow %s failed on %s/%d@%d", self.definition.name,
+                              record.topic, record.partition, record.offset, exc_info=True)
+                    error = exc if isinstance(exc, RecordError) else DecodeError(
+                        f"the workflow agent failed on this record: {type(exc).__name__}: {exc}")
+                    commit.dead.append(self._runtime.dead_letter(record, error))
             for record in batch:
                 offsets = commit.write.inbox_offsets
                 offsets[record.partition] = max(record.offset, offsets.get(record.partition, -1))
@@ -176,25 +187,29 @@ class WorkflowAgent:
 
         return finish
 
-    async def assign(self, partitions: Iterable[int]) -> None:
-        """Recover ``partitions``: catch up with the journal, replay what is running."""
-        self._ensure_tasks()
-        for partition in sorted(partitions):
-            async with self._lock:
-                if partition not in self._ready:
-                    await self._catch_up(partition)
+    async def assign(self, partitions: Collection[TopicPartition]) -> None:
+        """Recover assigned inbox partitions at once: catch up, replay what is running.
 
-    def revoke(self, partitions: Iterable[int]) -> None:
-        """Stop everything of ``partitions``: another worker owns their instances now."""
-        gone = set(partitions)
+        Eagerly, not at the first inbox record: running instances have timers and
+        activities to resume even when nobody writes to them.
+        """
+        self._ensure_tasks()
+        for partition in sorted(p for topic, p in partitions if topic == self.topics.inbox):
+            async with self._lock:
+                await self.owner.ensure_ready([partition])
+
+    def revoke(self, partitions: Collection[TopicPartition]) -> None:
+        """Stop everything of revoked inbox partitions: another worker owns their instances."""
+        self._drop({p for topic, p in partitions if topic == self.topics.inbox})
+
+    def _drop(self, gone: set[int]) -> None:
+        """Stop everything of ``gone`` partitions and forget them."""
         if not gone:
             return
-        self._ready.difference_update(gone)
+        self.owner.revoke(gone)
         for partition in gone:
             self._inbox_applied.pop(partition, None)
-            self._journal_end.pop(partition, None)
-        for instance_id in [i for i in self._cache if self._partition(i) in gone]:
-            self._cache.pop(instance_id).close()
+        self._forget_cached(*gone)
         for key in [k for k in self._activities if self._partition(k[0]) in gone]:
             task, attempt = self._activities.pop(key)
             attempt.cancellation.cancel()
@@ -211,22 +226,27 @@ class WorkflowAgent:
         """Cancel the agent's tasks, activities and timers (the worker is stopping)."""
         for task in self._tasks:
             task.cancel()
-        self.revoke(range(self._partitions))
+        self._drop(set(range(self._partitions)))
         self._executor.shutdown(wait=False, cancel_futures=True)
+        self._store.close()
+
+    def _forget_cached(self, *partitions: int) -> None:
+        """Drop the live instances of ``partitions`` (RocksDB keeps their journals)."""
+        gone = set(partitions)
+        for instance_id in [i for i in self._cache if self._partition(i) in gone]:
+            self._cache.pop(instance_id).close()
 
     # -- deciding ----------------------------------------------------------------------
 
     def _inbox_record(self, record: Incoming, commit: _Commit, now_ms: int) -> None:
         try:
-            request = decode_inbox(record)
+            request = self._decode(record)
         except RecordError as exc:
-            commit.dead.append(dead_letter(record, exc, self.topics.deadletter, now_ms))
+            commit.dead.append(self._runtime.dead_letter(record, exc))
             return
-        home = self._partition(request.instance_id)
-        if home != record.partition:
-            # A producer with another partitioner: send it where the instance lives.
-            headers = tuple(record.headers.items())
-            commit.dead.append(Outgoing(self.topics.inbox, record.key, record.value, home, headers))
+        forward = self.owner.forward(record, request.instance_id)
+        if forward is not None:
+            commit.dead.append(forward)  # another partitioner: decided where the instance lives
             return
         if record.offset <= self._inbox_applied.get(record.partition, -1):
             return  # journaled before a crash; the inbox offset was not committed yet
@@ -249,7 +269,7 @@ class WorkflowAgent:
             decision = self._advance(instance, Start(value), commit, now_ms, record.offset)
             if decision is None:
                 error = SchemaError(f"the workflow refused the input: {self._refusal}")
-                commit.dead.append(dead_letter(record, error, self.topics.deadletter, now_ms))
+                commit.dead.append(self._runtime.dead_letter(record, error))
                 self._reply(commit, request, "rejected", reason=str(error))
             else:
                 self._reply(commit, request, "accepted")
@@ -278,12 +298,18 @@ class WorkflowAgent:
             else:
                 self._reply(commit, request, "status", **answer)
 
+    def _decode(self, record: Incoming) -> WorkflowInbox:
+        """Decode an inbox record; its ``reply_to`` must be a topic a reply may go to."""
+        request = decode_inbox(record)
+        self._runtime.reply_topic(request.reply_to)
+        return request
+
     def _payload(self, record: Incoming, request: WorkflowInbox, commit: _Commit, now_ms: int) -> Any:
         try:
             return None if request.payload is None else json.loads(request.payload)
         except ValueError as exc:
             error = SchemaError(f"the payload is not JSON: {exc}")
-            commit.dead.append(dead_letter(record, error, self.topics.deadletter, now_ms))
+            commit.dead.append(self._runtime.dead_letter(record, error))
             self._reply(commit, request, "rejected", reason=str(error))
             return _BAD
 
@@ -405,7 +431,7 @@ class WorkflowAgent:
                     self._busy[instance_id] -= 1  # held since the activity or timer started
                     if self._busy[instance_id] <= 0:
                         del self._busy[instance_id]
-                    if self._partition(instance_id) not in self._ready:
+                    if not self.owner.is_ready(self._partition(instance_id)):
                         continue  # revoked meanwhile: the new owner replays and re-issues it
                     instance = self._cache.get(instance_id)
                     if instance is None:
@@ -497,7 +523,7 @@ class WorkflowAgent:
                 isinstance(effect, RunActivity)
                 and not self._unsettled.get(instance_id)
                 and per_step[(instance_id, effect.path)] == 1  # no cancel of it in the same commit
-                and self._partition(instance_id) in self._ready
+                and self.owner.is_ready(self._partition(instance_id))
             ):
                 early.append(item)
             else:
@@ -511,7 +537,7 @@ class WorkflowAgent:
             commit, delivery, done = await self._commits.get()
             try:
                 delivered = await delivery
-                commit.write.journal_offsets.update(self._journal_offsets(delivered))
+                commit.write.journal_offsets.update(self.owner.settle(delivered))
                 if commit.dead:
                     await self._publisher.publish(commit.dead)
                 self._store.write(commit.write)
@@ -527,53 +553,21 @@ class WorkflowAgent:
             if commit.after:
                 self._publisher.publish_later(commit.after)
             for instance_id, effect in commit.effects:
-                if self._partition(instance_id) in self._ready:
+                if self.owner.is_ready(self._partition(instance_id)):
                     self._carry_out(instance_id, effect)
             self._evict(commit.touched)
             if not done.done():
                 done.set_result(None)
 
-    def _journal_offsets(self, delivered: Sequence[Delivered]) -> dict[int, int]:
-        """Return the new journal end per partition, checking that nobody else wrote there.
-
-        Only this agent writes an owned journal partition, and its records land there back
-        to back. A gap means another writer: a worker that lost the partition without
-        noticing (a zombie), or a store behind the topic. Then the partition is recovered
-        again: its instances are dropped and everything in the journal is re-read and
-        replayed, foreign records included (detection, not fencing: see
-        docs/workflows-hosted.md).
-        """
-        counts: Counter[int] = Counter(position.partition for position in delivered)
-        ends: dict[int, int] = {}
-        for position in delivered:
-            ends[position.partition] = max(ends.get(position.partition, 0), position.offset + 1)
-        for partition, end in list(ends.items()):
-            if partition not in self._ready:
-                # Revoked or being recovered: catch-up reads the journal from RocksDB's
-                # offset, which must not move past records nobody has read yet.
-                del ends[partition]
-                continue
-            expected = self._journal_end.get(partition)
-            if expected is not None and end - counts[partition] != expected:
-                log.warning("workflow %s: journal partition %d has records this worker did not write "
-                            "(offsets %d..%d); recovering the partition again",
-                            self.definition.name, partition, expected, end - counts[partition])
-                del ends[partition]  # RocksDB stays at the old offset: catch-up re-reads from there
-                self._recover_again(partition)
-            else:
-                self._journal_end[partition] = end
-        return ends
-
     def _recover_again(self, partition: int) -> None:
-        """Drop what this worker knows of ``partition`` and catch it up from the journal."""
-        if partition not in self._ready:
-            return
-        self.revoke([partition])
+        """Someone else wrote ``partition``'s journal (``PartitionOwner.settle``): drop what
+        this worker knows of it and recover it from the journal, foreign records included
+        (detection, not fencing: see docs/workflows-hosted.md)."""
+        self._drop({partition})
 
         async def recover() -> None:
             async with self._lock:
-                if partition not in self._ready:
-                    await self._catch_up(partition)
+                await self.owner.ensure_ready([partition])
 
         task = asyncio.ensure_future(recover())
         task.add_done_callback(_crashed)
@@ -597,42 +591,41 @@ class WorkflowAgent:
 
     # -- recovery ----------------------------------------------------------------------
 
-    async def _catch_up(self, partition: int) -> None:
-        """Apply the journal records this store has not seen, then replay live instances."""
-        low, high = await self._reader.watermarks(self.topics.journal, partition)
-        start = max(self._store.journal_offset(partition) or 0, low)
-        applied = self._store.inbox_offset(partition)
-        for instance_id in [i for i in self._cache if self._partition(i) == partition]:
-            self._cache.pop(instance_id).close()
+    def _begin_catch_up(self, partition: int) -> None:
+        self._forget_cached(partition)
+        self._inbox_applied[partition] = self._store.inbox_offset(partition)
+
+    def _restore_chunk(self, partition: int, chunk: list[Incoming]) -> None:
+        """Apply journal records this store has not seen (``PartitionOwner`` reads them)."""
         now_ms = self._now_ms()
-        if start < high:
-            log.info("restoring workflow %s partition %d from the journal: offsets %d..%d",
-                     self.definition.name, partition, start, high)
-            async for chunk in self._reader.read(self.topics.journal, partition, start, high):
-                change = StoreWrite()
-                after: list[Outgoing] = []
-                for record in chunk:
-                    header = record.headers.get(INBOX_OFFSET_HEADER)
-                    if header is not None:
-                        applied = max(applied, int(header))
-                    try:
-                        entry = avro.decode_as(record.value or b"", WorkflowJournalEntry)  # type: ignore[type-var]
-                    except RecordError as exc:
-                        log.error("skipping unreadable journal record %s/%d@%d: %s",
-                                  record.topic, record.partition, record.offset, exc)
-                        continue
-                    self._restore(entry, partition, change, after, now_ms)
-                change.journal_offsets[partition] = chunk[-1].offset + 1
-                change.inbox_offsets[partition] = applied
-                self._store.write(change)
-                if after:
-                    # Ended while this store was behind: its outcome may never have been published.
-                    self._publisher.publish_later(after)
-        self._store.write(StoreWrite(journal_offsets={partition: high}, inbox_offsets={partition: applied}))
-        self._journal_end[partition] = high
+        applied = self._inbox_applied[partition]
+        change = StoreWrite()
+        after: list[Outgoing] = []
+        for record in chunk:
+            header = record.headers.get(INBOX_OFFSET_HEADER)
+            if header is not None and header.isdigit():
+                applied = max(applied, int(header))
+            try:
+                entry = avro.decode_as(record.value or b"", WorkflowJournalEntry)  # type: ignore[type-var]
+            except RecordError as exc:
+                log.error("skipping unreadable journal record %s/%d@%d: %s",
+                          record.topic, record.partition, record.offset, exc)
+                continue
+            self._restore(entry, partition, change, after, now_ms)
+        change.journal_offsets[partition] = chunk[-1].offset + 1
+        change.inbox_offsets[partition] = applied
         self._inbox_applied[partition] = applied
-        self._ready.add(partition)
+        self._store.write(change)
+        if after:
+            # Ended while this store was behind: its outcome may never have been published.
+            self._publisher.publish_later(after)
+
+    def _caught_up(self, partition: int, end: int) -> None:
+        """The journal is applied up to ``end``: store that, then replay what is running."""
+        applied = self._inbox_applied[partition]
+        self._store.write(StoreWrite(journal_offsets={partition: end}, inbox_offsets={partition: applied}))
         commit = _Commit()
+        now_ms = self._now_ms()
         for instance_id in self._store.running(partition):
             self._replayed(instance_id, commit, now_ms)
         self._submit(commit)

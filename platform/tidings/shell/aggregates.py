@@ -1,0 +1,85 @@
+"""``app.aggregate``'s handle: the definition, its topics, a way to send, and its hosting.
+
+The handle is what a program holds (``await accounts.send(...)``) and what the worker runs
+(``topic_specs`` and ``open``, the hosting protocol of ``hosting.py``): opening it builds an
+``AggregateAgent`` over the commands topic with a RocksDB store under the worker's stores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+from ..core.aggregate import AggregateDefinition
+from .agents.aggregate import AggregateAgent, AggregateTopics
+from .hosting import Runtime
+from .state import AggregateStore
+from .topics import TopicSpec, spec_for
+
+if TYPE_CHECKING:
+    from .app import App
+
+C = TypeVar("C")
+E = TypeVar("E")
+S = TypeVar("S")
+
+
+@dataclass(frozen=True)
+class AggregateHandle(Generic[C, E, S]):
+    """What ``app.aggregate`` returns: the definition, its topics and a way to send."""
+
+    app: App
+    definition: AggregateDefinition[C, E, S]
+    topics: AggregateTopics
+
+    @property
+    def name(self) -> str:
+        return self.definition.name
+
+    @property
+    def kind(self) -> str:
+        return "aggregate"
+
+    async def send(
+        self,
+        aggregate_id: str,
+        command: C,
+        timeout: float | None = None,
+        *,
+        expected_version: int | None = None,
+        command_id: str | None = None,
+    ) -> E:
+        """Send ``command`` to ``aggregate_id`` and return the reply event.
+
+        Uses a client bound to ``TIDINGS_BOOTSTRAP`` (or the app's bootstrap); see
+        ``Client.send`` for the errors it raises.
+        """
+        client = self.app.client()
+        result: E = await client.send(
+            self,
+            aggregate_id,
+            command,
+            timeout,
+            expected_version=expected_version,
+            command_id=command_id,
+        )
+        return result
+
+    # -- the hosting protocol (the worker side) ------------------------------------------
+
+    def topic_specs(self) -> list[TopicSpec]:
+        """The commands and events topics, co-partitioned."""
+        partitions = self.app.partitions
+        return [
+            spec_for("commands", self.topics.commands, partitions=partitions),
+            spec_for("events", self.topics.events, partitions=partitions),
+        ]
+
+    def open(self, runtime: Runtime) -> AggregateAgent:
+        """Open the store and return the agent that runs this aggregate in a worker."""
+        store: AggregateStore[S] = AggregateStore(
+            runtime.store_path(self.kind, self.name),
+            type(self.definition.initial),
+            definition_name=self.name,
+        )
+        return AggregateAgent(self.definition, topics=self.topics, store=store, runtime=runtime)

@@ -1,0 +1,175 @@
+"""The hosting seam: what every kind the worker runs implements, and what the worker gives it.
+
+A *kind* is aggregates, projections, workflows, orchestrations (and later sagas, schedules,
+stream stages). Each declared definition is a ``Hosted``: it names its topics and, when the
+worker starts, ``open``\\s an ``Agent`` with the worker's ``Runtime`` (bootstrap, data
+directory, the shared publisher, dead letters, a store home). The agent lists its
+``Input``\\s (topics plus the coroutine that decides a batch of their records) and hears
+about partitions being assigned and revoked. Only the worker (``worker.py``) turns this into
+Faust agents; nothing here or in a kind imports Faust.
+
+What a kind gets for free lives in ``owner.py`` (``PartitionOwner``: readiness per
+partition, catch-up from its journal, forwarding of misrouted records, foreign-writer
+detection); dead letters are ``Runtime.dead_letter``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from ..errors import RecordError, SchemaError
+from .deadletters import dead_letter
+from .io import Incoming, Outgoing, PartitionReader, Publisher
+from .kafka import KafkaPartitionReader
+from .pipeline import Start
+from .topics import TopicSpec
+
+#: A (topic, partition) pair as the worker reports assignments and revocations.
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Input:
+    """One source of records of an agent: the worker runs one Faust agent per input.
+
+    Attributes:
+        name: The Faust agent's name, unique in the app (e.g. ``aggregate-account``).
+        topics: The topics it consumes, as raw bytes.
+        start: Decides a batch and returns what completes it (``pipeline.run_batches``).
+        partitions: The partition count to declare the topics with; None for topics the
+            app does not own the layout of (another kind's events topic).
+        max_in_flight: Batches decided but not yet completed (1: each batch sees the
+            previous one's RocksDB writes).
+    """
+
+    name: str
+    topics: tuple[str, ...]
+    start: Start
+    partitions: int | None = None
+    max_in_flight: int = 2
+
+
+class Agent(Protocol):
+    """A definition running in one worker: what the worker feeds and tells."""
+
+    @property
+    def inputs(self) -> Sequence[Input]:
+        """The topics this agent consumes and the coroutine that decides each batch."""
+        ...
+
+    async def assign(self, partitions: Collection[TopicPartition]) -> None:
+        """React to newly assigned partitions (any topic of the app; ignore others').
+
+        Not awaited by the consumer: records of these partitions may arrive meanwhile, and
+        the agent must make them wait until it is ready (``PartitionOwner`` does).
+        """
+        ...
+
+    def revoke(self, partitions: Collection[TopicPartition]) -> None:
+        """Forget what is cached for revoked partitions: another worker owns them now."""
+        ...
+
+    def close(self) -> None:
+        """Stop tasks and close stores and readers (the worker is stopping)."""
+        ...
+
+
+class Hosted(Protocol):
+    """A declared definition the worker runs: its topics, and how to open its agent."""
+
+    @property
+    def kind(self) -> str:
+        """The kind, e.g. ``"aggregate"``; (kind, name) is unique in an app."""
+        ...
+
+    @property
+    def name(self) -> str:
+        """The definition's name."""
+        ...
+
+    def topic_specs(self) -> list[TopicSpec]:
+        """Every topic this definition needs."""
+        ...
+
+    def open(self, runtime: Runtime) -> Agent:
+        """Open stores and clients and return the running agent (called once per worker)."""
+        ...
+
+
+@dataclass
+class Runtime:
+    """What the worker gives every agent it opens.
+
+    Attributes:
+        app_name: The app's name (prefix of its topics, its consumer group).
+        bootstrap: Kafka bootstrap servers.
+        data_dir: The worker's data directory.
+        partitions: The app's partition count.
+        publisher: The worker's one producer, shared by every agent.
+        deadletter_topic: ``{app}.deadletter``.
+        own_topics: Every topic the app declares that no reply may be sent to (journals,
+            inboxes, commands, outcomes, status, dead letters).
+        deadletter_value_limit: Bytes of a bad record's value a dead letter keeps.
+    """
+
+    app_name: str
+    bootstrap: str
+    data_dir: Path
+    partitions: int
+    publisher: Publisher
+    deadletter_topic: str
+    own_topics: frozenset[str] = frozenset()
+    deadletter_value_limit: int | None = None
+    clock: Callable[[], float] = time.time
+    _closers: list[Callable[[], None]] = field(default_factory=list)
+
+    def store_path(self, kind: str, name: str) -> Path:
+        """Where the RocksDB store of definition ``name`` of ``kind`` lives."""
+        return self.data_dir / "stores" / kind / name
+
+    def reader(self) -> PartitionReader:
+        """Return a new partition reader, closed when the worker stops."""
+        reader = KafkaPartitionReader(self.bootstrap)
+        self._closers.append(reader.close)
+        return reader
+
+    def on_close(self, close: Callable[[], None]) -> None:
+        """Call ``close`` when the worker stops."""
+        self._closers.append(close)
+
+    def close(self) -> None:
+        """Run the registered closers, newest first."""
+        while self._closers:
+            self._closers.pop()()
+
+    def reply_topic(self, reply_to: str | None) -> str | None:
+        """Return where a reply asked for with ``reply_to`` may go (None: no reply).
+
+        Raises:
+            SchemaError: ``reply_to`` is not a legal topic name, or names one of the app's
+                own topics (a reply written into a journal would corrupt it).
+        """
+        if not reply_to:
+            return None
+        if reply_to in self.own_topics or not _legal_topic(reply_to):
+            raise SchemaError(
+                f"reply_to {reply_to[:100]!r} is not a topic a reply may be sent to "
+                "(a legal topic name that is not one of the app's journals, inboxes, "
+                "commands, outcomes or status topics)"
+            )
+        return reply_to
+
+    def dead_letter(self, record: Incoming, error: RecordError) -> Outgoing:
+        """Return the dead letter of ``record``, which failed with ``error``."""
+        return dead_letter(record, error, self.deadletter_topic, int(self.clock() * 1000))
+
+
+def _legal_topic(name: str) -> bool:
+    """Whether ``name`` is a legal Kafka topic name (the broker refuses others)."""
+    return 0 < len(name) <= 249 and name not in (".", "..") and all(
+        ch.isascii() and (ch.isalnum() or ch in "._-") for ch in name
+    )
