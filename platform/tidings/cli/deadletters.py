@@ -158,8 +158,8 @@ def dead_letter_line(record: Incoming) -> tuple[dict[str, Any], int | None]:
             "unreadable": str(exc),
             "letter": where,
             "timestamp": _iso(record.timestamp_ms),
-            **_bytes_field("key", record.key),
-            **_bytes_field("value", record.value),
+            **bytes_field("key", record.key),
+            **bytes_field("value", record.value),
             "headers": {name: value.decode("utf-8", "replace") for name, value in record.headers.items()},
         }
         return unreadable, record.timestamp_ms
@@ -176,8 +176,8 @@ def dead_letter_line(record: Incoming) -> tuple[dict[str, Any], int | None]:
         "error_type": letter.error_type,
         "origin": {"topic": letter.source_topic, "partition": letter.partition, "offset": letter.offset},
         "timestamp": _iso(letter.timestamp_ms),
-        **_bytes_field("key", letter.key),
-        **_bytes_field("value", letter.value, partial=bool(truncated)),
+        **bytes_field("key", letter.key),
+        **bytes_field("value", letter.value, partial=bool(truncated)),
         "original_size": original_size,
         "truncated": bool(truncated),
         "headers": dict(letter.headers),
@@ -186,7 +186,7 @@ def dead_letter_line(record: Incoming) -> tuple[dict[str, Any], int | None]:
     return line, letter.timestamp_ms
 
 
-def _bytes_field(name: str, data: bytes | None, *, partial: bool = False) -> dict[str, Any]:
+def bytes_field(name: str, data: bytes | None, *, partial: bool = False) -> dict[str, Any]:
     """Return ``{name: text, name_encoding: "utf-8"}``, or base64 when ``data`` is not UTF-8.
 
     A truncated value may end inside a character: ``partial`` lets its text drop those

@@ -184,7 +184,8 @@ def show_lines(description: GroupDescription, rows: Sequence[PartitionOffsets]) 
     lines = [f"group {description.group}: {description.state}, {_count(len(description.members), 'member')}"]
     for index, member in enumerate(description.members, start=1):
         static = f" instance {member.instance_id}" if member.instance_id else ""
-        lines.append(f"  #{index} {member.member_id} on {member.host}{static}, {len(member.assignment)} partitions")
+        held = _count(len(member.assignment), "partition")
+        lines.append(f"  #{index} {member.member_id} on {member.host}{static}, {held}")
     if not rows:
         lines.append(
             f"no committed offsets and no assigned partitions: no worker of group {description.group} "
