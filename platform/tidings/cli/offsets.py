@@ -358,7 +358,7 @@ def refusal(description: GroupDescription, app_spec: str) -> str:
         f"{_count(len(description.members), 'member')}, and Kafka moves a group's offsets only when it has "
         f"none:{members}\n"
         "Stop every worker of the group (a worker run with TIDINGS_INSTANCE_ID stays a member "
-        "until its session times out, 6 s after it stops), check that "
+        "until its session times out, seconds after it stops), check that "
         f"`tidings offsets show {app_spec}` says EMPTY, move the offsets, then start the workers again."
     )
 
