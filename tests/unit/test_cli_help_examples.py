@@ -34,6 +34,11 @@ def test_the_workflow_commands_have_examples() -> None:
     assert {"start", "signal", "cancel", "result", "status", "outcomes", "send"} <= commands
 
 
+def test_the_operator_commands_have_examples() -> None:
+    commands = {tuple(shlex.split(line)[1:3]) for line in example_lines()}
+    assert {("deadletters", "examples.bank.app:app"), ("offsets", "show"), ("offsets", "move")} <= commands
+
+
 @pytest.mark.parametrize("line", example_lines())
 def test_a_help_example_parses_and_names_what_its_app_declares(line: str) -> None:
     args = build_parser().parse_args(shlex.split(line)[1:])
@@ -48,3 +53,5 @@ def test_a_help_example_parses_and_names_what_its_app_declares(line: str) -> Non
             json.loads(args.payload)
     if hasattr(args, "aggregate"):
         assert args.aggregate in {h.name for h in app.aggregates}
+    if args.command == "offsets" and getattr(args, "topic", None):
+        assert args.topic in {spec.name for spec in app.topic_specs()}
