@@ -25,7 +25,7 @@ from typing import Any
 from ...codec import avro
 from ...codec.payloads import load_payload
 from ...core.records import EventEnvelope
-from ...errors import RecordError
+from ...errors import HandlerFailed, RecordError
 from ..deadletters import dead_letter
 from ..io import Incoming, Outgoing, PartitionReader, Publisher
 from ..views import View, ViewStore
@@ -45,10 +45,6 @@ class ProjectedEvent:
 
 
 Handler = Callable[[ProjectedEvent, View], None | Awaitable[None]]
-
-
-class HandlerFailed(RecordError):
-    """A projection handler raised on an event; the event is dead-lettered."""
 
 
 @dataclass(frozen=True, slots=True)
