@@ -85,8 +85,9 @@ class WorkerProcess:
     comes back. A restart is fast only with the same ``data_dir`` (its RocksDB state;
     another directory rebuilds everything from the journals) and the same
     ``TIDINGS_INSTANCE_ID`` in ``env`` (a static group member takes its partitions back at
-    once; without one, the group gives the dead member's partitions out only after the
-    session timeout, 6 s). A new ``WorkerProcess`` for a restart needs both passed again.
+    once; without one, the restarted worker is a new member, and the group waits for the
+    session timeout, 6 s, to drop the dead one before it hands out its partitions). A new
+    ``WorkerProcess`` for a restart needs both passed again.
 
     Args:
         app_spec: ``MODULE:ATTRIBUTE`` of the App.
