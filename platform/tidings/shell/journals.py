@@ -36,8 +36,9 @@ def read_journal(
 
     Only the partition's owner writes there, so each seq appears once. Should a worker that
     lost the partition without noticing (a zombie) have written a seq too, the first record
-    of that seq in offset order is kept, the rule every tidings journal reader follows. A
-    record that does not decode is logged and skipped, as a worker's recovery skips it.
+    of that seq in offset order is kept, as the aggregate journal's reader keeps the first
+    record of a version. A record that does not decode is logged and skipped, as a worker's
+    recovery skips it.
 
     Args:
         bootstrap: Kafka bootstrap servers.
