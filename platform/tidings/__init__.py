@@ -13,6 +13,7 @@ See docs/architecture.md for how a message flows through them.
 """
 
 from .core.workflow import Attempt as Attempt
+from .core.workflow import Backoff as Backoff
 from .core.workflow import Cancelled as Cancelled
 from .core.workflow import ErrorKind as ErrorKind
 from .core.workflow import Faulted as Faulted
@@ -28,13 +29,18 @@ from .core.aggregate import Ignore as Ignore
 from .core.aggregate import Persist as Persist
 from .core.aggregate import PersistAll as PersistAll
 from .errors import AggregateVersionConflict as AggregateVersionConflict
+from .errors import AttemptTimedOut as AttemptTimedOut
 from .errors import BrokerError as BrokerError
 from .errors import DecodeError as DecodeError
 from .errors import DefinitionError as DefinitionError
+from .errors import ForeignAwaitError as ForeignAwaitError
+from .errors import HandlerFailed as HandlerFailed
+from .errors import KeyOfFailed as KeyOfFailed
 from .errors import RecordError as RecordError
 from .errors import ReplyTimeout as ReplyTimeout
 from .errors import SchemaError as SchemaError
 from .errors import NondeterminismError as NondeterminismError
+from .errors import OrchestrationFailed as OrchestrationFailed
 from .errors import TidingsError as TidingsError
 from .errors import WorkflowCancelled as WorkflowCancelled
 from .errors import WorkflowEnded as WorkflowEnded
@@ -54,6 +60,8 @@ __all__ = [
     "AggregateVersionConflict",
     "App",
     "Attempt",
+    "AttemptTimedOut",
+    "Backoff",
     "BrokerError",
     "Cancelled",
     "Client",
@@ -63,8 +71,12 @@ __all__ = [
     "ErrorKind",
     "Faulted",
     "Finished",
+    "ForeignAwaitError",
+    "HandlerFailed",
     "Ignore",
+    "KeyOfFailed",
     "NondeterminismError",
+    "OrchestrationFailed",
     "Persist",
     "PersistAll",
     "ProjectedEvent",

@@ -5,25 +5,37 @@ The tree::
     TidingsError
     ├── DefinitionError (also ValueError)   a definition is invalid; lists every reason
     ├── AggregateVersionConflict            expected_version did not match
-    ├── SagaAlreadyStarted
+    ├── SagaAlreadyStarted                  already started for that (correlation id, aggregate)
     ├── WorkflowNotFound                    no instance was ever started with that id
     ├── WorkflowEnded                       the instance has already ended
     ├── WorkflowFaulted                     value() of a faulted instance
     ├── WorkflowCancelled                   value() of a cancelled instance
-    ├── WorkflowStepFailed                  a step failed inside a body (.error.kind)
+    ├── WorkflowStepFailed                  a step failed inside a body (.error: StepError)
     ├── NondeterminismError                 the body no longer matches its journal (parked)
+    │   └── JournalMismatch                 internal: raised while replaying, becomes parking
     ├── ForeignAwaitError (also TypeError)  a body awaited something that is not a ctx step
+    ├── AttemptTimedOut (also TimeoutError) an activity reports that its attempt ran out of time
     ├── RecordError                         a record cannot be used; always dead-lettered
     │   ├── DecodeError                     bytes that are not a known envelope
     │   ├── SchemaError                     a valid envelope whose type/payload is wrong
-    │   └── HandlerFailed                   user code (decide, fold, a handler) raised on it
+    │   ├── HandlerFailed                   decide, fold or a projection handler raised on it
+    │   ├── KeyOfFailed                     an orchestration's key_of raised or gave no key
+    │   └── OrchestrationFailed             an orchestration raised on the event
     ├── BrokerError                         a Kafka error, translated at the boundary
     └── ReplyTimeout (also TimeoutError)    no reply within the timeout
+
+A failure of user code on one record (a handler, ``key_of``, an orchestration) is a
+``RecordError``: that record is dead-lettered under the class's name (``error_type``)
+and the worker goes on with the next.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # core.workflow imports this module: a runtime import would be a cycle
+    from tidings.core.workflow.failures import StepError
 
 
 class TidingsError(Exception):
@@ -75,7 +87,7 @@ class WorkflowCancelled(TidingsError):
 class WorkflowStepFailed(TidingsError):
     """A step failed inside a workflow body; ``error.kind`` says how."""
 
-    def __init__(self, error: object) -> None:
+    def __init__(self, error: StepError) -> None:
         self.error = error
         super().__init__(str(error))
 
@@ -84,12 +96,30 @@ class NondeterminismError(TidingsError):
     """The body's requests no longer match its journal; the instance is parked."""
 
 
+class JournalMismatch(NondeterminismError):
+    """The body's request does not match the journal (raised only while replaying).
+
+    Internal to the workflow interpreter, which catches it and parks the instance; it never
+    reaches user code or a caller.
+    """
+
+
 class ForeignAwaitError(TidingsError, TypeError):
     """A workflow body awaited something other than a ``ctx`` step or ``@subroutine`` call.
 
     Its result could not be journaled or replayed (``asyncio.sleep``, a task, an HTTP call),
     so the interpreter throws this into the body at that ``await``; uncaught, it faults the
     instance.
+    """
+
+
+class AttemptTimedOut(TidingsError, TimeoutError):
+    """Raise this in an activity to report that the attempt ran out of time.
+
+    The attempt counts as timed out, not as failed with an error: the step's retry policy
+    tries again (``retry_on`` is not asked) until its attempts or deadline are used up. A
+    worker treats any ``TimeoutError`` an activity raises this way; ``WorkflowTestRuntime``
+    only this one.
     """
 
 
@@ -106,9 +136,20 @@ class SchemaError(RecordError):
 
 
 class HandlerFailed(RecordError):
-    """User code (``decide``, ``fold``, a projection handler, ``key_of``) raised on a record.
+    """User code (``decide``, ``fold``, a projection handler) raised on a record.
 
     The record is dead-lettered with the exception in the reason, and the worker goes on.
+    """
+
+
+class KeyOfFailed(RecordError):
+    """``key_of`` raised on an event or returned something other than a str or None."""
+
+
+class OrchestrationFailed(RecordError):
+    """An orchestration raised on an event, or gave a value that cannot be encoded.
+
+    The event is dead-lettered and not journaled: the instance stays as it was.
     """
 
 

@@ -31,7 +31,7 @@ def example_lines() -> list[str]:
 
 def test_the_workflow_commands_have_examples() -> None:
     commands = {shlex.split(line)[1] for line in example_lines()}
-    assert {"start", "signal", "cancel", "result", "status", "outcomes", "send"} <= commands
+    assert {"start", "signal", "cancel", "result", "status", "outcomes", "journal", "send"} <= commands
 
 
 def test_the_operator_commands_have_examples() -> None:

@@ -1,6 +1,11 @@
 """The package root exports exactly the public API; changing it is a deliberate act."""
 
+import importlib
+import pkgutil
+from types import ModuleType
+
 import tidings
+from tidings import errors
 
 
 def test_the_root_exports_are_locked() -> None:
@@ -9,6 +14,8 @@ def test_the_root_exports_are_locked() -> None:
         "AggregateVersionConflict",
         "App",
         "Attempt",
+        "AttemptTimedOut",
+        "Backoff",
         "BrokerError",
         "Cancelled",
         "Client",
@@ -18,8 +25,12 @@ def test_the_root_exports_are_locked() -> None:
         "ErrorKind",
         "Faulted",
         "Finished",
+        "ForeignAwaitError",
+        "HandlerFailed",
         "Ignore",
+        "KeyOfFailed",
         "NondeterminismError",
+        "OrchestrationFailed",
         "Persist",
         "PersistAll",
         "ProjectedEvent",
@@ -44,3 +55,43 @@ def test_the_root_exports_are_locked() -> None:
     ]
     for name in tidings.__all__:
         assert getattr(tidings, name) is not None
+
+
+def _tidings_modules() -> list[ModuleType]:
+    modules = [tidings]
+    for info in pkgutil.walk_packages(tidings.__path__, "tidings."):
+        modules.append(importlib.import_module(info.name))
+    return modules
+
+
+def test_every_exception_class_of_tidings_is_defined_in_the_errors_module() -> None:
+    defined_elsewhere = sorted(
+        f"{module.__name__}.{name}"
+        for module in _tidings_modules()
+        for name, value in vars(module).items()
+        if isinstance(value, type) and issubclass(value, BaseException) and value.__module__ == module.__name__
+        and module is not errors
+    )
+    assert defined_elsewhere == []
+
+
+def test_every_public_error_is_in_the_tree_exported_and_drawn() -> None:
+    tree = errors.__doc__ or ""
+    classes = {
+        name: value for name, value in vars(errors).items()
+        if isinstance(value, type) and issubclass(value, BaseException) and value.__module__ == errors.__name__
+    }
+    assert all(issubclass(cls, errors.TidingsError) for cls in classes.values())
+    assert tree.splitlines()[tree.splitlines().index("The tree::") + 2].strip() == "TidingsError"
+    assert {name for name in classes if name != "TidingsError" and f"── {name} " not in tree} == set()
+    # JournalMismatch never leaves the interpreter; SagaAlreadyStarted waits for sagas to land.
+    internal = {"JournalMismatch", "SagaAlreadyStarted"}
+    assert {name for name in classes if name not in tidings.__all__} == internal
+
+
+def test_a_failure_of_user_code_on_one_record_is_a_record_error() -> None:
+    # Agents dead-letter every RecordError and go on; these must never stop a worker.
+    for cls in (errors.HandlerFailed, errors.KeyOfFailed, errors.OrchestrationFailed):
+        assert issubclass(cls, errors.RecordError)
+    assert issubclass(errors.AttemptTimedOut, TimeoutError)
+    assert issubclass(errors.JournalMismatch, errors.NondeterminismError)

@@ -5,6 +5,8 @@
 - ``decode_json``/``encode_json``: JSON envelopes for non-Avro producers (``json``).
 - ``decode_record``: either, chosen by the ``content-type`` header (``content``).
 - ``payload_of``/``load_payload``: user values <-> (type name, JSON bytes) (``payloads``).
+- each other record family's Avro mapping, merged into ``avro``'s catalogue: ``orchestration``
+  and ``workflow`` (which also reads JSON workflow inbox envelopes, ``inbox_from_json``).
 """
 
 from tidings.codec.avro import CATALOGUE as CATALOGUE

@@ -8,6 +8,10 @@ The body is the schemaless Avro binary of the record. Every version of every sch
 ``schemas/`` (``{kind}.v{n}.avsc``) is loaded once into an immutable catalogue keyed by
 fingerprint; a record is read with its writer schema resolved against the newest version
 of its kind, so a record written before a defaulted field existed reads with the default.
+
+The envelopes of ``tidings.core.records`` are mapped here; each other record family
+brings its own mapping module (``codec.orchestration``, ``codec.workflow``), merged into
+one catalogue.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from tidings.errors import DecodeError, SchemaError
 from tidings.core import workflow_records as _workflow
 
 from tidings.codec import orchestration as _orchestration
+from tidings.codec import workflow as _workflow_codec
 from tidings.codec.fields import plain_fields
 from tidings.core.orchestration_records import (
     OrchestrationActions,
@@ -68,7 +73,7 @@ _RECORD_NAMES: Final[Mapping[type, str]] = MappingProxyType(
         ReplyEnvelope: "tidings.ReplyEnvelope",
         DeadLetter: "tidings.DeadLetter",
         **_orchestration.RECORD_NAMES,
-        **_workflow.AVRO_RECORD_NAMES,
+        **_workflow_codec.RECORD_NAMES,
     }
 )
 
@@ -189,7 +194,7 @@ _TO_FIELDS: Final[Mapping[type, Callable[[Any], dict[str, Any]]]] = MappingProxy
         ReplyEnvelope: _reply_fields,
         DeadLetter: plain_fields,
         **_orchestration.TO_FIELDS,
-        **_workflow.AVRO_TO_FIELDS,
+        **_workflow_codec.TO_FIELDS,
     }
 )
 _FROM_FIELDS: Final[Mapping[type, Callable[[dict[str, Any]], Any]]] = MappingProxyType(
@@ -199,7 +204,7 @@ _FROM_FIELDS: Final[Mapping[type, Callable[[dict[str, Any]], Any]]] = MappingPro
         ReplyEnvelope: _reply_from,
         DeadLetter: lambda fields: DeadLetter(**fields),
         **_orchestration.FROM_FIELDS,
-        **_workflow.AVRO_FROM_FIELDS,
+        **_workflow_codec.FROM_FIELDS,
     }
 )
 

@@ -26,17 +26,10 @@ from typing import Any
 
 from tidings.coordination import Break, Continue, Coordination
 from tidings.core.orchestration_records import Action
-from tidings.errors import RecordError
+from tidings.errors import OrchestrationFailed
 
 Encode = Callable[[Any], tuple[str, bytes]]
 """Turns a user value into (type name, JSON bytes): ``tidings.codec.payload_of``."""
-
-
-class OrchestrationFailed(RecordError):
-    """An orchestration raised on an event, or gave a value that cannot be encoded.
-
-    The event is dead-lettered and not journaled: the instance stays as it was.
-    """
 
 
 @dataclass(frozen=True, slots=True)

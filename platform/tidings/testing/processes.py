@@ -2,26 +2,98 @@
 
 Each worker runs in its own process group so that a kill reaches everything it started.
 Output goes to a log file whose tail is shown when a test needs to know what happened.
+
+A worker never outlives the process that started it: on Linux the kernel SIGKILLs it when
+that process dies, however it dies (``prctl(PR_SET_PDEATHSIG)``, even when the test run is
+itself SIGKILLed); and at interpreter exit every worker still running is killed with its
+process group. A leftover worker would otherwise keep its consumer group's partitions and
+its RocksDB lock, and make the next run wait or fail.
 """
 
 from __future__ import annotations
 
+import atexit
+import ctypes
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+#: Every worker child started and not yet reaped, killed at interpreter exit.
+_LIVE: set[subprocess.Popen[bytes]] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """Return a ``preexec_fn`` that has the kernel SIGKILL the child when its parent dies.
+
+    Everything is looked up here, in the parent: between fork and exec the child may run
+    only the bare call (another thread of the parent may have held a lock at the fork).
+    None where there is no ``prctl`` (not Linux): the atexit cleanup is all there is.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+    getppid, kill_self = os.getppid, os._exit
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        # The parent may have died between fork and prctl: then no signal will come.
+        if getppid() != parent:
+            kill_self(1)
+
+    return preexec
+
+
+def _kill_live_workers() -> None:
+    """SIGKILL every worker still running, with its process group, and reap it."""
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+        _LIVE.clear()
+    for process in live:
+        if process.poll() is None:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+atexit.register(_kill_live_workers)
 
 
 class WorkerProcess:
     """One ``tidings worker MODULE:APP`` child process.
 
+    The child dies with the process that started it (see the module docstring). Note that
+    on Linux the kernel's signal follows the *thread* that called ``start``: start workers
+    from a thread that lives as long as they should (the test's own thread does).
+
+    ``kill`` then ``start`` again on the same object restarts the worker as a crashed pod
+    comes back. A restart is fast only with the same ``data_dir`` (its RocksDB state;
+    another directory rebuilds everything from the journals) and the same
+    ``TIDINGS_INSTANCE_ID`` in ``env`` (a static group member takes its partitions back at
+    once; without one, the restarted worker is a new member, and the group waits for the
+    session timeout, 6 s, to drop the dead one before it hands out its partitions). A new
+    ``WorkerProcess`` for a restart needs both passed again.
+
     Args:
         app_spec: ``MODULE:ATTRIBUTE`` of the App.
         bootstrap: Kafka bootstrap servers.
         data_dir: The worker's RocksDB directory.
-        log_path: Where its output goes.
+        log_path: Where its output goes (appended to; its directory is created if missing).
         env: Extra environment variables (e.g. which app id a test module builds).
         cwd: Working directory (the module must be importable from it).
     """
@@ -53,6 +125,7 @@ class WorkerProcess:
         if self.running:
             raise RuntimeError(f"worker {self.pid} is already running")
         env = {**os.environ, **self.env, "TIDINGS_BOOTSTRAP": self.bootstrap}
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self._process = subprocess.Popen(
                 [sys.executable, "-m", "tidings.cli.main", "worker", self.app_spec,
@@ -62,7 +135,10 @@ class WorkerProcess:
                 env=env,
                 cwd=self.cwd,
                 start_new_session=True,
+                preexec_fn=_die_with_parent(),
             )
+        with _LIVE_LOCK:
+            _LIVE.add(self._process)
         return self
 
     @property
@@ -83,6 +159,7 @@ class WorkerProcess:
             self._process.wait(timeout)
         except subprocess.TimeoutExpired:
             self.kill()
+        self._forget()
 
     def _signal(self, sig: signal.Signals) -> None:
         if self._process is None:
@@ -93,6 +170,11 @@ class WorkerProcess:
             except ProcessLookupError:
                 pass
         self._process.wait(30)
+        self._forget()
+
+    def _forget(self) -> None:
+        with _LIVE_LOCK:
+            _LIVE.discard(self._process)  # type: ignore[arg-type]
 
     def log_tail(self, lines: int = 60) -> str:
         """Return the last lines of the worker's output."""

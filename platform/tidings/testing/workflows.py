@@ -49,7 +49,7 @@ from tidings.core.workflow import (
     WorkflowStatus,
 )
 from tidings.core.workflow.context import instant_ms, ms_instant
-from tidings.errors import WorkflowEnded, WorkflowNotFound
+from tidings.errors import AttemptTimedOut, WorkflowEnded, WorkflowNotFound
 
 DEFAULT_START = datetime(2026, 1, 1, tzinfo=timezone.utc)
 """Where a ``FakeClock`` starts unless told otherwise."""
@@ -81,10 +81,6 @@ class FakeClock:
     def set_ms(self, ms: int) -> None:
         """Move the clock to ``ms`` (never backwards)."""
         self._ms = max(self._ms, ms)
-
-
-class AttemptTimedOut(Exception):
-    """Raise this in a test activity to report that the attempt ran out of time."""
 
 
 @dataclass(order=True)

@@ -48,11 +48,11 @@ from tidings.core.workflow.journal import (
 )
 from tidings.core.workflow.outcomes import Cancelled, Faulted, Finished, Outcome, WorkflowStatus
 from tidings.core.workflow.paths import ROOT_PREFIX, idempotency_key
-from tidings.core.workflow.replaying import JournalCursor, JournalMismatch, describe_record, same_record
+from tidings.core.workflow.replaying import JournalCursor, describe_record, same_record
 from tidings.core.workflow.requests import ActivityRequest
 from tidings.core.workflow.retry import GiveUp, RetryAt
 from tidings.core.workflow.steps import STEP_HANDLERS, explain_body_error, foreign_await
-from tidings.errors import WorkflowStepFailed
+from tidings.errors import JournalMismatch, WorkflowStepFailed
 
 Entropy = Callable[[int], bytes]
 """Gives n random bytes; the only source of ``new_guid``/``random`` values (then journaled)."""
@@ -365,7 +365,7 @@ class WorkflowInstance:
             if pending is None:
                 raise JournalMismatch(f"the journal ends step {record.path} that the body is not waiting on")  # type: ignore[union-attr]
             if kind is StepFailed:
-                self._resolve(pending, None, WorkflowStepFailed(record.error), stop_work=False)  # type: ignore[union-attr]
+                self._resolve(pending, None, WorkflowStepFailed(record.error), stop_work=False)  # type: ignore[union-attr, arg-type]
             else:
                 self._resolve(pending, self._stored_value(pending, record), None, stop_work=False)  # type: ignore[arg-type]
         elif kind is SignalReceived:

@@ -2,7 +2,7 @@
 
 While replaying, the body produces its records again; each is matched against the stored
 record at the cursor (``same_record``) and the stored one wins. A mismatch raises
-``JournalMismatch``, which the interpreter turns into parking.
+``tidings.errors.JournalMismatch``, which the interpreter turns into parking.
 """
 
 from __future__ import annotations
@@ -18,10 +18,6 @@ from tidings.core.workflow.journal import (
     VersionMarker,
 )
 from tidings.core.workflow.paths import split_path
-
-
-class JournalMismatch(Exception):
-    """The body's request does not match the journal (raised only while replaying)."""
 
 
 class JournalCursor:

@@ -59,7 +59,7 @@ from ...core.orchestration_records import (
 )
 from ...core.partitioning import partition_for
 from ...core.records import EventEnvelope
-from ...errors import DecodeError, HandlerFailed, RecordError, SchemaError
+from ...errors import DecodeError, HandlerFailed, KeyOfFailed, RecordError, SchemaError
 from ..deadletters import dead_letter
 from ..io import Delivered, Incoming, Outgoing, PartitionReader, Publisher
 from ..owner import PartitionOwner
@@ -84,10 +84,6 @@ class SourceEvent:
 
 
 KeyOf = Callable[[SourceEvent], "str | None"]
-
-
-class KeyOfFailed(RecordError):
-    """``key_of`` raised on an event or returned something other than a str or None."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,8 +11,9 @@ from typing import Any
 from ...codec import avro
 from ...codec.content import content_type
 from ...codec.json import CONTENT_TYPE
+from ...codec.workflow import inbox_from_json
 from ...core.workflow import Cancelled, Ended, Faulted, Finished, Outcome, StepError, WorkflowDefinition
-from ...core.workflow_records import WorkflowInbox, WorkflowOutcomeRecord, WorkflowReply, inbox_from_json
+from ...core.workflow_records import WorkflowInbox, WorkflowOutcomeRecord, WorkflowReply
 from ...errors import DecodeError, SchemaError
 from ..io import Incoming, Outgoing
 

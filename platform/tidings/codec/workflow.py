@@ -1,0 +1,215 @@
+"""Avro field mappings and the JSON inbox envelope of the hosted-workflow records.
+
+The records are plain values in ``tidings.core.workflow_records``; this module is all that
+knows how they look on the wire. ``tidings.codec.avro`` merges ``RECORD_NAMES``,
+``TO_FIELDS`` and ``FROM_FIELDS`` into its catalogue (as it does ``codec.orchestration``'s),
+so the records are encoded with ``avro.encode`` and read back with ``avro.decode_as``.
+``inbox_from_json`` reads the JSON inbox envelope any producer may send (SPEC §9).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any, Final
+
+from tidings.codec.fields import plain_fields
+from tidings.core.workflow.failures import StepError
+from tidings.core.workflow.journal import (
+    CancelRequested,
+    Ended,
+    SignalReceived,
+    Started,
+    StepCompleted,
+    StepFailed,
+    StepStarted,
+    VersionMarker,
+    record_from_json,
+    record_to_json,
+)
+from tidings.core.workflow_records import (
+    INBOX_KINDS,
+    WorkflowInbox,
+    WorkflowJournalEntry,
+    WorkflowOutcomeRecord,
+    WorkflowReply,
+    WorkflowStatusRecord,
+)
+from tidings.errors import DecodeError, SchemaError
+
+_JOURNAL_TYPES: Final[Mapping[str, type]] = MappingProxyType(
+    {
+        "started": Started,
+        "step_started": StepStarted,
+        "step_completed": StepCompleted,
+        "step_failed": StepFailed,
+        "signal_received": SignalReceived,
+        "version_marker": VersionMarker,
+        "cancel_requested": CancelRequested,
+        "ended": Ended,
+    }
+)
+# Every optional field of the flat Avro journal record; each record type fills its own.
+_JOURNAL_FIELDS: Final = (
+    "at", "path", "kind", "name", "due", "input", "result", "payload", "signal", "error",
+    "position", "change_id", "version", "outcome",
+)
+
+
+def _error_fields(error: StepError | None) -> dict[str, Any] | None:
+    return None if error is None else error.to_json()
+
+
+def _error_from(data: dict[str, Any] | None) -> StepError | None:
+    if data is None:
+        return None
+    try:
+        return StepError.from_json(data)
+    except ValueError as exc:  # an unknown ErrorKind
+        raise SchemaError(f"invalid step error {data!r}: {exc}") from exc
+
+
+def _journal_fields(entry: WorkflowJournalEntry) -> dict[str, Any]:
+    data = record_to_json(entry.record)
+    fields: dict[str, Any] = dict.fromkeys(_JOURNAL_FIELDS)
+    fields.update(data)
+    fields["instance_id"] = entry.instance_id
+    return fields
+
+
+def _journal_from(fields: dict[str, Any]) -> WorkflowJournalEntry:
+    name = fields["type"]
+    cls = _JOURNAL_TYPES.get(name)
+    if cls is None:
+        raise SchemaError(f"unknown workflow journal record type {name!r}")
+    data = {"type": name, **{slot: fields.get(slot) for slot in getattr(cls, "__slots__")}}
+    if data.get("error") is not None:
+        data["error"] = _error_from(data["error"])
+    try:
+        record = record_from_json(data)
+    except ValueError as exc:
+        raise SchemaError(str(exc)) from exc
+    return WorkflowJournalEntry(fields["instance_id"], record)
+
+
+def _fields_with_error(record: Any) -> dict[str, Any]:
+    fields = plain_fields(record)
+    if "error" in fields:
+        fields["error"] = _error_fields(fields["error"])
+    return fields
+
+
+def _inbox_from(fields: dict[str, Any]) -> WorkflowInbox:
+    if fields["kind"] not in INBOX_KINDS:
+        raise SchemaError(f"inbox kind {fields['kind']!r} is not one of {sorted(INBOX_KINDS)}")
+    return WorkflowInbox(**fields)
+
+
+def _with_error(cls: type) -> Callable[[dict[str, Any]], Any]:
+    def build(fields: dict[str, Any]) -> Any:
+        if "error" in fields:
+            fields["error"] = _error_from(fields["error"])
+        return cls(**fields)
+
+    return build
+
+
+RECORD_NAMES: Final[Mapping[type, str]] = MappingProxyType(
+    {
+        WorkflowInbox: "tidings.WorkflowInbox",
+        WorkflowJournalEntry: "tidings.WorkflowJournalEntry",
+        WorkflowReply: "tidings.WorkflowReply",
+        WorkflowOutcomeRecord: "tidings.WorkflowOutcome",
+        WorkflowStatusRecord: "tidings.WorkflowStatus",
+    }
+)
+"""The Avro record name of each workflow record (``schemas/workflow*.avsc``)."""
+
+TO_FIELDS: Final[Mapping[type, Callable[[Any], dict[str, Any]]]] = MappingProxyType(
+    {
+        WorkflowInbox: plain_fields,
+        WorkflowJournalEntry: _journal_fields,
+        WorkflowReply: _fields_with_error,
+        WorkflowOutcomeRecord: _fields_with_error,
+        WorkflowStatusRecord: plain_fields,
+    }
+)
+"""Record -> Avro fields, for ``tidings.codec.avro.encode``."""
+
+FROM_FIELDS: Final[Mapping[type, Callable[[dict[str, Any]], Any]]] = MappingProxyType(
+    {
+        WorkflowInbox: _inbox_from,
+        WorkflowJournalEntry: _journal_from,
+        WorkflowReply: _with_error(WorkflowReply),
+        WorkflowOutcomeRecord: _with_error(WorkflowOutcomeRecord),
+        WorkflowStatusRecord: lambda fields: WorkflowStatusRecord(**fields),
+    }
+)
+"""Avro fields -> record, for ``tidings.codec.avro.decode``."""
+
+
+def inbox_from_json(data: bytes, *, timestamp_ms: int | None = None) -> WorkflowInbox:
+    """Read a JSON inbox envelope, as any producer may send it.
+
+    ``{"kind": "start", "instance_id": "order-17", "payload": "ABC"}``;
+    ``{"kind": "signal", "instance_id": "o-1", "signal": "approval", "payload": true}``;
+    ``{"kind": "cancel", "instance_id": "o-1"}``. ``payload`` is an inline JSON value.
+    ``request_id`` defaults to ``{kind}:{instance_id}:{timestamp_ms}``; ``reply_to``,
+    ``wait`` and ``metadata`` are optional.
+
+    Args:
+        data: The record value, UTF-8 JSON.
+        timestamp_ms: The Kafka record's timestamp, used when the envelope has none.
+
+    Raises:
+        DecodeError: The bytes are not a JSON object.
+        SchemaError: A field is missing or has the wrong type.
+    """
+    try:
+        obj = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise DecodeError(f"not a JSON inbox envelope: {exc}") from exc
+    if not isinstance(obj, dict):
+        raise DecodeError("a JSON inbox envelope must be an object")
+
+    def text(name: str, *, required: bool = False) -> str | None:
+        value = obj.get(name)
+        if value is None:
+            if required:
+                raise SchemaError(f"JSON workflow inbox: {name!r} is required")
+            return None
+        if not isinstance(value, str) or (required and not value):
+            raise SchemaError(f"JSON workflow inbox: {name!r} must be a non-empty string")
+        return value
+
+    kind = text("kind", required=True)
+    if kind not in INBOX_KINDS:
+        raise SchemaError(f"JSON workflow inbox: kind {kind!r} is not one of {sorted(INBOX_KINDS)}")
+    instance_id = text("instance_id", required=True)
+    signal = text("signal", required=kind == "signal")
+    stamp = obj.get("timestamp_ms", timestamp_ms)
+    if stamp is None:
+        stamp = 0
+    if not isinstance(stamp, int) or isinstance(stamp, bool):
+        raise SchemaError("JSON workflow inbox: 'timestamp_ms' must be an integer")
+    wait = obj.get("wait", False)
+    if not isinstance(wait, bool):
+        raise SchemaError("JSON workflow inbox: 'wait' must be true or false")
+    metadata = obj.get("metadata") or {}
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise SchemaError("JSON workflow inbox: 'metadata' must map strings to strings")
+    payload = None
+    if "payload" in obj:
+        payload = json.dumps(obj["payload"], separators=(",", ":"), ensure_ascii=False).encode()
+    return WorkflowInbox(
+        request_id=text("request_id") or f"{kind}:{instance_id}:{stamp}",
+        instance_id=instance_id,  # type: ignore[arg-type]
+        kind=kind,  # type: ignore[arg-type]
+        timestamp_ms=stamp,
+        payload=payload,
+        signal=signal,
+        reply_to=text("reply_to"),
+        wait=wait,
+        metadata=dict(metadata),
+    )

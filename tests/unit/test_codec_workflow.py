@@ -1,0 +1,140 @@
+"""The workflow record family on the wire: golden Avro bytes, round trips, JSON inbox envelopes.
+
+The records are plain values in ``tidings.core.workflow_records``; their mapping lives in
+``tidings.codec.workflow``. The golden bytes were written before that mapping moved out of
+core and must never be regenerated: a change here is a wire-format change.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import tidings.core
+from tidings.codec import avro
+from tidings.codec.workflow import RECORD_NAMES, inbox_from_json
+from tidings.core.workflow import ErrorKind, StepError
+from tidings.core.workflow.journal import (
+    CancelRequested,
+    Ended,
+    SignalReceived,
+    Started,
+    StepCompleted,
+    StepFailed,
+    StepStarted,
+    VersionMarker,
+)
+from tidings.core.workflow_records import (
+    WorkflowInbox,
+    WorkflowJournalEntry,
+    WorkflowOutcomeRecord,
+    WorkflowReply,
+    WorkflowStatusRecord,
+)
+from tidings.errors import DecodeError, SchemaError
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "avro" / "workflow_records.v1.json"
+BOOM = StepError(ErrorKind.ATTEMPTS_EXHAUSTED, "RuntimeError: boom", "RuntimeError")
+
+RECORDS: dict[str, object] = {
+    "inbox start": WorkflowInbox(
+        "r-1", "o-1", "start", 1_700_000_000_000, payload=b'"ABC"', reply_to="x.replies", metadata={"t": "1"}
+    ),
+    "inbox signal": WorkflowInbox("r-2", "o-1", "signal", 1_700_000_000_001, payload=b"true", signal="approval"),
+    "inbox query": WorkflowInbox("r-3", "o-1", "query", 1_700_000_000_002, reply_to="x.replies", wait=True),
+    "journal started": WorkflowJournalEntry("o-1", Started(1, '"ABC"', 10)),
+    "journal activity": WorkflowJournalEntry("o-1", StepStarted(2, "1", "activity", "fetch", 11)),
+    "journal timer": WorkflowJournalEntry("o-1", StepStarted(3, "2", "timer", "", 12, due=99)),
+    "journal completed": WorkflowJournalEntry("o-1", StepCompleted(4, "1", "42")),
+    "journal wait completed": WorkflowJournalEntry("o-1", StepCompleted(5, "3", "true", signal=6)),
+    "journal failed": WorkflowJournalEntry("o-1", StepFailed(6, "2", BOOM)),
+    "journal failed without kind": WorkflowJournalEntry("o-1", StepFailed(7, "4", StepError(None, "x"), signal=3)),
+    "journal signal": WorkflowJournalEntry("o-1", SignalReceived(8, "approval", "true", 13)),
+    "journal version": WorkflowJournalEntry("o-1", VersionMarker(9, "1", "chg", 2)),
+    "journal cancel": WorkflowJournalEntry("o-1", CancelRequested(10, 14)),
+    "journal finished": WorkflowJournalEntry("o-1", Ended(11, "finished", 15, result="7")),
+    "journal faulted": WorkflowJournalEntry("o-1", Ended(12, "faulted", 16, error=BOOM)),
+    "journal cancelled": WorkflowJournalEntry("o-1", Ended(13, "cancelled", 17)),
+    "reply finished": WorkflowReply("r-3", "o-1", "status", 20, status="FINISHED", outcome="finished", result="7"),
+    "reply faulted": WorkflowReply("r-4", "o-2", "status", 21, status="FAULTED", outcome="faulted", error=BOOM),
+    "reply rejected": WorkflowReply("r-5", "o-3", "rejected", 22, reason="nope"),
+    "outcome finished": WorkflowOutcomeRecord("o-1", "enrich", "finished", 30, result="7"),
+    "outcome faulted": WorkflowOutcomeRecord("o-2", "enrich", "faulted", 31, error=BOOM),
+    "status parked": WorkflowStatusRecord("o-1", "enrich", "PARKED", 40, reason="mismatch"),
+    "status running": WorkflowStatusRecord("o-1", "enrich", "RUNNING", 41),
+}
+
+
+def golden() -> dict[str, bytes]:
+    return {name: bytes.fromhex(data) for name, data in json.loads(GOLDEN.read_text()).items()}
+
+
+def test_every_workflow_record_encodes_to_its_golden_bytes() -> None:
+    stored = golden()
+    assert stored.keys() == RECORDS.keys()
+    for name, record in RECORDS.items():
+        assert avro.encode(record) == stored[name], name  # type: ignore[arg-type]
+
+
+def test_every_golden_workflow_record_decodes_to_its_record() -> None:
+    for name, data in golden().items():
+        assert avro.decode_as(data, type(RECORDS[name])) == RECORDS[name], name  # type: ignore[type-var]
+
+
+def test_every_workflow_record_type_has_a_schema_in_the_catalogue() -> None:
+    assert set(RECORD_NAMES) <= set(avro.CATALOGUE.newest)
+    assert {type(record) for record in RECORDS.values()} == set(RECORD_NAMES)
+
+
+def test_an_unknown_step_error_kind_is_a_schema_error() -> None:
+    bad = WorkflowOutcomeRecord("o-2", "enrich", "faulted", 31, error=StepError(None, "x"))
+    data = avro.encode(bad).replace(b"\x00\x02x", b"\x02\x06odd\x02x")  # kind: null -> "odd"
+    with pytest.raises(SchemaError, match="invalid step error"):
+        avro.decode(data)
+
+
+def test_an_unknown_inbox_kind_is_a_schema_error() -> None:
+    data = avro.encode(WorkflowInbox("r", "o", "start", 0)).replace(b"\nstart", b"\nstaRt")
+    with pytest.raises(SchemaError, match="inbox kind 'staRt'"):
+        avro.decode(data)
+
+
+def test_no_core_module_names_an_avro_record() -> None:
+    # The core holds records only; their Avro names live in tidings.codec.
+    names = set(RECORD_NAMES.values()) | {"tidings.CommandEnvelope", "tidings.OrchestrationEvent"}
+    core = Path(tidings.core.__file__).parent
+    for source in core.rglob("*.py"):
+        text = source.read_text(encoding="utf-8")
+        assert not any(f'"{name}"' in text for name in names), source
+        assert "fastavro" not in text and "AVRO_" not in text, source
+
+
+def test_a_json_inbox_envelope_reads_with_defaults() -> None:
+    inbox = inbox_from_json(b'{"kind": "start", "instance_id": "order-17", "payload": {"n": "\xc3\xbc"}}', timestamp_ms=5)
+    assert inbox == WorkflowInbox("start:order-17:5", "order-17", "start", 5, payload='{"n":"ü"}'.encode())
+
+
+def test_a_json_signal_needs_its_name() -> None:
+    with pytest.raises(SchemaError, match="'signal' is required"):
+        inbox_from_json(b'{"kind": "signal", "instance_id": "o-1", "payload": true}')
+    inbox = inbox_from_json(b'{"kind": "signal", "instance_id": "o-1", "signal": "ok", "wait": false, "request_id": "r"}')
+    assert (inbox.request_id, inbox.signal, inbox.payload, inbox.timestamp_ms) == ("r", "ok", None, 0)
+
+
+@pytest.mark.parametrize(
+    ("data", "error"),
+    [
+        (b"[1]", DecodeError),
+        (b"{nope", DecodeError),
+        (b'{"kind": "stop", "instance_id": "o"}', SchemaError),
+        (b'{"kind": "start", "instance_id": ""}', SchemaError),
+        (b'{"kind": "start", "instance_id": "o", "timestamp_ms": true}', SchemaError),
+        (b'{"kind": "start", "instance_id": "o", "wait": 1}', SchemaError),
+        (b'{"kind": "start", "instance_id": "o", "metadata": {"a": 1}}', SchemaError),
+    ],
+)
+def test_an_unusable_json_inbox_envelope_is_a_record_error(data: bytes, error: type[Exception]) -> None:
+    with pytest.raises(error):
+        inbox_from_json(data)
