@@ -31,7 +31,9 @@ from .errors import AggregateVersionConflict as AggregateVersionConflict
 from .errors import BrokerError as BrokerError
 from .errors import DecodeError as DecodeError
 from .errors import DefinitionError as DefinitionError
+from .errors import LimitError as LimitError
 from .errors import RecordError as RecordError
+from .errors import RecordRejected as RecordRejected
 from .errors import ReplyTimeout as ReplyTimeout
 from .errors import SchemaError as SchemaError
 from .errors import NondeterminismError as NondeterminismError
@@ -64,12 +66,14 @@ __all__ = [
     "Faulted",
     "Finished",
     "Ignore",
+    "LimitError",
     "NondeterminismError",
     "Persist",
     "PersistAll",
     "ProjectedEvent",
     "ProjectionHandle",
     "RecordError",
+    "RecordRejected",
     "ReplyTimeout",
     "Retry",
     "RetryPolicy",

@@ -16,13 +16,16 @@ The tree::
     ├── RecordError                         a record cannot be used; always dead-lettered
     │   ├── DecodeError                     bytes that are not a known envelope
     │   └── SchemaError                     a valid envelope whose type/payload is wrong
+    │       └── LimitError (also ValueError)  an id, size, depth or reply_to breaks a limit
     ├── BrokerError                         a Kafka error, translated at the boundary
+    │   └── RecordRejected                  Kafka refused a record itself (topic, size)
     └── ReplyTimeout (also TimeoutError)    no reply within the timeout
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 
 class TidingsError(Exception):
@@ -104,8 +107,44 @@ class SchemaError(RecordError):
     """The envelope decoded, but its type is unknown or its payload is invalid for the type."""
 
 
+class LimitError(SchemaError, ValueError):
+    """A value breaks one of the documented input limits (``tidings.core.limits``).
+
+    An id that is empty, not valid UTF-8 or too long; a payload, metadata or JSON text
+    that is too large or nested too deeply; a ``reply_to`` that is no valid topic name or
+    names one of the app's own topics. In an agent it is a ``SchemaError`` (the record is
+    dead-lettered); the client raises it before producing, and as a ``ValueError`` it is
+    what callers that validate arguments expect.
+    """
+
+
 class BrokerError(TidingsError):
     """Kafka reported an error; the original is the ``__cause__``."""
+
+
+class RecordRejected(BrokerError):
+    """Kafka refused records of one send for reasons tied to them, not to the broker.
+
+    An invalid or unknown topic (a hostile ``reply_to``) or a record larger than the
+    producer's or the topic's size limit. The other records of the same send were produced
+    (``delivered`` says where); retrying the refused ones would fail the same way, so the
+    caller dead-letters or drops them instead of stopping.
+
+    Attributes:
+        rejections: ``(index in the send, topic, Kafka's reason)`` of each refused record.
+        delivered: Per record of the send, where it landed, or None when it was refused.
+    """
+
+    def __init__(
+        self, rejections: Iterable[tuple[int, str, str]], delivered: Iterable[Any] = ()
+    ) -> None:
+        self.rejections = tuple(rejections)
+        self.delivered = list(delivered)
+        # A refused topic may be a hostile name of any length: show only its start.
+        described = "; ".join(
+            f"record {index} to {topic[:120]!r}: {reason}" for index, topic, reason in self.rejections
+        )
+        super().__init__(f"Kafka refused {len(self.rejections)} record(s): {described}")
 
 
 class ReplyTimeout(TidingsError, TimeoutError):

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final, Literal, get_args
 
+from tidings.core.limits import load_json
 from tidings.core.workflow.failures import StepError
 from tidings.core.workflow.journal import (
     CancelRequested,
@@ -263,7 +264,7 @@ def inbox_from_json(data: bytes, *, timestamp_ms: int | None = None) -> Workflow
         SchemaError: A field is missing or has the wrong type.
     """
     try:
-        obj = json.loads(data)
+        obj = load_json(data, "JSON inbox envelope")
     except (ValueError, UnicodeDecodeError) as exc:
         raise DecodeError(f"not a JSON inbox envelope: {exc}") from exc
     if not isinstance(obj, dict):

@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
-import json
 import logging
 import os
 import time
@@ -37,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...codec import avro
+from ...core.limits import load_json
 from ...core.partitioning import partition_for
 from ...core.workflow import (
     ArmTimer,
@@ -280,7 +280,7 @@ class WorkflowAgent:
 
     def _payload(self, record: Incoming, request: WorkflowInbox, commit: _Commit, now_ms: int) -> Any:
         try:
-            return None if request.payload is None else json.loads(request.payload)
+            return None if request.payload is None else load_json(request.payload, "payload")
         except ValueError as exc:
             error = SchemaError(f"the payload is not JSON: {exc}")
             commit.dead.append(dead_letter(record, error, self.topics.deadletter, now_ms))
