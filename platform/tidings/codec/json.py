@@ -209,6 +209,8 @@ def _dead_letter(fields: _Fields, timestamp_ms: int | None) -> DeadLetter:
         error_type=fields.text("error_type"),
         timestamp_ms=_timestamp(fields, timestamp_ms),
         headers=fields.strings("headers"),
+        original_size=fields.optional_integer("original_size"),
+        truncated=fields.boolean("truncated", False),
     )
 
 
