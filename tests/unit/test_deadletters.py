@@ -121,3 +121,6 @@ def test_a_letter_fits_whatever_the_record_held_at_the_largest_value_limit() -> 
     encoded, letter = letter_of(record, error, value_limit=MAX_DEAD_LETTER_VALUE_BYTES)
     assert len(encoded) < FITS
     assert letter.truncated and letter.original_size == MEGABYTE
+    # With the default value limit, as docs/limits.md says: under 90 KiB.
+    encoded, _ = letter_of(record, error)
+    assert len(encoded) < 90 * 1024
