@@ -36,7 +36,9 @@ from .errors import DefinitionError as DefinitionError
 from .errors import ForeignAwaitError as ForeignAwaitError
 from .errors import HandlerFailed as HandlerFailed
 from .errors import KeyOfFailed as KeyOfFailed
+from .errors import LimitError as LimitError
 from .errors import RecordError as RecordError
+from .errors import RecordRejected as RecordRejected
 from .errors import ReplyTimeout as ReplyTimeout
 from .errors import SchemaError as SchemaError
 from .errors import NondeterminismError as NondeterminismError
@@ -75,6 +77,7 @@ __all__ = [
     "HandlerFailed",
     "Ignore",
     "KeyOfFailed",
+    "LimitError",
     "NondeterminismError",
     "OrchestrationFailed",
     "Persist",
@@ -82,6 +85,7 @@ __all__ = [
     "ProjectedEvent",
     "ProjectionHandle",
     "RecordError",
+    "RecordRejected",
     "ReplyTimeout",
     "Retry",
     "RetryPolicy",

@@ -18,10 +18,12 @@ The tree::
     ├── RecordError                         a record cannot be used; always dead-lettered
     │   ├── DecodeError                     bytes that are not a known envelope
     │   ├── SchemaError                     a valid envelope whose type/payload is wrong
+    │   │   └── LimitError (also ValueError)  an id, size, depth or reply_to breaks a limit
     │   ├── HandlerFailed                   decide, fold or a projection handler raised on it
     │   ├── KeyOfFailed                     an orchestration's key_of raised or gave no key
     │   └── OrchestrationFailed             an orchestration raised on the event
     ├── BrokerError                         a Kafka error, translated at the boundary
+    │   └── RecordRejected                  Kafka refused a record itself (topic, size)
     └── ReplyTimeout (also TimeoutError)    no reply within the timeout
 
 A failure of user code on one record (a handler, ``key_of``, an orchestration) is a
@@ -32,7 +34,7 @@ and the worker goes on with the next.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # core.workflow imports this module: a runtime import would be a cycle
     from tidings.core.workflow.failures import StepError
@@ -153,8 +155,44 @@ class OrchestrationFailed(RecordError):
     """
 
 
+class LimitError(SchemaError, ValueError):
+    """A value breaks one of the documented input limits (``tidings.core.limits``).
+
+    An id that is empty, not valid UTF-8 or too long; a payload, metadata or JSON text
+    that is too large or nested too deeply; a ``reply_to`` that is no valid topic name or
+    names one of the app's own topics. In an agent it is a ``SchemaError`` (the record is
+    dead-lettered); the client raises it before producing, and as a ``ValueError`` it is
+    what callers that validate arguments expect.
+    """
+
+
 class BrokerError(TidingsError):
     """Kafka reported an error; the original is the ``__cause__``."""
+
+
+class RecordRejected(BrokerError):
+    """Kafka refused records of one send for reasons tied to them, not to the broker.
+
+    An invalid or unknown topic (a hostile ``reply_to``) or a record larger than the
+    producer's or the topic's size limit. The other records of the same send were produced
+    (``delivered`` says where); retrying the refused ones would fail the same way, so the
+    caller dead-letters or drops them instead of stopping.
+
+    Attributes:
+        rejections: ``(index in the send, topic, Kafka's reason)`` of each refused record.
+        delivered: Per record of the send, where it landed, or None when it was refused.
+    """
+
+    def __init__(
+        self, rejections: Iterable[tuple[int, str, str]], delivered: Iterable[Any] = ()
+    ) -> None:
+        self.rejections = tuple(rejections)
+        self.delivered = list(delivered)
+        # A refused topic may be a hostile name of any length: show only its start.
+        described = "; ".join(
+            f"record {index} to {topic[:120]!r}: {reason}" for index, topic, reason in self.rejections
+        )
+        super().__init__(f"Kafka refused {len(self.rejections)} record(s): {described}")
 
 
 class ReplyTimeout(TidingsError, TimeoutError):

@@ -28,6 +28,7 @@ from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
 from tidings.codec.resources import shipped_data
+from tidings.core.limits import check_command
 from tidings.core.records import (
     CommandEnvelope,
     DeadLetter,
@@ -199,7 +200,8 @@ _TO_FIELDS: Final[Mapping[type, Callable[[Any], dict[str, Any]]]] = MappingProxy
 )
 _FROM_FIELDS: Final[Mapping[type, Callable[[dict[str, Any]], Any]]] = MappingProxyType(
     {
-        CommandEnvelope: lambda fields: CommandEnvelope(**fields),
+        # Commands come from any producer: their ids are checked here, at the edge.
+        CommandEnvelope: lambda fields: check_command(CommandEnvelope(**fields)),
         EventEnvelope: lambda fields: EventEnvelope(**fields),
         ReplyEnvelope: _reply_from,
         DeadLetter: lambda fields: DeadLetter(**fields),
@@ -237,20 +239,23 @@ def encode(record: Record) -> bytes:
     return out.getvalue()
 
 
-def decode(data: bytes) -> Record:
+def decode(data: bytes | None) -> Record:
     """Decode an Avro single-object record written with any shipped schema version.
 
     Args:
-        data: The record's bytes (a Kafka record value).
+        data: The record's bytes (a Kafka record value; None for a tombstone).
 
     Returns:
         The envelope, read with the newest schema of its type (defaults fill new fields).
 
     Raises:
-        DecodeError: The bytes are not a single-object record of a known schema, or the
-            body does not parse.
-        SchemaError: The body parses but a field's value is invalid (e.g. reply status).
+        DecodeError: A tombstone, bytes that are not a single-object record of a known
+            schema, or a body that does not parse (also a string that is not UTF-8).
+        SchemaError: The body parses but a field's value is invalid (e.g. reply status);
+            ``LimitError`` for a command whose ids, payload or metadata break a limit.
     """
+    if data is None:
+        raise DecodeError("a tombstone (null value) is no Avro record")
     if len(data) < _HEADER_LEN or data[:2] != MAGIC:
         hint = " (it looks like JSON: send it with header content-type: application/json)" if data[:1] == b"{" else ""
         raise DecodeError(f"not an Avro single-object record: no C3 01 magic{hint}")
@@ -272,7 +277,7 @@ def decode(data: bytes) -> Record:
     return cast(Record, _FROM_FIELDS[writer.record_type](cast(dict[str, Any], fields)))
 
 
-def decode_as(data: bytes, record_type: type[R]) -> R:
+def decode_as(data: bytes | None, record_type: type[R]) -> R:
     """Decode an Avro single-object record that must be of ``record_type``.
 
     Args:

@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, Final, TypeVar, cast, get_args
 
+from tidings.core.limits import check_command, load_json
 from tidings.core.records import (
     CommandEnvelope,
     DeadLetter,
@@ -148,7 +149,7 @@ def _timestamp(fields: _Fields, default: int | None) -> int:
 
 def _command(fields: _Fields, timestamp_ms: int | None) -> CommandEnvelope:
     command_id = fields.text("command_id")
-    return CommandEnvelope(
+    return check_command(CommandEnvelope(
         command_id=command_id,
         correlation_id=fields.text("correlation_id", command_id),
         aggregate_id=fields.text("aggregate_id"),
@@ -159,7 +160,7 @@ def _command(fields: _Fields, timestamp_ms: int | None) -> CommandEnvelope:
         reply_to=fields.optional_text("reply_to"),
         causation_id=fields.optional_text("causation_id"),
         metadata=fields.strings("metadata"),
-    )
+    ))
 
 
 def _event(fields: _Fields, timestamp_ms: int | None) -> EventEnvelope:
@@ -208,6 +209,8 @@ def _dead_letter(fields: _Fields, timestamp_ms: int | None) -> DeadLetter:
         error_type=fields.text("error_type"),
         timestamp_ms=_timestamp(fields, timestamp_ms),
         headers=fields.strings("headers"),
+        original_size=fields.optional_integer("original_size"),
+        truncated=fields.boolean("truncated", False),
     )
 
 
@@ -233,15 +236,17 @@ def decode_json(data: bytes, record_type: type[R], *, timestamp_ms: int | None =
         The envelope, its payload as compact JSON bytes.
 
     Raises:
-        DecodeError: The bytes are not UTF-8 JSON of an object.
-        SchemaError: A required field is missing or a field has the wrong type.
+        DecodeError: The bytes are not UTF-8 JSON of an object, or are larger or nested
+            deeper than ``tidings.core.limits`` allows (refused before parsing).
+        SchemaError: A required field is missing or a field has the wrong type;
+            ``LimitError`` when a command's id, payload or metadata breaks a limit.
     """
     reader = _READERS.get(record_type)
     if reader is None:
         raise TypeError(f"cannot decode {record_type.__name__}: not a tidings envelope")
     try:
-        obj = json.loads(data)
-    except (UnicodeDecodeError, ValueError) as exc:
+        obj = load_json(data, "JSON envelope")
+    except ValueError as exc:
         raise DecodeError(f"not a JSON envelope: {exc}") from exc
     if not isinstance(obj, dict):
         raise DecodeError(f"not a JSON envelope: expected an object, got {type(obj).__name__}")
@@ -257,7 +262,7 @@ def _jsonable(name: str, value: Any) -> Any:
     if isinstance(value, bytes):
         if name == "payload":
             try:
-                return json.loads(value)
+                return load_json(value)
             except ValueError:
                 pass  # not JSON after all: fall through and show it losslessly
         return base64.b64encode(value).decode("ascii")

@@ -8,14 +8,21 @@ all share the reserved type name ``json`` and load back as plain values.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from pydantic import BaseModel, ValidationError
 
 from tidings.codec.json import payload_json
-from tidings.errors import DefinitionError, SchemaError
+from tidings.core.limits import (
+    MAX_PAYLOAD_BYTES,
+    MAX_REASON_BYTES,
+    check_json_text,
+    check_payload_size,
+    clip_text,
+    load_json,
+)
+from tidings.errors import DefinitionError, LimitError, SchemaError
 
 JSON_TYPE: Final = "json"
 """The type name of plain JSON values; no model may take it."""
@@ -103,18 +110,28 @@ def load_payload(type_name: str, data: bytes, registry: TypeRegistry) -> Any:
 
     Raises:
         SchemaError: The type name is unknown, the bytes are not JSON, or they do not
-            validate against the model (the pydantic error is the ``__cause__``).
+            validate against the model (the pydantic error is the ``__cause__``);
+            ``LimitError`` when they are larger than ``MAX_PAYLOAD_BYTES`` or nested
+            deeper than ``MAX_JSON_DEPTH`` (refused before parsing).
     """
     if type_name == JSON_TYPE:
         try:
-            return json.loads(data)
+            return load_json(data, "payload", max_bytes=MAX_PAYLOAD_BYTES)
+        except LimitError:
+            raise
         except ValueError as exc:
             raise SchemaError(f"payload of type {JSON_TYPE!r} is not JSON: {exc}") from exc
     model = registry.get(type_name)
     if model is None:
         known = ", ".join(sorted(registry)) or "none"
         raise SchemaError(f"unknown payload type {type_name!r} (known: {known})")
+    check_payload_size(data)
+    # pydantic's parser stops at its own recursion limit, but only after building that
+    # much; the scan refuses deep input first and says which limit it broke.
+    check_json_text(data, "payload")
     try:
         return model.model_validate_json(data)
     except ValidationError as exc:
-        raise SchemaError(f"invalid {type_name!r} payload: {exc}") from exc
+        # One line per invalid item: a large payload can make the message megabytes long,
+        # and it travels on in dead letters and rejection replies.
+        raise SchemaError(clip_text(f"invalid {type_name!r} payload: {exc}", MAX_REASON_BYTES)) from exc

@@ -28,6 +28,7 @@ from tidings.core.workflow.journal import (
     record_from_json,
     record_to_json,
 )
+from tidings.core.limits import load_json
 from tidings.core.workflow_records import (
     INBOX_KINDS,
     WorkflowInbox,
@@ -167,7 +168,7 @@ def inbox_from_json(data: bytes, *, timestamp_ms: int | None = None) -> Workflow
         SchemaError: A field is missing or has the wrong type.
     """
     try:
-        obj = json.loads(data)
+        obj = load_json(data, "JSON inbox envelope")
     except (ValueError, UnicodeDecodeError) as exc:
         raise DecodeError(f"not a JSON inbox envelope: {exc}") from exc
     if not isinstance(obj, dict):

@@ -18,6 +18,7 @@ Rules (SPEC §3):
 
 from __future__ import annotations
 
+import hashlib
 import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -139,8 +140,16 @@ EncodePayload = Callable[[Any], tuple[str, bytes]]
 
 
 def event_id_for(command_id: str, index: int) -> str:
-    """Return the deterministic id of the ``index``-th event caused by ``command_id``."""
-    return str(uuid.uuid5(_EVENT_ID_NAMESPACE, f"{command_id}#{index}"))
+    """Return the deterministic id of the ``index``-th event caused by ``command_id``.
+
+    The UUID version 5 of ``{command_id}#{index}`` (what ``uuid.uuid5`` returns), computed
+    here so that a command id holding a lone surrogate, which ``uuid.uuid5`` cannot encode,
+    still gets a stable id instead of taking the worker down; decoding refuses such ids,
+    so this only guards callers of the core that skip the codec.
+    """
+    name = f"{command_id}#{index}".encode("utf-8", "surrogatepass")
+    digest = hashlib.sha1(_EVENT_ID_NAMESPACE.bytes + name, usedforsecurity=False).digest()
+    return str(uuid.UUID(bytes=digest[:16], version=5))
 
 
 def handle(

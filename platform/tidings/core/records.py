@@ -77,7 +77,13 @@ class ReplyEnvelope:
 
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
-    """A record that could not be used, with where it came from and why."""
+    """A record that could not be used, with where it came from and why.
+
+    Bounded so that it always fits the dead-letter topic whatever the record held: the
+    value, key, headers and reason are cut beyond their limits (``truncated`` says so) and
+    ``original_size`` keeps the value's size in bytes (None for a tombstone, and in
+    letters written before the field existed).
+    """
 
     source_topic: str
     partition: int
@@ -88,3 +94,5 @@ class DeadLetter:
     error_type: str
     timestamp_ms: int
     headers: dict[str, str] = field(default_factory=dict)
+    original_size: int | None = None
+    truncated: bool = False

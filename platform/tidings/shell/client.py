@@ -25,6 +25,7 @@ from confluent_kafka import KafkaException, Producer
 
 from ..codec import avro
 from ..codec.payloads import load_payload, payload_of
+from ..core.limits import check_command, check_id
 from ..core.records import CommandEnvelope, ReplyEnvelope
 from ..core.workflow import Outcome, WorkflowStatus
 from ..errors import AggregateVersionConflict, BrokerError, RecordError, ReplyTimeout, SchemaError
@@ -93,6 +94,8 @@ class Client:
             correlation_id: Carried onto the events; default the command id.
 
         Raises:
+            LimitError: An id or the payload breaks a limit of ``tidings.core.limits``
+                (raised before producing; a ``SchemaError`` and a ``ValueError``).
             AggregateVersionConflict: ``expected_version`` did not match.
             SchemaError: the worker could not use the command (it is dead-lettered).
             ReplyTimeout: no reply in time (the command may still be processed).
@@ -126,10 +129,17 @@ class Client:
         command_id: str | None = None,
         correlation_id: str | None = None,
     ) -> ReplyEnvelope:
-        """Like ``send`` but return the whole reply envelope, whatever its status."""
+        """Like ``send`` but return the whole reply envelope, whatever its status.
+
+        Raises:
+            LimitError: Before anything is produced: an id is empty, not valid UTF-8 or
+                longer than ``MAX_ID_BYTES``, or the payload is larger than
+                ``MAX_PAYLOAD_BYTES`` (``tidings.core.limits``). It is a ``SchemaError``
+                and a ``ValueError``.
+            The rest: as for ``send``.
+        """
         handle = self.handle_for(aggregate)
-        if not isinstance(aggregate_id, str) or not aggregate_id:
-            raise ValueError(f"aggregate_id must be a non-empty string, not {aggregate_id!r}")
+        check_id(aggregate_id, "aggregate_id")
         type_name, payload = payload_of(command)
         if type_name not in handle.definition.command_types:
             known = ", ".join(sorted(handle.definition.command_types))
@@ -147,6 +157,8 @@ class Client:
             expected_version=expected_version,
             reply_to=self.app.replies_topic,
         )
+        # The worker would dead-letter what breaks a limit; refusing it here says why.
+        check_command(envelope)
         await self._replies.start()
         future = self._replies.expect(command_id)
         try:

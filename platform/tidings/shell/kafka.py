@@ -12,11 +12,11 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from functools import partial
-from typing import Any, cast
+from typing import Any, Final, cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from ..errors import BrokerError
+from ..errors import BrokerError, RecordRejected
 from .io import Delivered, Incoming, Outgoing
 
 log = logging.getLogger(__name__)
@@ -114,6 +114,17 @@ class ConfluentPublisher:
         self._thread.start()
 
     def send(self, records: Sequence[Outgoing]) -> asyncio.Future[list[Delivered]]:
+        """Enqueue ``records`` in order; the future resolves to their positions.
+
+        Never raises for one record: a record Kafka refuses for a reason tied to it (an
+        invalid or unknown topic, a record over the size limit), whether ``produce``
+        refuses it at once or the broker later, fails only the future, with
+        ``RecordRejected`` once every other record of the send is acknowledged.
+
+        Raises:
+            BrokerError: ``produce`` failed for a reason tied to the producer or the
+                broker (a fatal idempotence error, a closed producer): the caller stops.
+        """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[Delivered]] = loop.create_future()
         if not records:
@@ -133,20 +144,42 @@ class ConfluentPublisher:
                 except BufferError:
                     # The local queue is full: let librdkafka drain it, then retry.
                     self._producer.poll(0.01)
+                except KafkaException as exc:
+                    error = exc.args[0] if exc.args else None
+                    if not (isinstance(error, KafkaError) and error.code() in RECORD_ERRORS):
+                        raise BrokerError(f"producing to {record.topic[:120]!r} failed: {exc}") from exc
+                    # Refused before queueing (librdkafka remembers a topic the broker
+                    # called invalid, and checks its own size limit): no report follows.
+                    batch.rejected(index, record.topic, error.str())
+                    break
+                except ValueError as exc:
+                    # A topic name with a NUL or a lone surrogate never reaches librdkafka.
+                    batch.rejected(index, record.topic, f"{type(exc).__name__}: {exc}")
+                    break
         return future
 
     async def publish(self, records: Sequence[Outgoing]) -> list[Delivered]:
         return await self.send(records)
 
     def publish_later(self, records: Sequence[Outgoing]) -> None:
+        """Produce ``records`` without waiting; a failure is logged, never raised.
+
+        A refused record (``RecordRejected``: a reply to an invalid or unknown topic, a
+        record too large) is dropped with a warning; the others are produced.
+        """
         future = self.send(records)
         self._background.add(future)
         future.add_done_callback(self._finished)
 
     def _finished(self, future: asyncio.Future[Any]) -> None:
         self._background.discard(future)
-        if not future.cancelled() and future.exception() is not None:
-            log.warning("records sent without waiting were lost: %s", future.exception())
+        if future.cancelled():
+            return
+        error = future.exception()
+        if isinstance(error, RecordRejected):
+            log.warning("records sent without waiting were refused by Kafka and dropped: %s", error)
+        elif error is not None:
+            log.warning("records sent without waiting were lost: %s", error)
 
     def _serve(self) -> None:
         while not self._stopping.is_set():
@@ -159,6 +192,24 @@ class ConfluentPublisher:
         self._thread.join(timeout)
 
 
+#: Kafka errors tied to one record rather than to the producer or the broker: retrying
+#: that record fails the same way, so it is refused (``RecordRejected``) and the caller
+#: dead-letters or drops it. An unknown topic is one a hostile ``reply_to`` names when
+#: the broker does not create topics on demand.
+RECORD_ERRORS: Final = frozenset(
+    {
+        KafkaError.TOPIC_EXCEPTION,  # an invalid topic name, from the broker
+        KafkaError._UNKNOWN_TOPIC,  # librdkafka knows the topic does not exist
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._UNKNOWN_PARTITION,  # an explicit partition the topic does not have
+        KafkaError.MSG_SIZE_TOO_LARGE,  # over the producer's or the topic's limit
+        KafkaError.RECORD_LIST_TOO_LARGE,
+        KafkaError.INVALID_RECORD,
+        KafkaError.INVALID_TIMESTAMP,
+    }
+)
+
+
 class _Batch:
     """Collects the delivery reports of one ``send`` call (on the producer's thread)."""
 
@@ -168,12 +219,16 @@ class _Batch:
         self._loop = loop
         self._future = future
         self._positions: list[Delivered | None] = [None] * size
+        self._rejections: list[tuple[int, str, str]] = []
         self._remaining = size
         self._failed = False
         # Callbacks run in whichever thread calls poll(): ours, or the loop's on BufferError.
         self._lock = threading.Lock()
 
     def delivered(self, index: int, error: KafkaError | None, message: Any) -> None:
+        if error is not None and error.code() in RECORD_ERRORS:
+            self.rejected(index, message.topic(), error.str())
+            return
         with self._lock:
             if self._failed:
                 return
@@ -188,6 +243,25 @@ class _Batch:
             self._remaining -= 1
             done = self._remaining == 0
         if done:
+            self._finish()
+
+    def rejected(self, index: int, topic: str, reason: str) -> None:
+        """Count record ``index`` as refused by Kafka for a reason tied to it."""
+        with self._lock:
+            if self._failed:
+                return
+            self._rejections.append((index, topic, reason))
+            self._remaining -= 1
+            done = self._remaining == 0
+        if done:
+            self._finish()
+
+    def _finish(self) -> None:
+        # Called once, by whichever report was the last; the batch changes no more.
+        if self._rejections:
+            failure = RecordRejected(sorted(self._rejections), self._positions)
+            self._loop.call_soon_threadsafe(_settle, self._future, None, failure)
+        else:
             self._loop.call_soon_threadsafe(_settle, self._future, self._positions, None)
 
 

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..core.limits import check_id, check_payload_size
 from ..core.workflow import Cancelled, Faulted, Outcome, WorkflowDefinition, WorkflowStatus, define_workflow
 from ..errors import SchemaError, WorkflowCancelled, WorkflowEnded, WorkflowFaulted, WorkflowNotFound
 from .agents.workflow import WorkflowAgent, WorkflowTopics
@@ -67,6 +68,9 @@ class WorkflowHandle:
         Returns once the request is in the inbox (durable); the worker decides it in order.
 
         Raises:
+            LimitError: ``instance_id`` is empty, not valid UTF-8 or longer than
+                ``MAX_ID_BYTES``, or the input is larger than ``MAX_PAYLOAD_BYTES``
+                (``tidings.core.limits``; raised before producing).
             SchemaError: ``input`` cannot be stored or read back as the input type.
         """
         _check_id(instance_id)
@@ -74,6 +78,7 @@ class WorkflowHandle:
             text, _ = self.definition.codec.convert(input, self.definition.input_type)
         except ValueError as exc:
             raise SchemaError(f"workflow {self.name!r}: the input cannot be stored: {exc}") from exc
+        check_payload_size(text.encode(), "the input")
         client = self.client(bootstrap)
         await client.send(client.request(instance_id, "start", payload=text.encode(), answer=False))
 
@@ -138,13 +143,19 @@ class WorkflowHandle:
         Raises:
             WorkflowNotFound: No instance was ever started with this id.
             WorkflowEnded: The instance has ended.
+            LimitError: ``instance_id`` or ``name`` is empty, not valid UTF-8 or longer
+                than ``MAX_ID_BYTES``, or the payload is larger than ``MAX_PAYLOAD_BYTES``
+                (``tidings.core.limits``; raised before producing).
             SchemaError: The payload cannot be stored.
             TimeoutError: No answer in time (the signal may still be stored later).
         """
+        _check_id(instance_id)
+        check_id(name, "signal name")
         try:
             text = self.definition.codec.encode(payload)
         except ValueError as exc:
             raise SchemaError(f"the payload of signal {name!r} cannot be stored: {exc}") from exc
+        check_payload_size(text.encode(), f"the payload of signal {name!r}")
         reply = await self._ask(instance_id, "signal", timeout, bootstrap, payload=text.encode(), signal=name)
         if reply.answer == "ended":
             raise WorkflowEnded(f"{self.name} {instance_id!r} has ended and takes no signal {name!r}")
@@ -270,5 +281,5 @@ def workflow_named(app: App, name: str) -> WorkflowHandle:
 
 
 def _check_id(instance_id: str) -> None:
-    if not isinstance(instance_id, str) or not instance_id:
-        raise ValueError(f"instance_id must be a non-empty string, not {instance_id!r}")
+    # LimitError is a ValueError and a SchemaError: raised before anything is produced.
+    check_id(instance_id, "instance_id")

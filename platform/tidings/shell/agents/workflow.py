@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...codec import avro
+from ...core.limits import load_json
 from ...core.workflow import (
     ArmTimer,
     Attempt,
@@ -306,7 +307,7 @@ class WorkflowAgent:
 
     def _payload(self, record: Incoming, request: WorkflowInbox, commit: _Commit, now_ms: int) -> Any:
         try:
-            return None if request.payload is None else json.loads(request.payload)
+            return None if request.payload is None else load_json(request.payload, "payload")
         except ValueError as exc:
             error = SchemaError(f"the payload is not JSON: {exc}")
             commit.dead.append(self._runtime.dead_letter(record, error))

@@ -12,6 +12,7 @@ from ...codec import avro
 from ...codec.content import content_type
 from ...codec.json import CONTENT_TYPE
 from ...codec.workflow import inbox_from_json
+from ...core.limits import check_inbox
 from ...core.workflow import Cancelled, Ended, Faulted, Finished, Outcome, StepError, WorkflowDefinition
 from ...core.workflow_records import WorkflowInbox, WorkflowOutcomeRecord, WorkflowReply
 from ...errors import DecodeError, SchemaError
@@ -27,7 +28,9 @@ def decode_inbox(record: Incoming) -> WorkflowInbox:
 
     Raises:
         DecodeError: A tombstone, an unknown content type, or bytes that do not decode.
-        SchemaError: A decodable record that is not a usable inbox request.
+        SchemaError: A decodable record that is not a usable inbox request;
+            ``LimitError`` when an id, the signal name, ``reply_to``, the payload or the
+            metadata breaks a limit of ``tidings.core.limits``.
     """
     if record.value is None:
         raise DecodeError("a tombstone (null value) is not a workflow request")
@@ -41,11 +44,7 @@ def decode_inbox(record: Incoming) -> WorkflowInbox:
         if not isinstance(decoded, WorkflowInbox):
             raise SchemaError(f"expected a WorkflowInbox, got a {type(decoded).__name__}")
         inbox = decoded
-    if not inbox.instance_id:
-        raise SchemaError("a workflow request needs a non-empty instance_id")
-    if inbox.kind == "signal" and not inbox.signal:
-        raise SchemaError("a signal request needs the signal's name")
-    return inbox
+    return check_inbox(inbox)
 
 
 def outcome_fields(ended: Ended) -> dict[str, Any]:
