@@ -40,9 +40,31 @@ def kafka_bootstrap(
 
 
 @pytest.fixture
-def app_id() -> str:
-    """Return a fresh app id, so each test's topics and consumer groups are its own."""
-    return f"t{uuid.uuid4().hex[:12]}"
+def app_id(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Return a fresh app id, so each test's topics and consumer groups are its own.
+
+    A test that used the broker has its app's topics deleted when it ends (after its workers
+    stopped: this fixture is set up first, so it is torn down last). A whole run creates
+    thousands of partitions otherwise, and a broker holds files open for each.
+    """
+    app_id = f"t{uuid.uuid4().hex[:12]}"
+    yield app_id
+    if "kafka_bootstrap" in request.fixturenames:
+        _delete_topics(request.getfixturevalue("kafka_bootstrap"), f"{app_id}.")
+
+
+def _delete_topics(bootstrap: str, prefix: str) -> None:
+    # Best effort: a broker that does not answer fails the next test that needs it, not this one.
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        names = [name for name in admin.list_topics(timeout=10).topics if name.startswith(prefix)]
+        if names:
+            for future in admin.delete_topics(names, operation_timeout=30).values():
+                future.result(timeout=30)
+    except Exception:  # noqa: BLE001 - cleanup must not fail a test that passed
+        pass
 
 
 def _docker_answers() -> bool:

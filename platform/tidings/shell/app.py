@@ -19,6 +19,7 @@ from ..errors import BrokerError, DefinitionError
 from .agents.aggregate import AggregateTopics
 from .agents.projection import Handler, ProjectionSource
 from .aggregates import AggregateHandle
+from .deadletters import DEAD_LETTER_VALUE_BYTES, MAX_DEAD_LETTER_VALUE_BYTES
 from .hosting import Hosted
 from .projections import ProjectionHandle
 from .topics import ApplyReport, TopicSpec, apply_topics, deadletter_topic, spec_for, topic_name
@@ -47,6 +48,8 @@ class App:
         data_dir: Where workers keep RocksDB state; default ``TIDINGS_DATA_DIR`` or
             ``./.tidings/data``.
         command_timeout: Seconds a command waits for its reply (``App(command_timeout=30)``).
+        deadletter_value_limit: Bytes of a bad record's value its dead letter keeps; the
+            rest is cut and the original size recorded (docs/limits.md).
     """
 
     def __init__(
@@ -57,6 +60,7 @@ class App:
         partitions: int = DEFAULT_PARTITIONS,
         data_dir: str | os.PathLike[str] | None = None,
         command_timeout: float = 30.0,
+        deadletter_value_limit: int = DEAD_LETTER_VALUE_BYTES,
     ) -> None:
         reasons = []
         if not name or not all(ch.isalnum() or ch in "_-" for ch in name):
@@ -65,9 +69,13 @@ class App:
             reasons.append(f"partitions must be at least 1, not {partitions}")
         if command_timeout <= 0:
             reasons.append(f"command_timeout must be positive, not {command_timeout}")
+        if not 0 <= deadletter_value_limit <= MAX_DEAD_LETTER_VALUE_BYTES:
+            reasons.append(f"deadletter_value_limit must be between 0 and "
+                           f"{MAX_DEAD_LETTER_VALUE_BYTES}, not {deadletter_value_limit}")
         if reasons:
             raise DefinitionError(f"App {name!r}", reasons)
         self.name = name
+        self.deadletter_value_limit = deadletter_value_limit
         self.partitions = partitions
         self.command_timeout = command_timeout
         self._bootstrap = bootstrap

@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from ..errors import RecordError, SchemaError
-from .deadletters import dead_letter
+from ..core.limits import check_reply_to
+from ..errors import RecordError
+from .deadletters import DEAD_LETTER_VALUE_BYTES, dead_letter
 from .io import Incoming, Outgoing, PartitionReader, Publisher
 from .kafka import KafkaPartitionReader
 from .pipeline import Start
@@ -123,7 +124,7 @@ class Runtime:
     publisher: Publisher
     deadletter_topic: str
     own_topics: frozenset[str] = frozenset()
-    deadletter_value_limit: int | None = None
+    deadletter_value_limit: int = DEAD_LETTER_VALUE_BYTES
     clock: Callable[[], float] = time.time
     _closers: list[Callable[[], None]] = field(default_factory=list)
 
@@ -150,26 +151,15 @@ class Runtime:
         """Return where a reply asked for with ``reply_to`` may go (None: no reply).
 
         Raises:
-            SchemaError: ``reply_to`` is not a legal topic name, or names one of the app's
+            LimitError: ``reply_to`` is not a legal topic name, or names one of the app's
                 own topics (a reply written into a journal would corrupt it).
         """
         if not reply_to:
             return None
-        if reply_to in self.own_topics or not _legal_topic(reply_to):
-            raise SchemaError(
-                f"reply_to {reply_to[:100]!r} is not a topic a reply may be sent to "
-                "(a legal topic name that is not one of the app's journals, inboxes, "
-                "commands, outcomes or status topics)"
-            )
-        return reply_to
+        return check_reply_to(reply_to, self.own_topics)
 
     def dead_letter(self, record: Incoming, error: RecordError) -> Outgoing:
-        """Return the dead letter of ``record``, which failed with ``error``."""
-        return dead_letter(record, error, self.deadletter_topic, int(self.clock() * 1000))
+        """Return the dead letter of ``record``, which failed with ``error`` (bounded)."""
+        return dead_letter(record, error, self.deadletter_topic, int(self.clock() * 1000),
+                           value_limit=self.deadletter_value_limit)
 
-
-def _legal_topic(name: str) -> bool:
-    """Whether ``name`` is a legal Kafka topic name (the broker refuses others)."""
-    return 0 < len(name) <= 249 and name not in (".", "..") and all(
-        ch.isascii() and (ch.isalnum() or ch in "._-") for ch in name
-    )

@@ -100,6 +100,7 @@ class Worker:
             publisher=publisher,
             deadletter_topic=deadletter_topic(self.app.name),
             own_topics=self.app.own_topics(),
+            deadletter_value_limit=self.app.deadletter_value_limit,
         )
         runtime.on_close(publisher.close)  # closed last: the agents' last writes go out
         self._runtime = runtime
