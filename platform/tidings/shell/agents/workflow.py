@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
-import json
 import logging
 import os
 import time
@@ -52,11 +51,21 @@ from ...core.workflow import (
     Signal,
     Start,
     Started,
+    StepError,
     StepStarted,
     TimerFired,
     WorkflowDefinition,
     WorkflowInstance,
     WorkflowStatus,
+)
+from ...core.workflow.inbox_rules import (
+    AwaitEnd,
+    Feed,
+    InboxReply,
+    Refuse,
+    StoredEnd,
+    answer_fed,
+    decide_request,
 )
 from ...core.workflow_records import WorkflowInbox, WorkflowJournalEntry, WorkflowStatusRecord
 from ...errors import RecordError, SchemaError
@@ -230,62 +239,44 @@ class WorkflowAgent:
             return
         if record.offset <= self._inbox_applied.get(record.partition, -1):
             return  # journaled before a crash; the inbox offset was not committed yet
-        instance_id = request.instance_id
-        stored = None
-        instance = self._cache.get(instance_id)
-        if instance is None:
-            stored = self._store.status(instance_id)
-            if stored is not None and stored["status"] not in (s.value for s in _ENDED):
-                instance = self._replayed(instance_id, commit, now_ms)
-                stored = None
-        if request.kind == "start":
-            if instance is not None or stored is not None:
-                self._reply(commit, request, "accepted")  # a second start stores nothing
-                return
-            value = self._payload(record, request, commit, now_ms)
-            if value is _BAD:
-                return
-            instance = WorkflowInstance(self.definition, instance_id)
-            decision = self._advance(instance, Start(value), commit, now_ms, record.offset)
-            if decision is None:
-                error = SchemaError(f"the workflow refused the input: {self._refusal}")
-                commit.dead.append(dead_letter(record, error, self.topics.deadletter, now_ms))
-                self._reply(commit, request, "rejected", reason=str(error))
+        known = self._known(request.instance_id, commit, now_ms)
+        verdict = decide_request(request, known)
+        if isinstance(verdict, Feed):
+            if isinstance(known, WorkflowInstance):
+                instance = known
             else:
-                self._reply(commit, request, "accepted")
+                instance = WorkflowInstance(self.definition, request.instance_id)
+            decided = self._advance(instance, verdict.message, commit, now_ms, record.offset)
+            verdict = answer_fed(request, instance, None if decided is not None else self._refusal)
+        if isinstance(verdict, AwaitEnd):
+            if request.reply_to:
+                self._waiters.setdefault(request.instance_id, []).append((request.request_id, request.reply_to))
             return
-        if instance is None and stored is None:
-            self._reply(commit, request, "not_found")
-            return
-        if request.kind == "signal":
-            if instance is None:
-                self._reply(commit, request, "ended", **answer_of(stored))
-                return
-            value = self._payload(record, request, commit, now_ms)
-            if value is _BAD:
-                return
-            decision = self._advance(instance, Signal(request.signal or "", value), commit, now_ms, record.offset)
-            self._reply(commit, request, "accepted" if decision is not None else "ended", reason=self._refusal)
-        elif request.kind == "cancel":
-            if instance is not None:
-                self._advance(instance, Cancel(), commit, now_ms, record.offset)
-            self._reply(commit, request, "accepted")
-        else:  # query
-            answer = answer_of(stored) if instance is None else self._answer_live(instance)
-            ended = answer.get("outcome") is not None
-            if request.wait and not ended and request.reply_to:
-                self._waiters.setdefault(instance_id, []).append((request.request_id, request.reply_to))
-            else:
-                self._reply(commit, request, "status", **answer)
-
-    def _payload(self, record: Incoming, request: WorkflowInbox, commit: _Commit, now_ms: int) -> Any:
-        try:
-            return None if request.payload is None else json.loads(request.payload)
-        except ValueError as exc:
-            error = SchemaError(f"the payload is not JSON: {exc}")
+        if isinstance(verdict, Refuse):
+            error = SchemaError(verdict.reason)
             commit.dead.append(dead_letter(record, error, self.topics.deadletter, now_ms))
-            self._reply(commit, request, "rejected", reason=str(error))
-            return _BAD
+        self._reply(commit, request, verdict.reply)
+
+    def _known(self, instance_id: str, commit: _Commit, now_ms: int) -> WorkflowInstance | StoredEnd | None:
+        """Return what the inbox rules need to know of an instance: live, ended, or nothing."""
+        instance = self._cache.get(instance_id)
+        if instance is not None:
+            return instance
+        stored = self._store.status(instance_id)
+        if stored is None:
+            return None
+        if stored["status"] not in (s.value for s in _ENDED):
+            return self._replayed(instance_id, commit, now_ms)
+        # Ended: answered from RocksDB, never replayed.
+        fields = answer_of(stored)
+        error = fields.get("error")
+        return StoredEnd(
+            status=fields["status"],
+            outcome=fields.get("outcome"),
+            result=fields.get("result"),
+            error=StepError.from_json(error) if isinstance(error, dict) else error,
+            reason=fields.get("reason"),
+        )
 
     def _advance(
         self,
@@ -374,18 +365,11 @@ class WorkflowAgent:
             self._status_changed(instance, decision, commit, now_ms)
         return instance
 
-    def _answer_live(self, instance: WorkflowInstance) -> dict[str, Any]:
-        status = instance.status
-        answer: dict[str, Any] = {"status": None if status is None else status.value}
-        if instance.outcome is not None:
-            fields = outcome_fields_of(instance.outcome, self.definition)
-            answer.update(fields)
-        return answer
-
-    def _reply(self, commit: _Commit, request: WorkflowInbox, answer: str, **fields: Any) -> None:
+    def _reply(self, commit: _Commit, request: WorkflowInbox, reply: InboxReply) -> None:
         if request.reply_to:
             commit.after.append(reply_record(
-                request.reply_to, request.request_id, request.instance_id, answer, self._now_ms(), **fields
+                request.reply_to, request.request_id, request.instance_id, reply.answer, self._now_ms(),
+                **reply.fields(),
             ))
 
     _refusal: str | None = None
@@ -682,8 +666,6 @@ class WorkflowAgent:
         for task in self._tasks:
             task.add_done_callback(_crashed)
 
-
-_BAD = object()
 
 
 def _crashed(task: asyncio.Task[None]) -> None:
