@@ -2,10 +2,10 @@
 
 It plays the shell's part exactly as the Faust agent does: requests go through the same
 inbox rules (``tidings.core.workflow.inbox_rules``), so ``start``, ``signal``, ``cancel``,
-``status``, ``result`` and ``value`` answer and raise as the hosted handle does; it journals
-a decision's records first, then carries out its effects; ``crash()`` forgets everything that is not journaled
-(live instances, scheduled attempts and timers, a result not yet stored) and ``recover()``
-rebuilds every instance by replay. Time moves only when the test moves it, so a test of a
+``status``, ``result`` and ``value`` answer and raise as the hosted handle does; it
+journals a decision's records first, then carries out its effects; ``crash()`` forgets
+everything that is not journaled (live instances, scheduled attempts and timers, a result
+not yet stored) and ``recover()`` rebuilds every instance by replay. Time moves only when the test moves it, so a test of a
 five-minute sleep or a one-hour deadline takes no real time::
 
     runtime = WorkflowTestRuntime()

@@ -40,7 +40,6 @@ from ...core.partitioning import partition_for
 from ...core.workflow import (
     ArmTimer,
     Attempt,
-    Cancel,
     CancelActivity,
     CancelTimer,
     Ended,
@@ -48,8 +47,6 @@ from ...core.workflow import (
     PublishOutcome,
     ReportParked,
     RunActivity,
-    Signal,
-    Start,
     Started,
     StepError,
     StepStarted,
@@ -665,7 +662,6 @@ class WorkflowAgent:
         self._tasks = [asyncio.ensure_future(self._feed()), asyncio.ensure_future(self._commit())]
         for task in self._tasks:
             task.add_done_callback(_crashed)
-
 
 
 def _crashed(task: asyncio.Task[None]) -> None:
