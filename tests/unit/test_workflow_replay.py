@@ -58,7 +58,7 @@ def test_a_step_that_had_only_started_runs_again_with_the_same_idempotency_key()
     handle = runtime.register(define_workflow("w", body))
     handle.start("i", None)
     runtime.run_until_idle()
-    assert handle.status("i") is None  # crashed: nothing live
+    assert runtime.instance("w", "i") is None  # crashed: nothing live
     runtime.recover()
     runtime.run_until_idle()
     assert keys == [("w/i/1", 1), ("w/i/1", 1)]

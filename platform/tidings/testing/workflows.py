@@ -1,9 +1,11 @@
 """An in-memory workflow runtime for unit tests: a fake clock, journals in a dict, no Kafka.
 
-It plays the shell's part exactly as the Faust agent does: it journals a decision's records
-first, then carries out its effects; ``crash()`` forgets everything that is not journaled
-(live instances, scheduled attempts and timers, a result not yet stored) and ``recover()``
-rebuilds every instance by replay. Time moves only when the test moves it, so a test of a
+It plays the shell's part exactly as the Faust agent does: requests go through the same
+inbox rules (``tidings.core.workflow.inbox_rules``), so ``start``, ``signal``, ``cancel``,
+``status``, ``result`` and ``value`` answer and raise as the hosted handle does; it
+journals a decision's records first, then carries out its effects; ``crash()`` forgets
+everything that is not journaled (live instances, scheduled attempts and timers, a result
+not yet stored) and ``recover()`` rebuilds every instance by replay. Time moves only when the test moves it, so a test of a
 five-minute sleep or a one-hour deadline takes no real time::
 
     runtime = WorkflowTestRuntime()
@@ -33,8 +35,10 @@ from tidings.core.workflow import (
     Attempt,
     Cancel,
     CancelActivity,
+    Cancelled,
     CancelTimer,
     Decision,
+    Faulted,
     InboxMessage,
     JournalRecord,
     Outcome,
@@ -49,7 +53,25 @@ from tidings.core.workflow import (
     WorkflowStatus,
 )
 from tidings.core.workflow.context import instant_ms, ms_instant
-from tidings.errors import AttemptTimedOut, WorkflowEnded, WorkflowNotFound
+from tidings.core.workflow.inbox_rules import (
+    AwaitEnd,
+    Feed,
+    InboxReply,
+    Known,
+    answer_fed,
+    answer_status,
+    decide_request,
+    outcome_from,
+)
+from tidings.errors import (
+    AttemptTimedOut,
+    ReplyTimeout,
+    SchemaError,
+    WorkflowCancelled,
+    WorkflowEnded,
+    WorkflowFaulted,
+    WorkflowNotFound,
+)
 
 DEFAULT_START = datetime(2026, 1, 1, tzinfo=timezone.utc)
 """Where a ``FakeClock`` starts unless told otherwise."""
@@ -94,32 +116,171 @@ class _Scheduled:
     cancelled: bool = field(compare=False, default=False)
 
 
+@dataclass(frozen=True, slots=True)
+class _Request:
+    """An inbox request as the rules read it (``WorkflowInbox`` without its addressing)."""
+
+    kind: str
+    payload: bytes | None = None
+    signal: str | None = None
+    wait: bool = False
+
+
+@dataclass(slots=True)
+class PendingReply:
+    """The answer to one request; ``reply`` is None while it is awaited.
+
+    Only a query with ``wait`` to a running instance is awaited: it is answered when the
+    instance ends (``status``, with the outcome), as the hosted worker answers it.
+    """
+
+    reply: InboxReply | None = None
+
+    @property
+    def answered(self) -> bool:
+        """Whether the answer is in."""
+        return self.reply is not None
+
+
 class WorkflowHandle:
-    """Starts, signals, cancels and inspects the instances of one registered workflow."""
+    """Starts, signals, cancels and inspects the instances of one registered workflow.
+
+    ``start``, ``signal``, ``cancel``, ``status``, ``result`` and ``value`` answer and raise
+    as the hosted ``WorkflowHandle`` does (both follow ``tidings.core.workflow.inbox_rules``);
+    ``start``, ``signal`` and ``cancel`` also return what the instance decided. ``ask`` sends
+    a raw inbox request, as any producer may.
+    """
 
     def __init__(self, runtime: WorkflowTestRuntime, name: str) -> None:
         self._runtime = runtime
         self.name = name
 
     def start(self, instance_id: str, input: Any = None) -> Decision:
-        """Start an instance (idempotent per id) and return what the start decided."""
-        return self._runtime.deliver(self.name, instance_id, Start(input))
+        """Start an instance; a second start with the same id stores nothing.
+
+        Returns:
+            What the start decided (no records for a second start).
+
+        Raises:
+            ValueError: ``instance_id`` is not a non-empty string.
+            SchemaError: ``input`` cannot be stored or read back as the input type
+                (checked before sending, as the hosted handle does).
+        """
+        _check_id(instance_id)
+        definition = self._runtime.definition(self.name)
+        try:
+            text, _ = definition.codec.convert(input, definition.input_type)
+        except ValueError as exc:
+            raise SchemaError(f"workflow {self.name!r}: the input cannot be stored: {exc}") from exc
+        pending, decision = self._runtime._take(self.name, instance_id, _Request("start", text.encode()))
+        if pending.reply is not None and pending.reply.answer == "rejected":
+            # The hosted worker dead-letters such a start (its start does not wait for an answer).
+            raise SchemaError(f"workflow {self.name!r} rejected the start: {pending.reply.reason}")
+        return decision
 
     def signal(self, instance_id: str, name: str, payload: Any = None) -> Decision:
-        """Send a signal; raises ``WorkflowEnded`` when the instance has ended."""
-        return self._runtime.deliver(self.name, instance_id, Signal(name, payload))
+        """Deliver signal ``name`` with ``payload``; returns what the instance decided.
+
+        Raises:
+            WorkflowNotFound: No instance was ever started with this id.
+            WorkflowEnded: The instance has ended.
+            SchemaError: The payload cannot be stored.
+        """
+        _check_id(instance_id)
+        try:
+            text = self._runtime.definition(self.name).codec.encode(payload)
+        except ValueError as exc:
+            raise SchemaError(f"the payload of signal {name!r} cannot be stored: {exc}") from exc
+        request = _Request("signal", text.encode(), signal=name)
+        reply, decision = self._answer(instance_id, request)
+        if reply.answer == "ended":
+            raise WorkflowEnded(f"{self.name} {instance_id!r} has ended and takes no signal {name!r}")
+        if reply.answer == "rejected":
+            raise SchemaError(f"workflow {self.name!r} rejected signal {name!r}: {reply.reason}")
+        return decision
 
     def cancel(self, instance_id: str) -> Decision:
-        """Request cancellation; a second request changes nothing."""
-        return self._runtime.deliver(self.name, instance_id, Cancel())
+        """Request cancellation (a second request, or one to an ended instance, changes nothing).
+
+        Raises:
+            WorkflowNotFound: No instance was ever started with this id.
+        """
+        _check_id(instance_id)
+        return self._answer(instance_id, _Request("cancel"))[1]
 
     def status(self, instance_id: str) -> WorkflowStatus | None:
         """RUNNING/FINISHED/FAULTED/CANCELLED/PARKED, or None when never started."""
-        instance = self._runtime.instance(self.name, instance_id)
-        return None if instance is None else instance.status
+        _check_id(instance_id)
+        try:
+            reply, _ = self._answer(instance_id, _Request("query"))
+        except WorkflowNotFound:
+            return None
+        return None if reply.status is None else WorkflowStatus(reply.status)
+
+    def result(self, instance_id: str, timeout: timedelta = timedelta(0)) -> Outcome:
+        """Wait for the instance's outcome: ``Finished(value)``, ``Faulted(error)`` or ``Cancelled()``.
+
+        Waiting moves the fake clock, running what falls due in time order, until the
+        instance ends or ``timeout`` has passed; the default runs only what is due now.
+
+        Raises:
+            WorkflowNotFound: No instance was ever started with this id.
+            ReplyTimeout: It had not ended within ``timeout`` (a ``TimeoutError``).
+        """
+        _check_id(instance_id)
+        pending = self.ask(instance_id, "query", wait=True)
+        self._runtime._wait_for(pending, timeout)
+        reply = pending.reply
+        if reply is None:
+            self._runtime._forget(pending)
+            raise ReplyTimeout(f"{self.name} {instance_id!r} did not end within {timeout}")
+        if reply.answer == "not_found":
+            raise WorkflowNotFound(f"no {self.name} instance {instance_id!r} was started")
+        assert reply.outcome is not None  # a waiting query is answered once the instance has ended
+        return outcome_from(reply.outcome, reply.result, reply.error, self._runtime.definition(self.name))
+
+    def value(self, instance_id: str, timeout: timedelta = timedelta(0)) -> Any:
+        """Wait for the instance's result value (see ``result``).
+
+        Raises:
+            WorkflowFaulted: It ended Faulted (the message holds the stored error).
+            WorkflowCancelled: It ended Cancelled.
+            WorkflowNotFound, ReplyTimeout: as for ``result``.
+        """
+        outcome = self.result(instance_id, timeout)
+        if isinstance(outcome, Faulted):
+            raise WorkflowFaulted(f"{self.name} {instance_id!r} faulted: {outcome.error}")
+        if isinstance(outcome, Cancelled):
+            raise WorkflowCancelled(f"{self.name} {instance_id!r} was cancelled")
+        return outcome.value
+
+    def ask(
+        self,
+        instance_id: str,
+        kind: str,
+        *,
+        payload: bytes | None = None,
+        signal: str | None = None,
+        wait: bool = False,
+    ) -> PendingReply:
+        """Send one raw inbox request, as any producer may, and return its answer.
+
+        Args:
+            instance_id: The instance.
+            kind: ``start``, ``signal``, ``cancel`` or ``query``.
+            payload: JSON bytes: a start's input or a signal's payload (not checked here).
+            signal: The signal's name.
+            wait: For a query: answer once the instance has ended (``PendingReply.reply``
+                stays None until then).
+
+        Returns:
+            The answer: what the hosted worker would put on the replies topic.
+        """
+        _check_id(instance_id)
+        return self._runtime._take(self.name, instance_id, _Request(kind, payload, signal, wait))[0]
 
     def outcome(self, instance_id: str) -> Outcome | None:
-        """The instance's outcome once it has ended, else None."""
+        """The live instance's outcome once it has ended, else None (no waiting, no replay)."""
         instance = self._runtime.instance(self.name, instance_id)
         return None if instance is None else instance.outcome
 
@@ -130,6 +291,18 @@ class WorkflowHandle:
     def parked_reason(self, instance_id: str) -> str | None:
         """Why the instance is parked, if it is."""
         return self._runtime.parked.get((self.name, instance_id))
+
+    def _answer(self, instance_id: str, request: _Request) -> tuple[InboxReply, Decision]:
+        pending, decision = self._runtime._take(self.name, instance_id, request)
+        assert pending.reply is not None  # only a waiting query is answered later
+        if pending.reply.answer == "not_found":
+            raise WorkflowNotFound(f"no {self.name} instance {instance_id!r} was started")
+        return pending.reply, decision
+
+
+def _check_id(instance_id: str) -> None:
+    if not isinstance(instance_id, str) or not instance_id:
+        raise ValueError(f"instance_id must be a non-empty string, not {instance_id!r}")
 
 
 class WorkflowTestRuntime:
@@ -152,6 +325,8 @@ class WorkflowTestRuntime:
         self._by_path: dict[tuple[str, str, str], _Scheduled] = {}
         self._order = 0
         self._generation = 0
+        # Queries waiting for their instance to end, answered when it does (AwaitEnd).
+        self._waiters: dict[tuple[str, str], list[PendingReply]] = {}
 
     # ----------------------------------------------------------------- definitions
 
@@ -164,6 +339,10 @@ class WorkflowTestRuntime:
         """Replace a workflow's code; running instances use it after the next ``crash``/``recover``."""
         self._definitions[definition.name] = definition
 
+    def definition(self, workflow: str) -> WorkflowDefinition:
+        """The registered (or last deployed) definition of ``workflow``."""
+        return self._definitions[workflow]
+
     def instance(self, workflow: str, instance_id: str) -> WorkflowInstance | None:
         """The live instance, or None when it was never started (or not recovered)."""
         return self._instances.get((workflow, instance_id))
@@ -171,19 +350,79 @@ class WorkflowTestRuntime:
     # ------------------------------------------------------------------- messages
 
     def deliver(self, workflow: str, instance_id: str, message: InboxMessage) -> Decision:
-        """Feed one inbox message to an instance, journal the decision, then schedule its effects."""
+        """Feed one message to an instance, journal the decision, then schedule its effects.
+
+        ``Start``, ``Signal`` and ``Cancel`` go through the inbox rules as the handle's
+        methods do, and raise what those raise. ``ActivityResult`` and ``TimerFired`` are
+        the runtime's own inputs: they go straight to the live instance.
+
+        Raises:
+            WorkflowNotFound: No live instance takes an ``ActivityResult``/``TimerFired``,
+                or as the handle's ``signal``/``cancel``.
+        """
+        handle = WorkflowHandle(self, workflow)
+        if isinstance(message, Start):
+            return handle.start(instance_id, message.input)
+        if isinstance(message, Signal):
+            return handle.signal(instance_id, message.name, message.payload)
+        if isinstance(message, Cancel):
+            return handle.cancel(instance_id)
         key = (workflow, instance_id)
         instance = self._instances.get(key)
         if instance is None:
-            if not isinstance(message, Start):
-                raise WorkflowNotFound(f"no {workflow} instance {instance_id!r} was started")
-            instance = WorkflowInstance(self._definitions[workflow], instance_id, entropy=self._random.randbytes)
-            self._instances[key] = instance
+            raise WorkflowNotFound(f"no live {workflow} instance {instance_id!r} takes {type(message).__name__}")
         decision = instance.advance(message, self.clock.now_ms)
-        if decision.rejected is not None and isinstance(message, Signal):
-            raise WorkflowEnded(f"{workflow} {instance_id!r} refused the signal: {decision.rejected}")
         self._apply(key, decision)
         return decision
+
+    def _take(self, workflow: str, instance_id: str, request: _Request) -> tuple[PendingReply, Decision]:
+        """Take one inbox request as the hosted agent does; return its answer and what was decided."""
+        key = (workflow, instance_id)
+        known = self._known(key)
+        verdict = decide_request(request, known)
+        status = known.status if isinstance(known, WorkflowInstance) else None
+        decision = Decision((), (), status)
+        if isinstance(verdict, Feed):
+            if isinstance(known, WorkflowInstance):
+                instance = known
+            else:
+                instance = WorkflowInstance(self._definitions[workflow], instance_id, entropy=self._random.randbytes)
+            decision = instance.advance(verdict.message, self.clock.now_ms)
+            if decision.rejected is None:
+                self._instances[key] = instance
+                self._apply(key, decision)
+            verdict = answer_fed(request, instance, decision.rejected)
+        pending = PendingReply()
+        if isinstance(verdict, AwaitEnd):
+            self._waiters.setdefault(key, []).append(pending)
+        else:
+            pending.reply = verdict.reply
+        return pending, decision
+
+    def _known(self, key: tuple[str, str]) -> Known:
+        instance = self._instances.get(key)
+        if instance is None and self.journals.get(key):
+            # Journaled but not live (crash() without recover()): replay it, as the hosted
+            # agent replays an instance it does not hold in memory before deciding for it.
+            self._recover_one(key)
+            instance = self._instances.get(key)
+        return instance
+
+    def _wait_for(self, pending: PendingReply, timeout: timedelta) -> None:
+        """Run what falls due, in time order, until ``pending`` is answered or ``timeout`` has passed."""
+        target = self.clock.now_ms + int(timeout.total_seconds() * 1000)
+        self.run_until_idle()
+        while pending.reply is None and self._queue and self._queue[0].due <= target:
+            self.clock.set_ms(self._queue[0].due)
+            self.run_until_idle()
+        if pending.reply is None:
+            self.clock.set_ms(target)
+            self.run_until_idle()
+
+    def _forget(self, pending: PendingReply) -> None:
+        for waiting in self._waiters.values():
+            if pending in waiting:
+                waiting.remove(pending)
 
     def _apply(self, key: tuple[str, str], decision: Decision) -> None:
         # The shell's one rule: the records are stored before any effect is carried out.
@@ -204,6 +443,11 @@ class WorkflowTestRuntime:
                 self.outcomes[key] = effect.outcome
             elif isinstance(effect, ReportParked):
                 self.parked[key] = effect.reason
+        instance = self._instances.get(key)
+        if instance is not None and instance.outcome is not None and key in self._waiters:
+            answer = answer_status(instance)
+            for pending in self._waiters.pop(key):
+                pending.reply = answer
 
     def _schedule(self, key: tuple[str, str], path: str, due: int, **what: Any) -> None:
         self._order += 1
@@ -336,18 +580,18 @@ class WorkflowTestRuntime:
 
     def recover(self) -> dict[tuple[str, str], Decision]:
         """Rebuild every journaled instance by replay, with the code deployed now."""
-        decisions = {}
-        for key, records in self.journals.items():
-            workflow, instance_id = key
-            instance, decision = WorkflowInstance.replay(
-                self._definitions[workflow], instance_id, records, self.clock.now_ms, entropy=self._random.randbytes
-            )
-            self._instances[key] = instance
-            if instance.status is not WorkflowStatus.PARKED:
-                self.parked.pop(key, None)
-            self._apply(key, decision)
-            decisions[key] = decision
-        return decisions
+        return {key: self._recover_one(key) for key, records in list(self.journals.items()) if records}
+
+    def _recover_one(self, key: tuple[str, str]) -> Decision:
+        workflow, instance_id = key
+        instance, decision = WorkflowInstance.replay(
+            self._definitions[workflow], instance_id, self.journals[key], self.clock.now_ms, entropy=self._random.randbytes
+        )
+        self._instances[key] = instance
+        if instance.status is not WorkflowStatus.PARKED:
+            self.parked.pop(key, None)
+        self._apply(key, decision)
+        return decision
 
     def restart(self) -> dict[tuple[str, str], Decision]:
         """``crash()`` then ``recover()``."""

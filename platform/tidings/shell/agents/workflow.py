@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import json
 import logging
 import os
 from collections import Counter, OrderedDict
@@ -39,7 +38,6 @@ from ...core.limits import load_json
 from ...core.workflow import (
     ArmTimer,
     Attempt,
-    Cancel,
     CancelActivity,
     CancelTimer,
     Ended,
@@ -47,14 +45,22 @@ from ...core.workflow import (
     PublishOutcome,
     ReportParked,
     RunActivity,
-    Signal,
-    Start,
     Started,
+    StepError,
     StepStarted,
     TimerFired,
     WorkflowDefinition,
     WorkflowInstance,
     WorkflowStatus,
+)
+from ...core.workflow.inbox_rules import (
+    AwaitEnd,
+    Feed,
+    InboxReply,
+    Refuse,
+    StoredEnd,
+    answer_fed,
+    decide_request,
 )
 from ...core.workflow_records import WorkflowInbox, WorkflowJournalEntry, WorkflowStatusRecord
 from ...errors import DecodeError, RecordError, SchemaError
@@ -251,53 +257,23 @@ class WorkflowAgent:
             return
         if record.offset <= self._inbox_applied.get(record.partition, -1):
             return  # journaled before a crash; the inbox offset was not committed yet
-        instance_id = request.instance_id
-        stored = None
-        instance = self._cache.get(instance_id)
-        if instance is None:
-            stored = self._store.status(instance_id)
-            if stored is not None and stored["status"] not in (s.value for s in _ENDED):
-                instance = self._replayed(instance_id, commit, now_ms)
-                stored = None
-        if request.kind == "start":
-            if instance is not None or stored is not None:
-                self._reply(commit, request, "accepted")  # a second start stores nothing
-                return
-            value = self._payload(record, request, commit, now_ms)
-            if value is _BAD:
-                return
-            instance = WorkflowInstance(self.definition, instance_id)
-            decision = self._advance(instance, Start(value), commit, now_ms, record.offset)
-            if decision is None:
-                error = SchemaError(f"the workflow refused the input: {self._refusal}")
-                commit.dead.append(self._runtime.dead_letter(record, error))
-                self._reply(commit, request, "rejected", reason=str(error))
+        known = self._known(request.instance_id, commit, now_ms)
+        verdict = decide_request(request, known)
+        if isinstance(verdict, Feed):
+            if isinstance(known, WorkflowInstance):
+                instance = known
             else:
-                self._reply(commit, request, "accepted")
+                instance = WorkflowInstance(self.definition, request.instance_id)
+            decided = self._advance(instance, verdict.message, commit, now_ms, record.offset)
+            verdict = answer_fed(request, instance, None if decided is not None else self._refusal)
+        if isinstance(verdict, AwaitEnd):
+            if request.reply_to:
+                self._waiters.setdefault(request.instance_id, []).append((request.request_id, request.reply_to))
             return
-        if instance is None and stored is None:
-            self._reply(commit, request, "not_found")
-            return
-        if request.kind == "signal":
-            if instance is None:
-                self._reply(commit, request, "ended", **answer_of(stored))
-                return
-            value = self._payload(record, request, commit, now_ms)
-            if value is _BAD:
-                return
-            decision = self._advance(instance, Signal(request.signal or "", value), commit, now_ms, record.offset)
-            self._reply(commit, request, "accepted" if decision is not None else "ended", reason=self._refusal)
-        elif request.kind == "cancel":
-            if instance is not None:
-                self._advance(instance, Cancel(), commit, now_ms, record.offset)
-            self._reply(commit, request, "accepted")
-        else:  # query
-            answer = answer_of(stored) if instance is None else self._answer_live(instance)
-            ended = answer.get("outcome") is not None
-            if request.wait and not ended and request.reply_to:
-                self._waiters.setdefault(instance_id, []).append((request.request_id, request.reply_to))
-            else:
-                self._reply(commit, request, "status", **answer)
+        if isinstance(verdict, Refuse):
+            error = SchemaError(verdict.reason)
+            commit.dead.append(self._runtime.dead_letter(record, error))
+        self._reply(commit, request, verdict.reply)
 
     def _decode(self, record: Incoming) -> WorkflowInbox:
         """Decode an inbox record; its ``reply_to`` must be a topic a reply may go to."""
@@ -305,14 +281,26 @@ class WorkflowAgent:
         self._runtime.reply_topic(request.reply_to)
         return request
 
-    def _payload(self, record: Incoming, request: WorkflowInbox, commit: _Commit, now_ms: int) -> Any:
-        try:
-            return None if request.payload is None else load_json(request.payload, "payload")
-        except ValueError as exc:
-            error = SchemaError(f"the payload is not JSON: {exc}")
-            commit.dead.append(self._runtime.dead_letter(record, error))
-            self._reply(commit, request, "rejected", reason=str(error))
-            return _BAD
+    def _known(self, instance_id: str, commit: _Commit, now_ms: int) -> WorkflowInstance | StoredEnd | None:
+        """Return what the inbox rules need to know of an instance: live, ended, or nothing."""
+        instance = self._cache.get(instance_id)
+        if instance is not None:
+            return instance
+        stored = self._store.status(instance_id)
+        if stored is None:
+            return None
+        if stored["status"] not in (s.value for s in _ENDED):
+            return self._replayed(instance_id, commit, now_ms)
+        # Ended: answered from RocksDB, never replayed.
+        fields = answer_of(stored)
+        error = fields.get("error")
+        return StoredEnd(
+            status=fields["status"],
+            outcome=fields.get("outcome"),
+            result=fields.get("result"),
+            error=StepError.from_json(error) if isinstance(error, dict) else error,
+            reason=fields.get("reason"),
+        )
 
     def _advance(
         self,
@@ -401,18 +389,11 @@ class WorkflowAgent:
             self._status_changed(instance, decision, commit, now_ms)
         return instance
 
-    def _answer_live(self, instance: WorkflowInstance) -> dict[str, Any]:
-        status = instance.status
-        answer: dict[str, Any] = {"status": None if status is None else status.value}
-        if instance.outcome is not None:
-            fields = outcome_fields_of(instance.outcome, self.definition)
-            answer.update(fields)
-        return answer
-
-    def _reply(self, commit: _Commit, request: WorkflowInbox, answer: str, **fields: Any) -> None:
+    def _reply(self, commit: _Commit, request: WorkflowInbox, reply: InboxReply) -> None:
         if request.reply_to:
             commit.after.append(reply_record(
-                request.reply_to, request.request_id, request.instance_id, answer, self._now_ms(), **fields
+                request.reply_to, request.request_id, request.instance_id, reply.answer, self._now_ms(),
+                **reply.fields(),
             ))
 
     _refusal: str | None = None
@@ -675,9 +656,6 @@ class WorkflowAgent:
         self._tasks = [asyncio.ensure_future(self._feed()), asyncio.ensure_future(self._commit())]
         for task in self._tasks:
             task.add_done_callback(_crashed)
-
-
-_BAD = object()
 
 
 def _crashed(task: asyncio.Task[None]) -> None:

@@ -11,9 +11,11 @@ from typing import Any
 from ...codec import avro
 from ...codec.content import content_type
 from ...codec.json import CONTENT_TYPE
+from ...core.workflow import Ended, Outcome, StepError, WorkflowDefinition
+from ...core.workflow.inbox_rules import outcome_fields_of as outcome_fields_of  # pure: the inbox rules use them too
+from ...core.workflow.inbox_rules import outcome_from as outcome_from
 from ...codec.workflow import inbox_from_json
 from ...core.limits import check_inbox
-from ...core.workflow import Cancelled, Ended, Faulted, Finished, Outcome, StepError, WorkflowDefinition
 from ...core.workflow_records import WorkflowInbox, WorkflowOutcomeRecord, WorkflowReply
 from ...errors import DecodeError, SchemaError
 from ..io import Incoming, Outgoing
@@ -54,26 +56,6 @@ def outcome_fields(ended: Ended) -> dict[str, Any]:
         "result": ended.result,
         "error": None if ended.error is None else ended.error.to_json(),
     }
-
-
-def outcome_fields_of(outcome: Outcome, definition: WorkflowDefinition) -> dict[str, Any]:
-    """Return the stored form of a live instance's ``Outcome``."""
-    if isinstance(outcome, Finished):
-        return {"outcome": "finished", "result": definition.codec.encode(outcome.value), "error": None}
-    if isinstance(outcome, Faulted):
-        return {"outcome": "faulted", "result": None, "error": outcome.error.to_json()}
-    return {"outcome": "cancelled", "result": None, "error": None}
-
-
-def outcome_from(
-    outcome: str, result: str | None, error: StepError | None, definition: WorkflowDefinition
-) -> Outcome:
-    """Rebuild an ``Outcome`` from reply fields, reading a result as the declared type."""
-    if outcome == "finished":
-        return Finished(definition.codec.decode(result or "null", definition.result_type))
-    if outcome == "faulted":
-        return Faulted(error or StepError(None, "faulted"))
-    return Cancelled()
 
 
 def decode_outcome(value: bytes | None, definition: WorkflowDefinition) -> tuple[str, Outcome]:

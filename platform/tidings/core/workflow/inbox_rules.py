@@ -1,0 +1,275 @@
+"""The workflow inbox rules: how a request to an instance is answered, whoever hosts it.
+
+A request from an instance's inbox (``start``, ``signal``, ``cancel``, ``query``) goes in
+with what the host knows of the instance; a verdict comes out. The Faust agent
+(``tidings.shell.agents.workflow``) and the in-memory ``WorkflowTestRuntime``
+(``tidings.testing.workflows``) both call ``decide_request`` and ``answer_fed``, so a
+request gets the same answer from both:
+
+============  ==============  ============================  ==========================
+request       never started   live, not ended               ended
+============  ==============  ============================  ==========================
+``start``     feed ``Start``  ``accepted``, stores nothing  ``accepted``, stores nothing
+``signal``    ``not_found``   feed ``Signal``               ``ended``
+``cancel``    ``not_found``   feed ``Cancel``               ``accepted``, stores nothing
+``query``     ``not_found``   ``status`` (``wait``: await   ``status`` with the outcome
+                              the end)
+============  ==============  ============================  ==========================
+
+A fed message is answered by the instance's decision (``answer_fed``): ``accepted``, or
+``rejected`` when the instance refused it (an input that does not read as the input
+type). A request whose payload is not JSON, or that is not a usable request at all, is
+refused: the host dead-letters it and answers ``rejected`` with the reason. An ended
+instance is known either live (still in the host's memory) or only by its stored end
+(``StoredEnd``); both give the same answers, so an answer never depends on a cache.
+
+Pure: no I/O; what is known of the instance comes in as an argument.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+from tidings.core.limits import load_json
+from tidings.core.workflow.definition import WorkflowDefinition
+from tidings.core.workflow.failures import StepError
+from tidings.core.workflow.inbox import Cancel, Signal, Start
+from tidings.core.workflow.interpreter import WorkflowInstance
+from tidings.core.workflow.outcomes import Cancelled, Faulted, Finished, Outcome, WorkflowStatus
+
+_ENDED: Final = frozenset({WorkflowStatus.FINISHED.value, WorkflowStatus.FAULTED.value, WorkflowStatus.CANCELLED.value})
+
+
+class InboxRequest(Protocol):
+    """What the rules read of a request (``WorkflowInbox`` has these fields)."""
+
+    @property
+    def kind(self) -> str:
+        """``start``, ``signal``, ``cancel`` or ``query``."""
+        ...
+
+    @property
+    def payload(self) -> bytes | None:
+        """JSON bytes: the input of a start, the payload of a signal."""
+        ...
+
+    @property
+    def signal(self) -> str | None:
+        """The signal's name (``kind == "signal"``)."""
+        ...
+
+    @property
+    def wait(self) -> bool:
+        """For a query: answer once the instance has ended, not before."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class InboxReply:
+    """The answer to a request: a ``WorkflowReply`` without its addressing.
+
+    Attributes:
+        answer: ``accepted``, ``not_found``, ``ended``, ``rejected`` or ``status``.
+        status: The instance's status (``RUNNING`` ... ``PARKED``) when known.
+        outcome: ``finished``, ``faulted`` or ``cancelled`` once ended.
+        result: The stored result (JSON text) of a finished instance.
+        error: The stored failure of a faulted instance.
+        reason: Why a request was rejected, or why the instance is parked.
+    """
+
+    answer: str
+    status: str | None = None
+    outcome: str | None = None
+    result: str | None = None
+    error: StepError | None = None
+    reason: str | None = None
+
+    def fields(self) -> dict[str, Any]:
+        """Return every field but ``answer``, as keyword arguments for a reply record."""
+        return {
+            "status": self.status,
+            "outcome": self.outcome,
+            "result": self.result,
+            "error": self.error,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEnd:
+    """An ended instance known only by what was stored of its end (not held in memory)."""
+
+    status: str
+    outcome: str | None = None
+    result: str | None = None
+    error: StepError | None = None
+    reason: str | None = None
+
+
+Known = WorkflowInstance | StoredEnd | None
+"""What the host knows of the instance: live, ended and stored, or nothing (never started)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """Answer ``reply`` now; nothing is stored."""
+
+    reply: InboxReply
+
+
+@dataclass(frozen=True, slots=True)
+class Feed:
+    """Feed ``message`` to the live instance (to a new one for ``Start``); then ``answer_fed``."""
+
+    message: Start | Signal | Cancel
+
+
+@dataclass(frozen=True, slots=True)
+class AwaitEnd:
+    """Remember the question; answer it with ``answer_status`` when the instance ends."""
+
+
+@dataclass(frozen=True, slots=True)
+class Refuse:
+    """The request is unusable: dead-letter it with ``reason`` and answer ``rejected``."""
+
+    reason: str
+
+    @property
+    def reply(self) -> InboxReply:
+        """The ``rejected`` answer."""
+        return InboxReply("rejected", reason=self.reason)
+
+
+InboxVerdict = Reply | Feed | AwaitEnd | Refuse
+"""What ``decide_request`` returns."""
+
+ACCEPTED: Final = InboxReply("accepted")
+NOT_FOUND: Final = InboxReply("not_found")
+
+
+def decide_request(request: InboxRequest, known: Known) -> InboxVerdict:
+    """Decide what a request to one instance gets, given what is known of the instance.
+
+    Args:
+        request: The request (a ``WorkflowInbox`` or anything with its fields).
+        known: The live instance; its ``StoredEnd`` when it has ended and is not in
+            memory; None when it was never started. A live instance that was never
+            started (status None) counts as None.
+
+    Returns:
+        ``Reply`` (answer now, store nothing), ``Feed`` (advance the instance, then
+        ``answer_fed``), ``AwaitEnd`` (a waiting query to a running instance) or
+        ``Refuse`` (dead-letter and answer ``rejected``). Never raises.
+    """
+    if isinstance(known, WorkflowInstance) and known.status is None:
+        known = None
+    kind = request.kind
+    if kind == "start":
+        if known is not None:
+            return Reply(ACCEPTED)  # a second start stores nothing, whatever its input
+        payload = _payload(request)
+        return payload if isinstance(payload, Refuse) else Feed(Start(payload.value))
+    if kind not in ("signal", "cancel", "query"):
+        return Refuse(f"unknown request kind {kind!r}")
+    if kind == "signal" and not request.signal:
+        return Refuse("a signal request needs the signal's name")
+    if known is None:
+        return Reply(NOT_FOUND)
+    if kind == "query":
+        status = answer_status(known)
+        return AwaitEnd() if request.wait and status.outcome is None else Reply(status)
+    if kind == "cancel":
+        # A live instance is fed even when it has ended: the core refuses it and stores
+        # nothing, which is what an ended instance known only by its stored end gets too.
+        return Reply(ACCEPTED) if isinstance(known, StoredEnd) else Feed(Cancel())
+    if _ended(known):
+        # Before the payload is read: a stored and a live ended instance answer alike.
+        return Reply(_with_answer("ended", answer_status(known)))
+    payload = _payload(request)
+    return payload if isinstance(payload, Refuse) else Feed(Signal(request.signal or "", payload.value))
+
+
+def answer_fed(request: InboxRequest, instance: WorkflowInstance, rejected: str | None) -> Reply | Refuse:
+    """Answer a request whose message was fed to ``instance`` (``decide_request`` gave ``Feed``).
+
+    Args:
+        request: The request.
+        instance: The instance it was fed to.
+        rejected: ``Decision.rejected`` of that feed: why the instance refused it, or None.
+
+    Returns:
+        ``accepted``; ``Refuse`` when the instance refused a start's input or a signal's
+        payload; ``accepted`` for a cancel that an ended instance refused (it changes nothing).
+    """
+    if rejected is None or request.kind == "cancel":
+        return Reply(ACCEPTED)
+    if request.kind == "start":
+        return Refuse(f"the workflow refused the input: {rejected}")
+    if _ended(instance):
+        return Reply(_with_answer("ended", answer_status(instance)))
+    return Refuse(f"the workflow refused the signal: {rejected}")
+
+
+def answer_status(known: WorkflowInstance | StoredEnd) -> InboxReply:
+    """Return the ``status`` answer for an instance: its status and, once ended, its outcome."""
+    if isinstance(known, StoredEnd):
+        return InboxReply("status", known.status, known.outcome, known.result, known.error, known.reason)
+    status = None if known.status is None else known.status.value
+    if known.outcome is None:
+        return InboxReply("status", status)
+    fields = outcome_fields_of(known.outcome, known.definition)
+    error = fields["error"]
+    return InboxReply(
+        "status", status, fields["outcome"], fields["result"], None if error is None else StepError.from_json(error)
+    )
+
+
+def outcome_fields_of(outcome: Outcome, definition: WorkflowDefinition) -> dict[str, Any]:
+    """Return the stored form of an ``Outcome``: ``outcome``, ``result`` (JSON text), ``error`` (JSON)."""
+    if isinstance(outcome, Finished):
+        return {"outcome": "finished", "result": definition.codec.encode(outcome.value), "error": None}
+    if isinstance(outcome, Faulted):
+        return {"outcome": "faulted", "result": None, "error": outcome.error.to_json()}
+    return {"outcome": "cancelled", "result": None, "error": None}
+
+
+def outcome_from(
+    outcome: str, result: str | None, error: StepError | None, definition: WorkflowDefinition
+) -> Outcome:
+    """Rebuild an ``Outcome`` from answer fields, reading a result as the declared type.
+
+    Raises:
+        ValueError: ``result`` does not read as the workflow's result type.
+    """
+    if outcome == "finished":
+        return Finished(definition.codec.decode(result or "null", definition.result_type))
+    if outcome == "faulted":
+        return Faulted(error or StepError(None, "faulted"))
+    return Cancelled()
+
+
+@dataclass(frozen=True, slots=True)
+class _Value:
+    value: Any
+
+
+def _payload(request: InboxRequest) -> _Value | Refuse:
+    if request.payload is None:
+        return _Value(None)
+    try:
+        # Bounded: untrusted JSON nested thousands deep would recurse out of the stack.
+        return _Value(load_json(request.payload, "payload"))
+    except ValueError as exc:  # also invalid UTF-8 (UnicodeDecodeError) and LimitError
+        return Refuse(f"the payload is not JSON: {exc}")
+
+
+def _ended(known: WorkflowInstance | StoredEnd) -> bool:
+    if isinstance(known, StoredEnd):
+        return True  # only an ended instance is known by its stored end
+    return known.status is not None and known.status.value in _ENDED
+
+
+def _with_answer(answer: str, reply: InboxReply) -> InboxReply:
+    return InboxReply(answer, reply.status, reply.outcome, reply.result, reply.error, reply.reason)

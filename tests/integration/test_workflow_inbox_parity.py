@@ -1,0 +1,189 @@
+"""The hosted worker and ``WorkflowTestRuntime`` answer one inbox sequence alike.
+
+Both follow ``tidings.core.workflow.inbox_rules``. The hosted half is a real worker fed raw
+``WorkflowInbox`` records (as any producer may send them) whose answers are read back from
+the replies topics; the in-memory half takes the same requests through ``handle.ask``.
+Between the two phases the worker is replaced by one with an empty data directory, so in
+phase 2 the hosted worker knows ended instances only by their stored end (restored from the
+journal) and replays running ones, while the in-memory runtime restarts and holds them all
+live again: the answers must not differ.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Producer
+
+from tidings import App
+from tidings.codec import avro
+from tidings.core.workflow.inbox_rules import InboxReply
+from tidings.core.workflow_records import WorkflowInbox, WorkflowReply
+from tidings.testing.eventually import assert_eventually
+from tidings.testing.topics import read_topic
+from tidings.testing.workflows import PendingReply, WorkflowTestRuntime
+from tests.workflow_workers import WorkflowWorkers, calls, workflow_app, workflow_workers  # noqa: F401
+
+
+@dataclass(frozen=True)
+class Step:
+    workflow: str
+    instance_id: str
+    kind: str
+    payload: bytes | None = None
+    signal: str | None = None
+    wait: bool = False
+
+
+NOT_FOUND = InboxReply("not_found")
+ACCEPTED = InboxReply("accepted")
+
+# collector(count) collects `count` int signals named "item"; faulty(reason) raises at once.
+PHASE_1 = [
+    Step("collector", "c-1", "query"),
+    Step("collector", "c-1", "signal", b"1", "item"),  # signal to an unknown id
+    Step("collector", "c-1", "cancel"),
+    Step("collector", "c-1", "query", wait=True),
+    Step("collector", "c-1", "start", b"2"),
+    Step("collector", "c-1", "start", b"9"),  # a second start stores nothing
+    Step("collector", "c-1", "query"),
+    Step("collector", "c-1", "signal", b"7", "item"),
+    Step("collector", "c-1", "signal", b"{oops", "item"),  # bad payload
+    Step("collector", "c-1", "query", wait=True),  # answered when c-1 ends
+    Step("collector", "c-1", "signal", b"8", "item"),  # c-1 finishes [7, 8]
+    Step("collector", "c-1", "query"),
+    Step("collector", "c-1", "signal", b"9", "item"),  # signal after the end
+    Step("collector", "c-1", "cancel"),  # cancel after the end
+    Step("collector", "c-1", "start", b"2"),  # start of an ended id
+    Step("collector", "c-2", "start", b"{oops"),  # bad payload: nothing is started
+    Step("collector", "c-2", "query"),
+    Step("collector", "c-3", "start", b'"many"'),  # not an int: the workflow refuses it
+    Step("collector", "c-3", "signal", b"1", "item"),
+    Step("collector", "c-4", "start", b"3"),  # stays running across the worker change
+    Step("collector", "c-4", "signal", b"5", "item"),
+    Step("collector", "k-1", "start", b"3"),
+    Step("collector", "k-1", "query", wait=True),  # answered when k-1 is cancelled
+    Step("collector", "k-1", "cancel"),
+    Step("collector", "k-1", "cancel"),  # a second cancel changes nothing
+    Step("collector", "k-1", "signal", b"1", "item"),
+    Step("faulty", "f-1", "start", b'"boom"'),
+    Step("faulty", "f-1", "query", wait=True),
+    Step("faulty", "f-1", "signal", b"1", "item"),
+    Step("faulty", "f-1", "cancel"),
+]
+
+PHASE_2 = [
+    *(
+        step
+        for instance_id, workflow in [("c-1", "collector"), ("k-1", "collector"), ("f-1", "faulty")]
+        for step in [
+            Step(workflow, instance_id, "query"),
+            Step(workflow, instance_id, "query", wait=True),
+            Step(workflow, instance_id, "signal", b"1", "item"),
+            Step(workflow, instance_id, "signal", b"{oops", "item"),  # ended is said before the payload is read
+            Step(workflow, instance_id, "cancel"),
+            Step(workflow, instance_id, "start", b"1"),
+        ]
+    ),
+    Step("collector", "c-2", "signal", b"1", "item"),
+    Step("collector", "c-4", "start", b"1"),
+    Step("collector", "c-4", "query"),
+    Step("collector", "c-4", "query", wait=True),
+    Step("collector", "c-4", "signal", b"{oops", "item"),
+    Step("collector", "c-4", "signal", b"6", "item"),
+    Step("collector", "c-4", "signal", b"7", "item"),  # c-4 finishes [5, 6, 7]
+    Step("collector", "c-4", "query"),
+]
+
+
+def handle(app: App, name: str) -> Any:
+    return next(h for h in app.hosted if h.name == name)
+
+
+def hosted_replies(
+    bootstrap: str, app: App, steps: list[Step], phase: str, log_tail: Any
+) -> list[InboxReply]:
+    """Produce ``steps`` to the inboxes in order; return the worker's answers, in step order."""
+    producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random", "enable.idempotence": True})
+    for n, step in enumerate(steps):
+        topics = handle(app, step.workflow).topics
+        request = WorkflowInbox(
+            request_id=f"{phase}-{n}",
+            instance_id=step.instance_id,
+            kind=step.kind,
+            timestamp_ms=int(time.time() * 1000),
+            payload=step.payload,
+            signal=step.signal,
+            reply_to=topics.replies,
+            wait=step.wait,
+        )
+        producer.produce(topics.inbox, avro.encode(request), step.instance_id.encode())
+    assert producer.flush(30) == 0
+
+    def answered() -> dict[str, WorkflowReply]:
+        replies: dict[str, WorkflowReply] = {}
+        for workflow in sorted({step.workflow for step in steps}):
+            for record in read_topic(bootstrap, handle(app, workflow).topics.replies):
+                reply = avro.decode(record.value or b"")
+                assert isinstance(reply, WorkflowReply)
+                replies.setdefault(reply.request_id, reply)  # the first answer, should one be repeated
+        missing = [n for n in range(len(steps)) if f"{phase}-{n}" not in replies]
+        assert not missing, f"no answer yet to {[steps[n] for n in missing]}\n{log_tail()}"
+        return replies
+
+    replies = assert_eventually(answered, timeout=90)
+    return [
+        InboxReply(r.answer, r.status, r.outcome, r.result, r.error, r.reason)
+        for r in (replies[f"{phase}-{n}"] for n in range(len(steps)))
+    ]
+
+
+def in_memory_replies(runtime: WorkflowTestRuntime, steps: list[Step]) -> list[PendingReply]:
+    """Send ``steps`` to the in-memory runtime through the raw inbox requests of its handles."""
+    handles = {name: runtime.register(runtime.definition(name)) for name in ("collector", "faulty")}
+    return [
+        handles[step.workflow].ask(
+            step.instance_id, step.kind, payload=step.payload, signal=step.signal, wait=step.wait
+        )
+        for step in steps
+    ]
+
+
+def test_the_hosted_worker_and_the_in_memory_runtime_answer_one_inbox_sequence_alike(
+    kafka_bootstrap: str, workflow_app: App, workflow_workers: WorkflowWorkers
+) -> None:
+    runtime = WorkflowTestRuntime()
+    for name in ("collector", "faulty"):
+        runtime.register(handle(workflow_app, name).definition)
+
+    first = workflow_workers.start("w1")
+    hosted_1 = hosted_replies(kafka_bootstrap, workflow_app, PHASE_1, "p1", workflow_workers.log_tail)
+    memory_1 = in_memory_replies(runtime, PHASE_1)
+    first.stop()
+    workflow_workers.start("w2")  # an empty data directory: everything comes back from the journal
+    runtime.restart()
+    hosted_2 = hosted_replies(kafka_bootstrap, workflow_app, PHASE_2, "p2", workflow_workers.log_tail)
+    memory_2 = in_memory_replies(runtime, PHASE_2)
+
+    steps = PHASE_1 + PHASE_2
+    hosted = hosted_1 + hosted_2
+    memory = [pending.reply for pending in memory_1 + memory_2]
+    differences = [(step, h, m) for step, h, m in zip(steps, hosted, memory) if h != m]
+    assert differences == [], "\n".join(f"{s}\n  hosted:    {h}\n  in memory: {m}" for s, h, m in differences)
+
+    # The sequence did reach every rule (the comparison alone would pass if both said nothing useful).
+    answers = {(step.instance_id, step.kind, step.wait, reply.answer) for step, reply in zip(steps, hosted)}
+    assert {("c-1", "query", False, "not_found"), ("c-1", "signal", False, "not_found"),
+            ("c-1", "cancel", False, "not_found"), ("c-1", "query", True, "not_found"),
+            ("c-1", "start", False, "accepted"), ("c-1", "signal", False, "rejected"),
+            ("c-1", "signal", False, "ended"), ("c-2", "start", False, "rejected"),
+            ("c-3", "start", False, "rejected"), ("c-3", "signal", False, "not_found"),
+            ("k-1", "cancel", False, "accepted"), ("f-1", "signal", False, "ended")} <= answers
+    by_step = dict(zip(range(len(steps)), hosted))
+    assert by_step[9] == InboxReply("status", "FINISHED", "finished", "[7,8]")  # the waiting query
+    assert by_step[22] == InboxReply("status", "CANCELLED", "cancelled")
+    assert hosted[-1] == InboxReply("status", "FINISHED", "finished", "[5,6,7]")
+    faulted = hosted[PHASE_1.index(Step("faulty", "f-1", "query", wait=True))]
+    assert faulted.outcome == "faulted" and faulted.error is not None and "boom" in faulted.error.message
