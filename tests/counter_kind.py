@@ -187,7 +187,9 @@ class CounterAgent:
             return
         partition = record.partition
         if record.offset <= self._counted.get(partition, -1):
-            return  # re-delivered after a crash: the journal already counts it
+            # Re-delivered after a crash (its offset was not committed): already counted.
+            log.info("counter %s: inbox %d@%d is counted already", self.name, partition, record.offset)
+            return
         counts = self._counts.setdefault(partition, {})
         count = counts.get(counter_id, 0) + 1
         counts[counter_id] = count
