@@ -39,30 +39,11 @@ def counter_app(kafka_bootstrap: str, app_id: str) -> App:
     return app
 
 
-class CounterWorkers(Workers):
-    """Worker processes of the counter App, each with a data directory made beforehand.
-
-    The worker does not create its data directory: Faust makes ``{data_dir}/faust``
-    without parents, and the other kinds only get away with it because opening their
-    RocksDB stores creates ``{data_dir}/stores/...`` first. A kind with no store on disk
-    (this counter) stops the worker at start with ``FileNotFoundError``.
-    """
-
-    def __init__(self, bootstrap: str, app_id: str, tmp_path: Path) -> None:
-        super().__init__(bootstrap, app_id, tmp_path, app_spec="tests.integration.counter_apps:app")
-        self._root = tmp_path
-
-    def start(self, name: str = "w1", *, data_dir: Path | None = None,
-              instance_id: str | None = None) -> WorkerProcess:
-        data_dir = data_dir or self._root / name
-        data_dir.mkdir(parents=True, exist_ok=True)
-        return super().start(name, data_dir=data_dir, instance_id=instance_id)
-
-
 @pytest.fixture
 def counter_workers(kafka_bootstrap: str, app_id: str, tmp_path: Path) -> Iterator[Workers]:
     """Worker processes of the counter App; every one is killed at the end of the test."""
-    started = CounterWorkers(kafka_bootstrap, app_id, tmp_path)
+    # A kind with nothing on disk: the worker must make its data directory itself.
+    started = Workers(kafka_bootstrap, app_id, tmp_path, app_spec="tests.integration.counter_apps:app")
     yield started
     started.kill_all()
 

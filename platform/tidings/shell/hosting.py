@@ -66,7 +66,8 @@ class Agent(Protocol):
         """React to newly assigned partitions (any topic of the app; ignore others').
 
         Not awaited by the consumer: records of these partitions may arrive meanwhile, and
-        the agent must make them wait until it is ready (``PartitionOwner`` does).
+        the agent must make them wait until it is ready (``PartitionOwner.ensure_ready``
+        runs one catch-up per partition; a batch waits for one in progress).
         """
         ...
 

@@ -23,6 +23,7 @@ takes the same four things in every kind, kept here once:
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import logging
@@ -83,6 +84,9 @@ class PartitionOwner:
         self._custom_catch_up = catch_up
         self._on_foreign = on_foreign
         self._ready: set[int] = set()
+        # One catch-up per partition at a time: an eager one started on assignment and a
+        # batch that arrives meanwhile must not both apply the journal.
+        self._catching: dict[int, asyncio.Lock] = {}
         self._journal_end: dict[int, int] = {}  # next offset of each journal partition
         # murmur2 in Python costs microseconds, and one input asks for its instance's
         # partition several times (records, statuses, effects, readiness).
@@ -100,12 +104,21 @@ class PartitionOwner:
         return frozenset(self._ready)
 
     async def ensure_ready(self, partitions: Iterable[int]) -> None:
-        """Catch up, in partition order, each of ``partitions`` not ready yet."""
+        """Catch up, in partition order, each of ``partitions`` not ready yet.
+
+        Concurrent callers for one partition wait for the first one's catch-up.
+        """
         for partition in sorted(set(partitions) - self._ready):
-            await self.catch_up(partition)
+            lock = self._catching.setdefault(partition, asyncio.Lock())
+            async with lock:
+                if partition not in self._ready:
+                    await self.catch_up(partition)
 
     async def catch_up(self, partition: int) -> None:
-        """Bring ``partition`` up to date with the journal, then mark it ready."""
+        """Bring ``partition`` up to date with the journal now, then mark it ready.
+
+        Prefer ``ensure_ready``, which never runs two catch-ups of a partition at once.
+        """
         if self._forget is not None:
             self._forget(partition)
         if self._custom_catch_up is not None:

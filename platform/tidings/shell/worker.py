@@ -71,6 +71,8 @@ class Worker:
             self._runtime = None
 
     def _faust_app(self) -> faust.App:
+        # Faust creates its directory without parents, and a kind may keep nothing on disk.
+        self.data_dir.mkdir(parents=True, exist_ok=True)
         fapp = faust.App(
             self.app.name,
             # tidings:// is Faust's aiokafka transport with a short fetch wait (transport.py).
