@@ -22,7 +22,6 @@ from tidings.core.partitioning import partition_for
 from tidings.core.records import DeadLetter
 from tidings.shell.topics import apply_topics
 from tidings.testing.eventually import assert_eventually
-from tidings.testing.processes import WorkerProcess
 from tidings.testing.topics import StoredRecord, read_topic
 from tests.counter_kind import INCREMENT, CounterKind
 from tests.integration.counter_apps import build
