@@ -26,7 +26,7 @@ from collections.abc import Collection, Mapping
 from itertools import accumulate, count
 from typing import TYPE_CHECKING, Any, Final
 
-from tidings.core.records import CommandEnvelope
+from tidings.core.records import CommandEnvelope, EventEnvelope
 from tidings.errors import LimitError
 
 if TYPE_CHECKING:
@@ -330,6 +330,23 @@ def check_command(command: CommandEnvelope) -> CommandEnvelope:
     return command
 
 
+def check_event(event: EventEnvelope) -> EventEnvelope:
+    """Check the ids of an event read as the input of a projection or an orchestration.
+
+    Any producer can write to an events topic. The aggregate that owns it only ever writes
+    ids within the limits; a record whose ids break them is no event it stored.
+
+    Raises:
+        LimitError: An id or the type name breaks its limit.
+    """
+    check_id(event.event_id, "event_id")
+    check_id(event.command_id, "command_id")
+    check_id(event.correlation_id, "correlation_id")
+    check_id(event.aggregate_id, "aggregate_id")
+    check_id(event.type, "type")
+    return event
+
+
 def check_inbox(inbox: WorkflowInbox) -> WorkflowInbox:
     """Check every limit of a workflow inbox record (Avro or JSON).
 
@@ -365,6 +382,7 @@ __all__ = [
     "MAX_REQUEST_ID_BYTES",
     "MAX_TOPIC_NAME_LENGTH",
     "check_command",
+    "check_event",
     "check_id",
     "check_inbox",
     "check_json_text",

@@ -288,8 +288,8 @@ class WorkflowInstance:
         codec = self.definition.codec
         try:
             text, _ = codec.convert(message.input, self.definition.input_type)
-        except ValueError as exc:
-            return f"the input cannot be stored or read back: {exc}"
+        except Exception as exc:  # noqa: BLE001 - a validator of the input type is user code
+            return f"the input cannot be stored or read back: {type(exc).__name__}: {exc}"
         self._apply_stored(self._record(Started(self._next_seq, text, self._now)))
         return None
 

@@ -57,9 +57,18 @@ from ...core.orchestration_records import (
     OrchestrationEvent,
     OrchestrationOutcome,
 )
+from ...core.limits import check_event, check_id
 from ...core.partitioning import partition_for
 from ...core.records import EventEnvelope
-from ...errors import DecodeError, HandlerFailed, KeyOfFailed, RecordError, SchemaError
+from ...errors import (
+    DecodeError,
+    HandlerFailed,
+    KeyOfFailed,
+    LimitError,
+    RecordError,
+    RecordRejected,
+    SchemaError,
+)
 from ..deadletters import dead_letter
 from ..io import Delivered, Incoming, Outgoing, PartitionReader, Publisher
 from ..owner import PartitionOwner
@@ -127,6 +136,7 @@ class OrchestrationRouter:
         """Route ``batch`` and start producing; return what waits for the acks."""
         now_ms = int(self._clock() * 1000)
         routed: list[Outgoing] = []
+        origins: list[Incoming] = []  # the source record of each routed one
         letters: list[Outgoing] = []
         for record in batch:
             try:
@@ -140,10 +150,19 @@ class OrchestrationRouter:
                 continue
             if outgoing is not None:
                 routed.append(outgoing)
+                origins.append(record)
         delivery = self._publisher.send(routed)
 
         async def finish() -> None:
-            await delivery
+            try:
+                await delivery
+            except RecordRejected as exc:
+                # The routed copy of an event is larger than the event: near the size
+                # limit it may not fit the inbox. That event goes to the dead letters.
+                for index, _, reason in exc.rejections:
+                    error = SchemaError(f"the event routed to orchestration {self.name} was refused "
+                                        f"by Kafka: {reason}")
+                    letters.append(dead_letter(origins[index], error, self.topics.deadletter, now_ms))
             if letters:
                 await self._publisher.publish(letters)
 
@@ -151,7 +170,7 @@ class OrchestrationRouter:
 
     def _route(self, record: Incoming) -> Outgoing | None:
         source = self._sources[record.topic]
-        envelope = avro.decode_as(record.value or b"", EventEnvelope)
+        envelope = check_event(avro.decode_as(record.value or b"", EventEnvelope))
         if envelope.deferred:
             return None  # never stored, so never part of an instance's history
         value = load_payload(envelope.type, envelope.payload, source.event_types)
@@ -164,8 +183,12 @@ class OrchestrationRouter:
         if key is None:
             return None
         if not isinstance(key, str) or not key:
-            raise KeyOfFailed(f"key_of of orchestration {self.name} returned {key!r}, "
+            raise KeyOfFailed(f"key_of of orchestration {self.name} returned {key!r:.100}, "
                               "not a non-empty str or None")
+        try:
+            check_id(key, "instance key")
+        except LimitError as exc:
+            raise KeyOfFailed(f"key_of of orchestration {self.name}: {exc}") from exc
         routed = OrchestrationEvent(
             orchestration=self.name,
             instance=key,
@@ -336,6 +359,8 @@ class OrchestrationAgent:
 
     def _handle(self, record: Incoming, work: _Work, now_ms: int) -> None:
         routed = avro.decode_as(record.value or b"", OrchestrationEvent)
+        check_id(routed.instance, "instance key")  # any producer can write to the inbox
+        check_event(routed.event)
         if routed.orchestration != self.name:
             raise SchemaError(f"a record of orchestration {routed.orchestration!r} on the inbox "
                               f"of {self.name!r}")

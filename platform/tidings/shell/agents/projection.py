@@ -23,6 +23,7 @@ from typing import Any
 
 from ...codec import avro
 from ...codec.payloads import load_payload
+from ...core.limits import check_event
 from ...core.records import EventEnvelope
 from ...errors import DecodeError, HandlerFailed, RecordError
 from ..hosting import Input, Runtime, TopicPartition
@@ -137,7 +138,7 @@ class ProjectionAgent:
         view = self._store.view
         source = self._sources[record.topic]
         try:
-            envelope = avro.decode_as(record.value or b"", EventEnvelope)
+            envelope = check_event(avro.decode_as(record.value or b"", EventEnvelope))
             value = load_payload(envelope.type, envelope.payload, source.event_types)
             event = ProjectedEvent(
                 source.aggregate, envelope.aggregate_id, envelope.version, value, envelope
