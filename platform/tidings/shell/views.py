@@ -8,6 +8,11 @@ below the stored ones) are skipped: nothing is applied twice.
 Keys:
     ``v/{key}``                 a view entry (JSON)
     ``o/{topic}/{partition}``   next source offset to apply
+    ``a/{aggregate}/{id}``      the last version of that instance applied
+
+The versions make a projection apply each (instance, version) once even when the events
+topic holds it twice (a zombie's write, or any producer's copy): only re-delivery is
+handled by the offsets.
 """
 
 from __future__ import annotations
@@ -90,6 +95,19 @@ class ViewStore:
         access = AccessType.read_only() if read_only else AccessType.read_write()
         self._db = Rdict(str(path), options, access_type=access)
         self.view = View(self._db)
+        self._versions: dict[tuple[str, str], int] = {}  # applied, not committed yet
+
+    def version(self, aggregate: str, aggregate_id: str) -> int:
+        """Return the last version of the instance applied (0: none)."""
+        pending = self._versions.get((aggregate, aggregate_id))
+        if pending is not None:
+            return pending
+        raw = self._db.get(f"a/{aggregate}/{aggregate_id}".encode())
+        return 0 if raw is None else int(raw)
+
+    def applied(self, aggregate: str, aggregate_id: str, version: int) -> None:
+        """Remember that ``version`` of the instance was applied (stored at the next commit)."""
+        self._versions[(aggregate, aggregate_id)] = version
 
     def offset(self, topic: str, partition: int) -> int | None:
         """Return the next offset of ``topic``/``partition`` to apply, or None if never."""
@@ -100,6 +118,9 @@ class ViewStore:
         """Store the view's pending writes and the offsets atomically."""
         batch = WriteBatch(raw_mode=True)
         self.view._drain(batch)
+        for (aggregate, aggregate_id), version in self._versions.items():
+            batch.put(f"a/{aggregate}/{aggregate_id}".encode(), b"%d" % version)
+        self._versions.clear()
         for (topic, partition), offset in offsets.items():
             batch.put(f"o/{topic}/{partition}".encode(), b"%d" % offset)
         self._db.write(batch)

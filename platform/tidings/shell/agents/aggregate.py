@@ -262,6 +262,11 @@ class AggregateAgent:
         for record in chunk:
             try:
                 event = avro.decode_as(record.value or b"", EventEnvelope)
+                if self.owner.home(event.aggregate_id) != partition:
+                    # Any producer can write here; an instance's history is only what its
+                    # home partition holds, so a record elsewhere never changes its state.
+                    raise SchemaError(f"an event of {event.aggregate_id[:100]!r} on partition "
+                                      f"{partition}, which is not its home partition")
                 value = load_payload(event.type, event.payload, self.definition.event_types)
                 instance = dirty.get(event.aggregate_id) or self._instance(partition, event.aggregate_id)
                 restored = restore(self.definition, instance, event, value)

@@ -139,6 +139,13 @@ class ProjectionAgent:
         source = self._sources[record.topic]
         try:
             envelope = check_event(avro.decode_as(record.value or b"", EventEnvelope))
+            if envelope.version <= self._store.version(source.aggregate, envelope.aggregate_id):
+                # A second copy of an applied event (a zombie's write, another producer's):
+                # the instance's history has it once, so the view does too.
+                log.info("projection %s skips %s/%d@%d: %s version %d is applied already",
+                         self.name, record.topic, record.partition, record.offset,
+                         envelope.aggregate_id[:100], envelope.version)
+                return
             value = load_payload(envelope.type, envelope.payload, source.event_types)
             event = ProjectedEvent(
                 source.aggregate, envelope.aggregate_id, envelope.version, value, envelope
@@ -160,6 +167,7 @@ class ProjectionAgent:
             letters.append(self._runtime.dead_letter(record, error))
             return
         view._keep()
+        self._store.applied(source.aggregate, envelope.aggregate_id, envelope.version)
 
 
 async def _nothing() -> None:
