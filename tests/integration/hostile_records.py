@@ -362,23 +362,25 @@ class Table:
         return Sent(target.name, case, target.topic, key, value, list(headers),
                     partition, True, expect, check)
 
-    def wrong_keys(self, target: Target, instance: str, value: bytes, key_of: Callable[[str], bytes],
-                   check: Check, headers: Headers) -> list[Sent]:
-        """A valid record under a wrong key, no key, and its own key on a wrong partition."""
-        home = partition_of(key_of(instance))
-        wrong = self.ids.off(home, "wrong-key")
-        records = [
-            self.keyed(target, "valid, under another instance's key", key_of(wrong), value, headers,
-                       expect=Expect.VALID, check=check),
-            self.placed(target, "valid, its key, a wrong partition", key_of(instance), value,
-                        (home + 1) % PARTITIONS, headers, expect=Expect.VALID, check=check),
-        ]
+    def wrong_keys(self, target: Target, valid: Callable[[], tuple[str, bytes, Check]],
+                   key_of: Callable[[str], bytes], headers: Headers) -> list[Sent]:
+        """Valid records under a wrong key, no key, a key of invalid UTF-8, or their own key on a
+        wrong partition; ``valid()`` gives a new one each time (instance, value, its effect)."""
+        records = []
+        variants = ["valid, under another instance's key", "valid, its key, a wrong partition"]
         if target.kind != "events":  # a compacted topic refuses records without a key
-            records.append(self.placed(target, "valid, no key, a wrong partition", None, value,
-                                       (home + 2) % PARTITIONS, headers, expect=Expect.VALID, check=check))
-            records.append(self.keyed(target, "valid, under a key of invalid UTF-8",
-                                      self.ids.bad_utf8_key_off(home), value, headers,
-                                      expect=Expect.VALID, check=check))
+            variants += ["valid, no key, a wrong partition", "valid, under a key of invalid UTF-8"]
+        for case in variants:
+            instance, value, check = valid()
+            home = partition_of(key_of(instance))
+            if case.endswith("a wrong partition"):
+                key = None if "no key" in case else key_of(instance)
+                records.append(self.placed(target, case, key, value, (home + 1) % PARTITIONS, headers,
+                                           expect=Expect.VALID, check=check))
+            else:
+                wrong = (self.ids.bad_utf8_key_off(home) if "invalid UTF-8" in case
+                         else key_of(self.ids.off(home, "wrong-key")))
+                records.append(self.keyed(target, case, wrong, value, headers, expect=Expect.VALID, check=check))
         return records
 
     def generic_cases(self, target: Target) -> list[Sent]:
@@ -493,13 +495,14 @@ class Table:
             self.avro.encode("event", event_fields(instance, type_, json.dumps(body).encode())),
         ))
 
-        instance, command_id = self.ids.fresh(aggregate), self.ids.fresh("cmd")
-        type_, body = self.payloads(aggregate, instance)["valid"]
-        valid = as_json({"command_id": command_id, "aggregate_id": instance, "type": type_,
-                         "payload": body, "reply_to": replies})
-        records += self.wrong_keys(target, instance, valid, str.encode,
-                                   self.command_done(aggregate, instance, command_id), JSON)
-        return records
+        def valid() -> tuple[str, bytes, Check]:
+            instance, command_id = self.ids.fresh(aggregate), self.ids.fresh("cmd")
+            type_, body = self.payloads(aggregate, instance)["valid"]
+            value = as_json({"command_id": command_id, "aggregate_id": instance, "type": type_,
+                             "payload": body, "reply_to": replies})
+            return instance, value, self.command_done(aggregate, instance, command_id)
+
+        return records + self.wrong_keys(target, valid, str.encode, JSON)
 
     # -- events (a projection's or an orchestration's source) ------------------------------
 
@@ -549,12 +552,13 @@ class Table:
         })
         records.append(self.keyed(target, "an Avro command on the events topic", f"{instance}/1".encode(), command))
 
-        instance = self.ids.fresh(aggregate)
-        name, body = self.event_payloads(aggregate, instance)["valid"]
-        valid = self.avro.encode("event", event_fields(instance, name, json.dumps(body).encode()))
-        check = projected_once(instance) if aggregate == "vault" else tracked_once(instance)
-        records += self.wrong_keys(target, instance, valid, lambda i: f"{i}/1".encode(), check, [])
-        return records
+        def valid() -> tuple[str, bytes, Check]:
+            instance = self.ids.fresh(aggregate)
+            name, body = self.event_payloads(aggregate, instance)["valid"]
+            value = self.avro.encode("event", event_fields(instance, name, json.dumps(body).encode()))
+            return instance, value, projected_once(instance) if aggregate == "vault" else tracked_once(instance)
+
+        return records + self.wrong_keys(target, valid, lambda i: f"{i}/1".encode(), [])
 
     # -- the workflow inbox --------------------------------------------------------------
 
@@ -576,8 +580,10 @@ class Table:
         start("schema-invalid envelope (timestamp_ms a string)", timestamp_ms="soon")
         start("a signal without its name", kind="signal")
         start("lone surrogate in instance_id", instance=self.ids.fresh(SURROGATE))
-        start("lone surrogate in request_id", request_id=self.ids.fresh(SURROGATE))
-        start("300 KB request_id", request_id=LONG_ID + self.ids.fresh(""))
+        # With reply_to, as a caller that waits would send it: the reply is keyed by the request id.
+        start("lone surrogate in request_id", request_id=self.ids.fresh(SURROGATE),
+              reply_to=self.topics.workflow("replies"))
+        start("300 KB request_id", request_id=LONG_ID + self.ids.fresh(""), reply_to=self.topics.workflow("replies"))
         start("300 KB instance_id", instance=LONG_ID + self.ids.fresh(""))
         start("input near 1 MB (an ignored extra field)", {"name": "n", "memo": "x" * NEAR_LIMIT})
         deep = self.ids.fresh("greet")
@@ -611,10 +617,12 @@ class Table:
         records.append(self.keyed(target, "valid: the body raises, the instance ends faulted", instance.encode(),
                                   as_json({"kind": "start", "instance_id": instance, "payload": {"name": "raise"}}),
                                   JSON, expect=Expect.VALID, check=greeted(instance, "faulted")))
-        instance = self.ids.fresh("greet")
-        valid = as_json({"kind": "start", "instance_id": instance, "payload": {"name": "wrong-key"}})
-        records += self.wrong_keys(target, instance, valid, str.encode, greeted(instance, "finished"), JSON)
-        return records
+        def valid() -> tuple[str, bytes, Check]:
+            instance = self.ids.fresh("greet")
+            value = as_json({"kind": "start", "instance_id": instance, "payload": {"name": "wrong-key"}})
+            return instance, value, greeted(instance, "finished")
+
+        return records + self.wrong_keys(target, valid, str.encode, JSON)
 
     # -- the orchestration inbox ---------------------------------------------------------
 
@@ -655,10 +663,12 @@ class Table:
         records.append(self.keyed(target, "an Avro event on the inbox", instance.encode(),
                                   self.avro.encode("event", event_fields(instance, "Noted", b"{}"))))
 
-        instance = self.ids.fresh("order")
-        valid = routed(instance, json.dumps({"order": instance, "step": "go"}).encode())
-        records += self.wrong_keys(target, instance, valid, str.encode, tracked_once(instance), [])
-        return records
+        def valid() -> tuple[str, bytes, Check]:
+            instance = self.ids.fresh("order")
+            value = routed(instance, json.dumps({"order": instance, "step": "go"}).encode())
+            return instance, value, tracked_once(instance)
+
+        return records + self.wrong_keys(target, valid, str.encode, [])
 
     # -- canaries ------------------------------------------------------------------------
 
