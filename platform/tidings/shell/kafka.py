@@ -152,6 +152,10 @@ class ConfluentPublisher:
         while not self._stopping.is_set():
             self._producer.poll(0.05)
 
+    def flush(self, timeout: float) -> int:
+        """Wait up to ``timeout`` s for what is queued to be delivered; return how many are left."""
+        return int(self._producer.flush(timeout))
+
     def close(self, timeout: float = 10.0) -> None:
         """Deliver what is queued (up to ``timeout``), then stop serving callbacks."""
         self._producer.flush(timeout)
