@@ -184,7 +184,7 @@ class _Batch:
             if error is not None:
                 self._failed = True
                 failure = BrokerError(f"producing to {message.topic()} failed: {error}")
-                self._loop.call_soon_threadsafe(_settle, self._future, None, failure)
+                self._settle_later(None, failure)
                 return
             self._positions[index] = Delivered(
                 message.topic(), message.partition(), message.offset()
@@ -192,7 +192,16 @@ class _Batch:
             self._remaining -= 1
             done = self._remaining == 0
         if done:
-            self._loop.call_soon_threadsafe(_settle, self._future, self._positions, None)
+            self._settle_later(self._positions, None)
+
+    def _settle_later(self, result: Any, error: BaseException | None) -> None:
+        try:
+            self._loop.call_soon_threadsafe(_settle, self._future, result, error)
+        except RuntimeError:
+            # The loop that sent the batch has closed (a client used from one asyncio.run
+            # after another): nobody awaits the outcome, and raising here would kill the
+            # thread that serves every later delivery report.
+            pass
 
 
 def _settle(

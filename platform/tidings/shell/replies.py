@@ -138,7 +138,10 @@ class ReplyReader(Generic[R]):
             waiting = self._pending.get(key)
         if waiting is not None:
             loop, future = waiting
-            loop.call_soon_threadsafe(_resolve, future, answer)
+            try:
+                loop.call_soon_threadsafe(_resolve, future, answer)
+            except RuntimeError:
+                pass  # the caller's loop closed as the answer came: nobody waits, and this thread must go on
 
 
 def _resolve(future: asyncio.Future[R], answer: R) -> None:

@@ -99,15 +99,21 @@ class Requester:
         await replies.start()
         key = _answer_key(request)
         answered = replies.expect(key)
+        deadline = time.monotonic() + timeout
         try:
             delivered = self._produce(topic, request)
-            # Whichever comes first: a failed produce ends the wait at once, instead of
-            # the caller waiting out its timeout for an answer that cannot come.
-            await asyncio.wait((answered, delivered), timeout=timeout, return_when=asyncio.FIRST_EXCEPTION)
+            # A failed produce ends the wait at once, instead of the caller waiting out its
+            # timeout for an answer that cannot come; the answer does not wait for the ack.
+            await asyncio.wait((answered, delivered), timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            if answered.done():
+                return answered.result()
             failure = delivered.exception() if delivered.done() else None
             if failure is not None:
                 raise failure
-            return answered.result() if answered.done() else None
+            try:
+                return await asyncio.wait_for(answered, max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                return None
         finally:
             replies.forget(key)
 
@@ -236,6 +242,10 @@ class OutcomeWatcher:
     a partition already read needs no offset of its own: every record it can wait for is
     written after it registered, so after the position the thread had then.
 
+    End offsets are read with a second consumer, from the caller's side: a query on the
+    consumer the thread polls waited for the poll (seconds, or its whole timeout), and one
+    made by the thread between polls would queue behind its long fetch.
+
     Args:
         bootstrap: Kafka bootstrap servers.
     """
@@ -254,14 +264,20 @@ class OutcomeWatcher:
                 "fetch.wait.max.ms": 50,
             }
         )
+        self._offsets = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"tidings-offsets-{uuid.uuid4().hex}",
+                "enable.auto.commit": False,
+            }
+        )
         self._lock = threading.Lock()
         self._partitions: dict[tuple[str, int], _Watched] = {}
         self._noting: dict[tuple[str, int], concurrent.futures.Future[None]] = {}
         self._wake = threading.Event()
         self._stopping = threading.Event()
-        # Held by a query of end offsets (from the loop's threads) and by the close of
-        # the consumer, so a query never runs on a closed consumer.
-        self._consumer_lock = threading.Lock()
+        # One query of end offsets at a time (from the loops' threads), none after close.
+        self._offsets_lock = threading.Lock()
         self._closed = False
         self._thread: threading.Thread | None = None
 
@@ -326,7 +342,7 @@ class OutcomeWatcher:
         if self._thread is not None:
             self._thread.join(5)
             self._thread = None
-        self._close_consumer()
+        self._close_consumers()
 
     # -- internals ---------------------------------------------------------------------
 
@@ -336,15 +352,16 @@ class OutcomeWatcher:
         watched.idle_since = None
 
     def _end_offset(self, topic: str, partition: int) -> int:
-        with self._consumer_lock:
+        with self._offsets_lock:
             if self._closed:
                 raise BrokerError("the client was closed while it waited for an outcome")
-            return watermarks(self._consumer, topic, partition, NOTE_TIMEOUT_S)[1]
+            return watermarks(self._offsets, topic, partition, NOTE_TIMEOUT_S)[1]
 
-    def _close_consumer(self) -> None:
-        with self._consumer_lock:
+    def _close_consumers(self) -> None:
+        with self._offsets_lock:
             if not self._closed:
                 self._closed = True
+                self._offsets.close()
                 self._consumer.close()
 
     def _run(self) -> None:
@@ -364,7 +381,7 @@ class OutcomeWatcher:
         except Exception:  # noqa: BLE001 - a caller would hang; its timeout still ends its wait
             log.exception("the outcome watcher stopped; waiting callers time out")
         finally:
-            self._close_consumer()
+            self._close_consumers()
 
     def _reassign(self, assigned: set[tuple[str, int]]) -> None:
         """Assign the partitions new waiters noted; drop the ones idle beyond ``LINGER_S``."""
