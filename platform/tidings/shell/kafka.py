@@ -152,10 +152,6 @@ class ConfluentPublisher:
         while not self._stopping.is_set():
             self._producer.poll(0.05)
 
-    def flush(self, timeout: float) -> int:
-        """Wait up to ``timeout`` s for what is queued to be delivered; return how many are left."""
-        return int(self._producer.flush(timeout))
-
     def close(self, timeout: float = 10.0) -> None:
         """Deliver what is queued (up to ``timeout``), then stop serving callbacks."""
         self._producer.flush(timeout)
@@ -184,7 +180,7 @@ class _Batch:
             if error is not None:
                 self._failed = True
                 failure = BrokerError(f"producing to {message.topic()} failed: {error}")
-                self._settle_later(None, failure)
+                self._loop.call_soon_threadsafe(_settle, self._future, None, failure)
                 return
             self._positions[index] = Delivered(
                 message.topic(), message.partition(), message.offset()
@@ -192,16 +188,7 @@ class _Batch:
             self._remaining -= 1
             done = self._remaining == 0
         if done:
-            self._settle_later(self._positions, None)
-
-    def _settle_later(self, result: Any, error: BaseException | None) -> None:
-        try:
-            self._loop.call_soon_threadsafe(_settle, self._future, result, error)
-        except RuntimeError:
-            # The loop that sent the batch has closed (a client used from one asyncio.run
-            # after another): nobody awaits the outcome, and raising here would kill the
-            # thread that serves every later delivery report.
-            pass
+            self._loop.call_soon_threadsafe(_settle, self._future, self._positions, None)
 
 
 def _settle(

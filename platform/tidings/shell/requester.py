@@ -33,14 +33,13 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, overload
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from ..codec import avro
 from ..core.records import CommandEnvelope, ReplyEnvelope
 from ..core.workflow_records import WorkflowInbox, WorkflowReply
 from ..errors import BrokerError
-from .io import Delivered, Outgoing
-from .kafka import ConfluentPublisher, watermarks
+from .kafka import watermarks
 from .replies import ReplyReader
 
 log = logging.getLogger(__name__)
@@ -69,7 +68,7 @@ class Requester:
     def __init__(self, bootstrap: str, *, replies_topic: str) -> None:
         self.bootstrap = bootstrap
         self.replies_topic = replies_topic
-        self._publisher: ConfluentPublisher | None = None
+        self._producer: RequestProducer | None = None
         self._replies: ReplyReader[Answer] | None = None
         self._outcomes: OutcomeWatcher | None = None
 
@@ -79,7 +78,15 @@ class Requester:
         Raises:
             BrokerError: Producing failed.
         """
-        await self._produce(topic, request)
+        loop = asyncio.get_running_loop()
+        delivered: asyncio.Future[None] = loop.create_future()
+
+        def report(error: KafkaError | None, message: Any) -> None:  # on the producer's thread
+            failure = None if error is None else BrokerError(f"producing to {topic} failed: {error}")
+            _call_soon(loop, _settle, delivered, None, failure)
+
+        self._produce(topic, request, report)
+        await delivered
 
     @overload
     async def ask(self, topic: str, request: CommandEnvelope, timeout: float) -> ReplyEnvelope | None: ...
@@ -97,21 +104,20 @@ class Requester:
         """
         replies = self._reply_reader()
         await replies.start()
+        loop = asyncio.get_running_loop()
         key = _answer_key(request)
         answered = replies.expect(key)
-        deadline = time.monotonic() + timeout
+
+        def report(error: KafkaError | None, message: Any) -> None:  # on the producer's thread
+            # Only a failure wakes the caller (at once, rather than at its timeout): an ack
+            # is not worth a wake-up of the loop per request; the answer follows it.
+            if error is not None:
+                _call_soon(loop, _settle, answered, None, BrokerError(f"producing to {topic} failed: {error}"))
+
         try:
-            delivered = self._produce(topic, request)
-            # A failed produce ends the wait at once, instead of the caller waiting out its
-            # timeout for an answer that cannot come; the answer does not wait for the ack.
-            await asyncio.wait((answered, delivered), timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-            if answered.done():
-                return answered.result()
-            failure = delivered.exception() if delivered.done() else None
-            if failure is not None:
-                raise failure
+            self._produce(topic, request, report)
             try:
-                return await asyncio.wait_for(answered, max(0.0, deadline - time.monotonic()))
+                return await asyncio.wait_for(answered, timeout)
             except TimeoutError:
                 return None
         finally:
@@ -141,7 +147,7 @@ class Requester:
 
     def flush(self, timeout: float) -> int:
         """Wait up to ``timeout`` s for produced records to be delivered; return how many are left."""
-        return 0 if self._publisher is None else self._publisher.flush(timeout)
+        return 0 if self._producer is None else self._producer.flush(timeout)
 
     def close(self) -> None:
         """Deliver what was produced, stop the threads and close the Kafka clients.
@@ -149,10 +155,10 @@ class Requester:
         Callers still waiting get no answer (their timeout ends the wait). A later request
         opens new ones.
         """
-        publisher, replies, outcomes = self._publisher, self._replies, self._outcomes
-        self._publisher = self._replies = self._outcomes = None
-        if publisher is not None:
-            publisher.close()
+        producer, replies, outcomes = self._producer, self._replies, self._outcomes
+        self._producer = self._replies = self._outcomes = None
+        if producer is not None:
+            producer.close()
         if replies is not None:
             replies.close()
         if outcomes is not None:
@@ -160,19 +166,14 @@ class Requester:
 
     # -- internals ---------------------------------------------------------------------
 
-    def _produce(self, topic: str, request: CommandEnvelope | WorkflowInbox) -> asyncio.Future[list[Delivered]]:
-        if self._publisher is None:
-            # Its own thread serves the delivery reports, so ``send`` returns at the ack.
-            self._publisher = ConfluentPublisher(self.bootstrap)
+    def _produce(
+        self, topic: str, request: CommandEnvelope | WorkflowInbox, report: Callable[[KafkaError | None, Any], None]
+    ) -> None:
+        if self._producer is None:
+            self._producer = RequestProducer(self.bootstrap)
         key = request.aggregate_id if isinstance(request, CommandEnvelope) else request.instance_id
         # Keyed by instance, no partition: the producer's murmur2 picks the owner's.
-        record = Outgoing(topic, key.encode(), avro.encode(request))
-        try:
-            future = self._publisher.send([record])
-        except KafkaException as exc:
-            raise BrokerError(f"producing to {topic} failed: {exc}") from exc
-        future.add_done_callback(_report_lost)
-        return future
+        self._producer.produce(topic, key.encode(), avro.encode(request), report)
 
     def _reply_reader(self) -> ReplyReader[Answer]:
         if self._replies is None:
@@ -183,6 +184,81 @@ class Requester:
         if self._outcomes is None:
             self._outcomes = OutcomeWatcher(self.bootstrap)
         return self._outcomes
+
+
+class RequestProducer:
+    """The requester's one producer; a thread of its own serves the delivery reports.
+
+    So ``send`` returns at the broker's ack, not at some later turn of another thread.
+    Idempotent, so librdkafka's retries neither duplicate nor reorder the requests to one
+    partition.
+    """
+
+    def __init__(self, bootstrap: str) -> None:
+        self._producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "partitioner": "murmur2_random",
+                "enable.idempotence": True,
+                "acks": "all",
+                # No linger: a request is one record, and a caller waits for its answer.
+                # Under load librdkafka batches anyway (records queue while a request is out).
+                "linger.ms": 0,
+            }
+        )
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="tidings-producer", daemon=True)
+        self._thread.start()
+
+    def produce(self, topic: str, key: bytes, value: bytes, report: Callable[[KafkaError | None, Any], None]) -> None:
+        """Queue one record; ``report(error, message)`` runs on delivery, in the producer's thread.
+
+        Raises:
+            BrokerError: librdkafka refused the record (too large, for one).
+        """
+        while True:
+            try:
+                self._producer.produce(topic, value, key, on_delivery=report)
+                return
+            except BufferError:
+                self._producer.poll(0.01)  # the local queue is full: let librdkafka drain it
+            except KafkaException as exc:
+                raise BrokerError(f"producing to {topic} failed: {exc}") from exc
+
+    def flush(self, timeout: float) -> int:
+        """Wait up to ``timeout`` s for what is queued to be delivered; return how many are left."""
+        return int(self._producer.flush(timeout))
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Deliver what is queued (up to ``timeout``), then stop serving delivery reports."""
+        self._producer.flush(timeout)
+        self._stopping.set()
+        self._thread.join(timeout)
+
+    def _serve(self) -> None:
+        while not self._stopping.is_set():
+            self._producer.poll(0.05)
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[..., object], *args: Any) -> None:
+    """Run ``callback(*args)`` on ``loop`` from another thread, unless the loop has closed.
+
+    A client serves one ``asyncio.run`` after another; an answer or a delivery report for a
+    loop that is gone concerns nobody, and raising would kill the thread that serves them all.
+    """
+    try:
+        loop.call_soon_threadsafe(callback, *args)
+    except RuntimeError:
+        pass
+
+
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
 
 
 def _answer_key(request: CommandEnvelope | WorkflowInbox) -> str:
@@ -199,13 +275,6 @@ def _decode_answer(value: bytes) -> tuple[str, Answer] | None:
     if isinstance(answer, WorkflowReply):
         return f"workflow/{answer.request_id}", answer
     return None  # another record on the replies topic: nobody waits for it
-
-
-def _report_lost(future: asyncio.Future[list[Delivered]]) -> None:
-    # Retrieved here so that a failure nobody awaited any more (the caller timed out) is
-    # logged once rather than reported by asyncio as never retrieved.
-    if not future.cancelled() and future.exception() is not None:
-        log.debug("a request was not delivered: %s", future.exception())
 
 
 # -- outcomes ----------------------------------------------------------------------------
@@ -418,12 +487,5 @@ class OutcomeWatcher:
             except Exception as exc:  # noqa: BLE001 - not an outcome record; wait for the next
                 log.warning("skipping outcome record %s/%s keyed %r: %s", topic, partition, key, exc)
                 continue
-            try:
-                waiter.loop.call_soon_threadsafe(_resolve, waiter.future, outcome)
-            except RuntimeError:
-                pass  # the caller's event loop is closed: nobody waits any more
+            _call_soon(waiter.loop, _settle, waiter.future, outcome, None)
 
-
-def _resolve(future: asyncio.Future[T], value: T) -> None:
-    if not future.done():
-        future.set_result(value)
