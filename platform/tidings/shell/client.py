@@ -90,6 +90,7 @@ class Client:
             AggregateVersionConflict: ``expected_version`` did not match.
             SchemaError: the worker could not use the command (it is dead-lettered).
             ReplyTimeout: no reply in time (the command may still be processed).
+            BrokerError: the command could not be produced, or the replies topic read.
         """
         handle = self.handle_for(aggregate)
         reply = await self.send_envelope(
