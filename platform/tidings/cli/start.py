@@ -80,7 +80,7 @@ def parse_json(text: str, what: str) -> Any:
 
 
 def call(handle: Any, request: Callable[[], Awaitable[Any]]) -> Any:
-    """Run one request of ``handle`` and close its clients afterwards."""
+    """Run one request of ``handle``, then close the client it went through (its producer and threads)."""
 
     async def run() -> Any:
         return await request()

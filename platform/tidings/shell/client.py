@@ -1,37 +1,33 @@
 """The client: commands to aggregates, and the app's workflows (confluent-kafka).
 
+Every request goes through the client's one ``Requester`` (``requester.py``): one
+producer, one thread reading the app's replies topic, one thread watching outcomes.
 Commands are keyed by aggregate id and partitioned with ``murmur2_random`` (librdkafka's
 name for the Java client's murmur2 partitioner), so they land on the partition that owns
-the instance. Replies come back on the app's replies topic, keyed by command id; the
-client reads every partition of it from the position it had when the client started,
-and wakes the caller waiting for that command id.
+the instance; their replies come back on the app's replies topic, keyed by command id.
 
 The workflow calls (``start``, ``result``, ``value``, ``status``, ``signal``, ``cancel``)
-hand off to the workflow's ``WorkflowHandle`` with the client's bootstrap, so a program
-that only has a ``Client`` and a workflow's name gets the handle's exact behaviour.
+hand off to the workflow's ``WorkflowHandle``, which makes its requests through this
+client: a program using handles and a client has one producer and one reply reader.
 ``outcomes`` reads a workflow's compacted outcomes topic itself (``follower.py``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 import uuid
 from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import KafkaException, Producer
-
-from ..codec import avro
 from ..codec.payloads import load_payload, payload_of
 from ..core.limits import check_command, check_id
 from ..core.records import CommandEnvelope, ReplyEnvelope
 from ..core.workflow import Outcome, WorkflowStatus
-from ..errors import AggregateVersionConflict, BrokerError, RecordError, ReplyTimeout, SchemaError
+from ..errors import AggregateVersionConflict, RecordError, ReplyTimeout, SchemaError
 from .agents.workflow_codec import decode_outcome
 from .follower import TopicFollower
-from .replies import ReplyReader
+from .requester import Requester
 from .workflows import WorkflowHandle, workflow_named
 
 if TYPE_CHECKING:
@@ -51,23 +47,21 @@ class Client:
     def __init__(self, bootstrap: str, *, app: App) -> None:
         self.bootstrap = bootstrap
         self.app = app
-        self._producer = Producer(
-            {
-                "bootstrap.servers": bootstrap,
-                "partitioner": "murmur2_random",
-                "enable.idempotence": True,
-                "linger.ms": 1,
-            }
-        )
-        self._replies: ReplyReader[ReplyEnvelope] = ReplyReader(
-            bootstrap,
-            app.replies_topic,
-            decode=_decode_reply,
-            on_poll=lambda: self._producer.poll(0),
-        )
-        # What close() closes beyond the producer and the reply reader.
+        # Opens its producer and threads on the first request, again after close().
+        self._requester = Requester(bootstrap, replies_topic=app.replies_topic)
+        # The handles this client serves (close() lets them go), and what else close() closes.
         self._workflows: dict[int, WorkflowHandle] = {}
         self._followers: set[TopicFollower] = set()
+
+    @property
+    def requester(self) -> Requester:
+        """The one requester this client's calls, and the calls of the handles it serves, go through."""
+        return self._requester
+
+    @property
+    def _producer(self) -> Requester:
+        # The requester owns this client's one producer; ``client._producer.flush(t)`` flushes it.
+        return self._requester
 
     # -- public API --------------------------------------------------------------------
 
@@ -99,6 +93,7 @@ class Client:
             AggregateVersionConflict: ``expected_version`` did not match.
             SchemaError: the worker could not use the command (it is dead-lettered).
             ReplyTimeout: no reply in time (the command may still be processed).
+            BrokerError: the command could not be produced, or the replies topic read.
         """
         handle = self.handle_for(aggregate)
         reply = await self.send_envelope(
@@ -159,20 +154,14 @@ class Client:
         )
         # The worker would dead-letter what breaks a limit; refusing it here says why.
         check_command(envelope)
-        await self._replies.start()
-        future = self._replies.expect(command_id)
-        try:
-            self._produce(handle.topics.commands, aggregate_id.encode(), avro.encode(envelope))
-            wait = self.app.command_timeout if timeout is None else timeout
-            try:
-                return await asyncio.wait_for(asyncio.shield(future), wait)
-            except asyncio.TimeoutError:
-                raise ReplyTimeout(
-                    f"no reply to command {command_id} for {handle.name}/{aggregate_id} "
-                    f"within {wait} s; is a worker running? (`tidings worker MODULE:APP`)"
-                ) from None
-        finally:
-            self._replies.forget(command_id)
+        wait = self.app.command_timeout if timeout is None else timeout
+        reply = await self._requester.ask(handle.topics.commands, envelope, wait)
+        if reply is None:
+            raise ReplyTimeout(
+                f"no reply to command {command_id} for {handle.name}/{aggregate_id} "
+                f"within {wait} s; is a worker running? (`tidings worker MODULE:APP`)"
+            )
+        return reply
 
     # -- workflows -----------------------------------------------------------------------
 
@@ -196,7 +185,7 @@ class Client:
         Raises:
             LookupError: The app declares no workflow of that name.
             WorkflowNotFound: No instance was ever started with this id.
-            TimeoutError: It had not ended within ``timeout`` seconds (default: the app's).
+            ReplyTimeout: It had not ended within ``timeout`` seconds (default: the app's).
         """
         return await self.workflow_for(workflow).result(instance_id, timeout, bootstrap=self.bootstrap)
 
@@ -206,7 +195,7 @@ class Client:
         Raises:
             LookupError: The app declares no workflow of that name.
             WorkflowFaulted, WorkflowCancelled: It did not finish.
-            WorkflowNotFound, TimeoutError: As for ``result``.
+            WorkflowNotFound, ReplyTimeout: As for ``result``.
         """
         return await self.workflow_for(workflow).value(instance_id, timeout, bootstrap=self.bootstrap)
 
@@ -217,7 +206,7 @@ class Client:
 
         Raises:
             LookupError: The app declares no workflow of that name.
-            TimeoutError: No answer in time.
+            ReplyTimeout: No answer in time.
         """
         return await self.workflow_for(workflow).status(instance_id, timeout, bootstrap=self.bootstrap)
 
@@ -232,7 +221,7 @@ class Client:
             WorkflowNotFound: No instance was ever started with this id.
             WorkflowEnded: The instance has ended.
             SchemaError: The payload cannot be stored.
-            TimeoutError: No answer in time (the signal may still be stored later).
+            ReplyTimeout: No answer in time (the signal may still be stored later).
         """
         await self.workflow_for(workflow).signal(instance_id, name, payload, timeout=timeout, bootstrap=self.bootstrap)
 
@@ -242,7 +231,7 @@ class Client:
         Raises:
             LookupError: The app declares no workflow of that name.
             WorkflowNotFound: No instance was ever started with this id.
-            TimeoutError: No answer in time (the request may still be applied later).
+            ReplyTimeout: No answer in time (the request may still be applied later).
         """
         await self.workflow_for(workflow).cancel(instance_id, timeout=timeout, bootstrap=self.bootstrap)
 
@@ -298,30 +287,42 @@ class Client:
             self._followers.discard(follower)
             follower.close()
 
+    def workflow(self, name: str) -> WorkflowHandle:
+        """Return the handle of the workflow ``name``, its calls going through this client.
+
+        Raises:
+            LookupError: The app declares no workflow of that name (the message lists the known ones).
+        """
+        return self.workflow_for(name)
+
     def workflow_for(self, workflow: WorkflowHandle | str) -> WorkflowHandle:
         """Return the handle of ``workflow`` (a handle, or a workflow's name in the app).
+
+        From then on, until this client is closed, the handle's calls for this client's
+        bootstrap go through this client (``WorkflowHandle.client``).
 
         Raises:
             LookupError: The app declares no workflow of that name (the message lists the known ones).
         """
         handle = workflow if isinstance(workflow, WorkflowHandle) else workflow_named(self.app, workflow)
-        # Remembered so that close() closes the workflow client this client made it open.
-        self._workflows.setdefault(id(handle), handle)
+        if handle.app is self.app:
+            handle._serve_through(self)
+            # Remembered so that close() lets the handle go.
+            self._workflows.setdefault(id(handle), handle)
         return handle
 
     def close(self) -> None:
-        """Flush what was produced, stop reading replies and outcomes, close workflow clients.
+        """Flush what was produced; stop the producer, the reply and outcome threads and ``outcomes``.
 
         An ``outcomes`` iterator still open ends (its next step stops the iteration). The
-        workflow clients are the handles' own for this bootstrap: a later call through a
-        handle or this client opens a new one.
+        handles this client served go back to ``app.client(bootstrap)``. A closed client
+        can be used again: its next request opens a new producer and threads.
         """
-        self._producer.flush(10)
-        self._replies.close()
+        self._requester.close()
         for follower in list(self._followers):
             follower.close()
         for handle in self._workflows.values():
-            handle.close(self.bootstrap)
+            handle._let_go(self)
         self._workflows.clear()
 
     # -- internals ---------------------------------------------------------------------
@@ -337,17 +338,3 @@ class Client:
                 return handle
         known = ", ".join(h.name for h in self.app.aggregates) or "none"
         raise LookupError(f"app {self.app.name!r} has no aggregate {aggregate!r}; known: {known}")
-
-    def _produce(self, topic: str, key: bytes, value: bytes) -> None:
-        try:
-            self._producer.produce(topic, value, key)
-        except BufferError:
-            self._producer.poll(0.1)
-            self._producer.produce(topic, value, key)
-        except KafkaException as exc:
-            raise BrokerError(f"producing to {topic} failed: {exc}") from exc
-
-
-def _decode_reply(value: bytes) -> tuple[str, ReplyEnvelope]:
-    reply = avro.decode_as(value, ReplyEnvelope)
-    return reply.command_id, reply

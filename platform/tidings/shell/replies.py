@@ -1,10 +1,10 @@
 """Answers on a replies topic, matched to the callers waiting for them.
 
-Clients (aggregate commands, workflow requests) produce a request naming a replies topic
-and wait for the answer keyed by their request id. ``ReplyReader`` reads every partition
-of that topic, from the end offsets it found when it started (answers to requests sent
-from then on land after them), in a thread, and wakes the asyncio future of the caller
-waiting for each key. It also serves the client's producer callbacks (``on_poll``).
+A client's requester (``requester.py``: aggregate commands, workflow requests) produces
+a request naming the app's replies topic and waits for the answer keyed by its request id.
+``ReplyReader`` reads every partition of that topic, from the end offsets it found when it
+started (answers to requests sent from then on land after them), in a thread, and wakes
+the asyncio future of the caller waiting for each key.
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ class ReplyReader(Generic[R]):
         bootstrap: Kafka bootstrap servers.
         topic: The replies topic.
         decode: Bytes -> ``(key, answer)``, or None for a record nobody waits for.
-        on_poll: Called on every turn of the thread (serves a producer's callbacks).
     """
 
     def __init__(
@@ -42,12 +41,10 @@ class ReplyReader(Generic[R]):
         topic: str,
         *,
         decode: Callable[[bytes], tuple[str, R] | None],
-        on_poll: Callable[[], object] = lambda: None,
     ) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
         self._decode = decode
-        self._on_poll = on_poll
         self._pending: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Future[R]]] = {}
         self._lock = threading.Lock()
         self._started = threading.Event()
@@ -111,7 +108,6 @@ class ReplyReader(Generic[R]):
         self._started.set()
         try:
             while not self._stopping.is_set():
-                self._on_poll()
                 # poll() returns at the first answer; consume(n, 0) then drains what else
                 # is there without waiting (consume(n, t) would wait for n or t).
                 first = consumer.poll(0.02)
@@ -142,7 +138,10 @@ class ReplyReader(Generic[R]):
             waiting = self._pending.get(key)
         if waiting is not None:
             loop, future = waiting
-            loop.call_soon_threadsafe(_resolve, future, answer)
+            try:
+                loop.call_soon_threadsafe(_resolve, future, answer)
+            except RuntimeError:
+                pass  # the caller's loop closed as the answer came: nobody waits, and this thread must go on
 
 
 def _resolve(future: asyncio.Future[R], answer: R) -> None:

@@ -18,31 +18,39 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..core.limits import check_id, check_payload_size
+from ..core.partitioning import partition_for
 from ..core.workflow import Cancelled, Faulted, Outcome, WorkflowDefinition, WorkflowStatus, define_workflow
-from ..errors import SchemaError, WorkflowCancelled, WorkflowEnded, WorkflowFaulted, WorkflowNotFound
+from ..core.workflow_records import WorkflowInbox, WorkflowReply
+from ..errors import (
+    ReplyTimeout,
+    SchemaError,
+    WorkflowCancelled,
+    WorkflowEnded,
+    WorkflowFaulted,
+    WorkflowNotFound,
+)
 from .agents.workflow import WorkflowAgent, WorkflowTopics
-from .agents.workflow_client import WorkflowClient
-from .agents.workflow_codec import outcome_from
+from .agents.workflow_codec import decode_outcome, outcome_from
 from .agents.workflow_store import WorkflowStore
 from .hosting import Runtime
 from .topics import TopicSpec, deadletter_topic, spec_for, topic_name
 
 if TYPE_CHECKING:
     from .app import App
-
-#: How often ``result`` asks again while it waits: an answer promised by a worker that
-#: then crashed is never sent, so the question is repeated to whoever owns the instance.
-RESULT_REASK_S = 5.0
+    from .client import Client
 
 
 class WorkflowHandle:
     """What ``@app.workflow`` returns: start, signal, cancel and inspect instances.
 
-    Every method takes an optional ``bootstrap``; the default is the app's.
+    Every method takes an optional ``bootstrap``; the default is the app's. The calls go
+    through a ``Client`` (``client``): its one producer and reply reader carry every
+    request, and a timeout raises ``ReplyTimeout`` (a ``TimeoutError``).
     """
 
     def __init__(self, app: App, definition: WorkflowDefinition, *, cache_size: int = 10_000) -> None:
@@ -58,7 +66,8 @@ class WorkflowHandle:
             replies=topic_name(app.name, "workflow", self.name, "replies"),
             deadletter=deadletter_topic(app.name),
         )
-        self._clients: dict[str, WorkflowClient] = {}
+        # The client serving this handle's calls, per bootstrap (see ``client``).
+        self._clients: dict[str, Client] = {}
 
     # -- the client side ---------------------------------------------------------------
 
@@ -72,6 +81,7 @@ class WorkflowHandle:
                 ``MAX_ID_BYTES``, or the input is larger than ``MAX_PAYLOAD_BYTES``
                 (``tidings.core.limits``; raised before producing).
             SchemaError: ``input`` cannot be stored or read back as the input type.
+            BrokerError: The request could not be produced.
         """
         _check_id(instance_id)
         try:
@@ -79,33 +89,53 @@ class WorkflowHandle:
         except ValueError as exc:
             raise SchemaError(f"workflow {self.name!r}: the input cannot be stored: {exc}") from exc
         check_payload_size(text.encode(), "the input")
-        client = self.client(bootstrap)
-        await client.send(client.request(instance_id, "start", payload=text.encode(), answer=False))
+        requester = self.client(bootstrap).requester
+        await requester.send(self.topics.inbox, _request(instance_id, "start", None, payload=text.encode()))
 
     async def result(self, instance_id: str, timeout: float | None = None, *, bootstrap: str | None = None) -> Outcome:
         """Wait for the instance's outcome: ``Finished(value)``, ``Faulted(error)`` or ``Cancelled()``.
 
+        Asks the worker once; while the instance runs, waits for its record on the outcomes
+        topic, so an outcome written by a worker that restarted or took the instance over
+        returns as soon as it is written. Without an answer (no worker running) it still
+        waits for that record until the timeout.
+
         Raises:
             WorkflowNotFound: No instance was ever started with this id.
-            TimeoutError: It had not ended within ``timeout`` seconds (default: the app's).
+            ReplyTimeout: It had not ended within ``timeout`` seconds (default: the app's).
         """
         _check_id(instance_id)
-        client = self.client(bootstrap)
+        requester = self.client(bootstrap).requester
         wait = self.app.command_timeout if timeout is None else timeout
         deadline = time.monotonic() + wait
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(f"{self.name} {instance_id!r} did not end within {wait} s")
+        partition = partition_for(instance_id, self.app.partitions)
+
+        def read(value: bytes) -> Outcome:
+            ended, outcome = decode_outcome(value, self.definition)
+            if ended != instance_id:
+                raise SchemaError(f"an outcome of {ended!r} keyed {instance_id!r}")
+            return outcome
+
+        # The end offset is noted before the question is sent: an outcome the worker
+        # writes after it answered "running" lies beyond it.
+        async with requester.outcome(self.topics.outcomes, partition, instance_id, read) as ended:
+            query = _request(instance_id, "query", requester.replies_topic)
+            asked = asyncio.ensure_future(requester.ask(self.topics.inbox, query, _left(deadline)))
             try:
-                reply = await client.ask(client.request(instance_id, "query", wait=True),
-                                         min(remaining, RESULT_REASK_S))
-            except asyncio.TimeoutError:
-                continue
-            if reply.answer == "not_found":
-                raise WorkflowNotFound(f"no {self.name} instance {instance_id!r} was started")
-            if reply.outcome is not None:
-                return outcome_from(reply.outcome, reply.result, reply.error, self.definition)
+                await asyncio.wait((asked, ended), timeout=_left(deadline), return_when=asyncio.FIRST_COMPLETED)
+                if ended.done():
+                    return ended.result()
+                reply = asked.result() if asked.done() else None
+                if reply is not None and reply.answer == "not_found":
+                    raise WorkflowNotFound(f"no {self.name} instance {instance_id!r} was started")
+                if reply is not None and reply.outcome is not None:
+                    return outcome_from(reply.outcome, reply.result, reply.error, self.definition)
+                try:
+                    return await asyncio.wait_for(ended, _left(deadline))
+                except TimeoutError:
+                    raise ReplyTimeout(self._not_ended(instance_id, wait, reply)) from None
+            finally:
+                asked.cancel()
 
     async def value(self, instance_id: str, timeout: float | None = None, *, bootstrap: str | None = None) -> Any:
         """Wait for the instance's result value.
@@ -113,7 +143,7 @@ class WorkflowHandle:
         Raises:
             WorkflowFaulted: It ended Faulted (the message holds the stored error).
             WorkflowCancelled: It ended Cancelled.
-            WorkflowNotFound, TimeoutError: as for ``result``.
+            WorkflowNotFound, ReplyTimeout: as for ``result``.
         """
         outcome = await self.result(instance_id, timeout, bootstrap=bootstrap)
         if isinstance(outcome, Faulted):
@@ -125,7 +155,11 @@ class WorkflowHandle:
     async def status(
         self, instance_id: str, timeout: float | None = None, *, bootstrap: str | None = None
     ) -> WorkflowStatus | None:
-        """Return RUNNING, FINISHED, FAULTED, CANCELLED or PARKED; None when never started."""
+        """Return RUNNING, FINISHED, FAULTED, CANCELLED or PARKED; None when never started.
+
+        Raises:
+            ReplyTimeout: No answer in time.
+        """
         try:
             reply = await self._ask(instance_id, "query", timeout, bootstrap)
         except WorkflowNotFound:
@@ -147,7 +181,7 @@ class WorkflowHandle:
                 than ``MAX_ID_BYTES``, or the payload is larger than ``MAX_PAYLOAD_BYTES``
                 (``tidings.core.limits``; raised before producing).
             SchemaError: The payload cannot be stored.
-            TimeoutError: No answer in time (the signal may still be stored later).
+            ReplyTimeout: No answer in time (the signal may still be stored later).
         """
         _check_id(instance_id)
         check_id(name, "signal name")
@@ -167,21 +201,30 @@ class WorkflowHandle:
 
         Raises:
             WorkflowNotFound: No instance was ever started with this id.
-            TimeoutError: No answer in time (the request may still be applied later).
+            ReplyTimeout: No answer in time (the request may still be applied later).
         """
         await self._ask(instance_id, "cancel", timeout, bootstrap)
 
-    def client(self, bootstrap: str | None = None) -> WorkflowClient:
-        """Return this workflow's client for ``bootstrap`` (made on first use)."""
+    def client(self, bootstrap: str | None = None) -> Client:
+        """Return the ``Client`` this handle's calls go through for ``bootstrap``.
+
+        That is the last client of this app that took the handle up (``client.workflow``,
+        or any of its workflow calls) and was not closed since; otherwise the app's
+        ``app.client(bootstrap)``. So a program using handles and a client opens one
+        producer and one reply reader in all. (Before, each handle had a client of its own.)
+        """
         address = bootstrap or self.app.bootstrap()
-        if address not in self._clients:
-            self._clients[address] = WorkflowClient(address, inbox=self.topics.inbox, replies=self.topics.replies)
-        return self._clients[address]
+        client = self._clients.get(address)
+        if client is None:
+            client = self._clients[address] = self.app.client(address)
+        return client
 
     def close(self, bootstrap: str | None = None) -> None:
-        """Close this handle's clients: the one for ``bootstrap``, or every one.
+        """Close the clients serving this handle: the one for ``bootstrap``, or every one.
 
-        A closed client is forgotten, so a later call makes a new one.
+        These are shared: closing one ends its requests for every handle and aggregate
+        send using it too (a closed client reopens on its next request). The handle lets
+        them go, so its next call goes through ``app.client(bootstrap)`` again.
         """
         addresses = list(self._clients) if bootstrap is None else [bootstrap]
         for address in addresses:
@@ -189,20 +232,47 @@ class WorkflowHandle:
             if client is not None:
                 client.close()
 
-    async def _ask(self, instance_id: str, kind: str, timeout: float | None, bootstrap: str | None, **fields: Any) -> Any:
+    def _serve_through(self, client: Client) -> None:
+        """Send this handle's calls for ``client.bootstrap`` through ``client`` (``Client.workflow_for``)."""
+        self._clients[client.bootstrap] = client
+
+    def _let_go(self, client: Client) -> None:
+        """Forget ``client``, which is closing (``Client.close``)."""
+        if self._clients.get(client.bootstrap) is client:
+            del self._clients[client.bootstrap]
+
+    async def _ask(
+        self, instance_id: str, kind: str, timeout: float | None, bootstrap: str | None, **fields: Any
+    ) -> WorkflowReply:
         _check_id(instance_id)
-        client = self.client(bootstrap)
+        requester = self.client(bootstrap).requester
         wait = self.app.command_timeout if timeout is None else timeout
-        try:
-            reply = await client.ask(client.request(instance_id, kind, **fields), wait)
-        except asyncio.TimeoutError:
-            raise TimeoutError(
+        reply = await requester.ask(self.topics.inbox, _request(instance_id, kind, requester.replies_topic, **fields), wait)
+        if reply is None:
+            raise ReplyTimeout(
                 f"no answer from workflow {self.name!r} about {instance_id!r} within {wait} s; "
                 "is a worker running? (`tidings worker MODULE:APP`)"
-            ) from None
+            )
         if reply.answer == "not_found":
             raise WorkflowNotFound(f"no {self.name} instance {instance_id!r} was started")
         return reply
+
+    def _not_ended(self, instance_id: str, wait: float, reply: WorkflowReply | None) -> str:
+        """Say why ``result`` gave up, and what to check."""
+        if reply is None:
+            return (
+                f"no answer from workflow {self.name!r} about {instance_id!r} and no outcome within {wait} s; "
+                "is a worker running? (`tidings worker MODULE:APP`)"
+            )
+        if reply.status == WorkflowStatus.PARKED.value:
+            return (
+                f"{self.name} {instance_id!r} did not end within {wait} s: it is parked ({reply.reason}); "
+                "the worker's log says why"
+            )
+        return (
+            f"{self.name} {instance_id!r} did not end within {wait} s (it was {reply.status}); "
+            f"it may still end: wait again, or ask `tidings status MODULE:APP {self.name} {instance_id}`"
+        )
 
     # -- the hosting protocol (the worker side) -----------------------------------------
 
@@ -278,6 +348,26 @@ def workflow_named(app: App, name: str) -> WorkflowHandle:
             return handle
     known = ", ".join(sorted(h.name for h in workflows)) or "none"
     raise LookupError(f"app {app.name!r} has no workflow {name!r}; known: {known}")
+
+
+def _request(
+    instance_id: str, kind: str, reply_to: str | None, *, payload: bytes | None = None, signal: str | None = None
+) -> WorkflowInbox:
+    """Build an inbox request; ``reply_to`` None asks for no answer."""
+    return WorkflowInbox(
+        request_id=uuid.uuid4().hex,
+        instance_id=instance_id,
+        kind=kind,
+        timestamp_ms=int(time.time() * 1000),
+        payload=payload,
+        signal=signal,
+        reply_to=reply_to,
+        wait=False,
+    )
+
+
+def _left(deadline: float) -> float:
+    return max(0.0, deadline - time.monotonic())
 
 
 def _check_id(instance_id: str) -> None:
