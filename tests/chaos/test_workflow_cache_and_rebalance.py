@@ -32,10 +32,6 @@ FIRST, WAIT = "1", "2"
 EVICTED_SECOND, MOVED_SECOND = "3", "4"
 
 
-def handle(app: App, name: str) -> Any:
-    return next(h for h in app.hosted if h.name == name)
-
-
 def run(coro: Any) -> Any:
     return asyncio.run(coro)
 
@@ -89,7 +85,7 @@ def test_instances_evicted_from_a_small_cache_are_rebuilt_by_replay_without_runn
     second time: those instances had been evicted and were rebuilt by replay.
     """
     worker = workflow_workers.start()
-    evicted = handle(workflow_app, "evicted")
+    evicted = workflow_app.workflow_handle("evicted")
     count = 40
     ids = {n: f"e-{n}" for n in range(count)}
 
@@ -135,7 +131,7 @@ def test_instances_moved_to_a_second_worker_are_rebuilt_there_and_move_back_when
     again (at least once, as documented) and never those whose completion was journaled.
     """
     w1 = workflow_workers.start("w1")
-    moved = handle(workflow_app, "moved")
+    moved = workflow_app.workflow_handle("moved")
     count = 30
     ids = {n: f"m-{n}" for n in range(count)}
     slow = {n for n in range(count) if n % 3 == 1}

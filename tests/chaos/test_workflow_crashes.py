@@ -15,15 +15,11 @@ from tests.integration.workflow_apps import Calls
 from tests.workflow_workers import WorkflowWorkers, calls, workflow_app, workflow_workers  # noqa: F401
 
 
-def handle(app: App, name: str) -> Any:
-    return next(h for h in app.hosted if h.name == name)
-
-
 def test_sigkill_while_an_activity_runs_never_calls_a_completed_activity_again(
     workflow_app: App, workflow_workers: WorkflowWorkers, calls: Calls
 ) -> None:
     worker = workflow_workers.start()
-    steps = handle(workflow_app, "steps")
+    steps = workflow_app.workflow_handle("steps")
     ids = [f"s-{n}" for n in range(5)]
 
     async def start() -> None:
@@ -54,7 +50,7 @@ def test_sigkill_during_a_sleep_does_not_postpone_its_due_time(
     workflow_app: App, workflow_workers: WorkflowWorkers
 ) -> None:
     worker = workflow_workers.start()
-    napper = handle(workflow_app, "napper")
+    napper = workflow_app.workflow_handle("napper")
     nap = 8.0
 
     async def start() -> None:
@@ -81,7 +77,7 @@ def test_sigkill_while_waiting_on_signals_loses_and_duplicates_no_signal(
     workflow_app: App, workflow_workers: WorkflowWorkers
 ) -> None:
     worker = workflow_workers.start()
-    collector = handle(workflow_app, "collector")
+    collector = workflow_app.workflow_handle("collector")
     count = 40
 
     async def scenario() -> Any:

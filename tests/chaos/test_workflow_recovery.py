@@ -22,10 +22,6 @@ from tests.integration.workflow_apps import Calls
 from tests.workflow_workers import WorkflowWorkers, calls, workflow_app, workflow_workers  # noqa: F401
 
 
-def handle(app: App, name: str) -> Any:
-    return next(h for h in app.hosted if h.name == name)
-
-
 def run(coro: Any) -> Any:
     return asyncio.run(coro)
 
@@ -40,7 +36,7 @@ def test_a_race_replays_its_journaled_winner_after_sigkill(
     workflow_app: App, workflow_workers: WorkflowWorkers, calls: Calls
 ) -> None:
     worker = workflow_workers.start()
-    racer = handle(workflow_app, "racer")
+    racer = workflow_app.workflow_handle("racer")
 
     async def start() -> None:
         await racer.start("r-sleep", 0.5)  # no "go" before the kill: the sleep wins
@@ -81,7 +77,7 @@ def test_an_inserted_step_parks_the_instance_restored_code_resumes_it_and_versio
     kafka_bootstrap: str, workflow_app: App, workflow_workers: WorkflowWorkers, calls: Calls,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    evolving = handle(workflow_app, "evolving")
+    evolving = workflow_app.workflow_handle("evolving")
     monkeypatch.setenv("WORKFLOW_VARIANT", "original")
     worker = workflow_workers.start()
     run(evolving.start("old"))
@@ -124,7 +120,7 @@ def test_a_10000_step_loop_recovers_after_sigkill_mid_way(
     workflow_app: App, workflow_workers: WorkflowWorkers, calls: Calls
 ) -> None:
     worker = workflow_workers.start()
-    loop = handle(workflow_app, "long-loop")
+    loop = workflow_app.workflow_handle("long-loop")
     steps = 10_000
     run(loop.start("loop-1", steps))
     assert_eventually(lambda: len(calls.lines("tick")) >= 40, timeout=60, message=workflow_workers.log_tail())
@@ -149,7 +145,7 @@ def test_a_body_that_catches_its_cancellation_and_returns_ends_finished(
     workflow_app: App, workflow_workers: WorkflowWorkers, calls: Calls
 ) -> None:
     workflow_workers.start()
-    forgiving = handle(workflow_app, "forgiving")
+    forgiving = workflow_app.workflow_handle("forgiving")
 
     async def scenario() -> tuple[Any, Any]:
         await forgiving.start("fg-1")
@@ -164,7 +160,7 @@ def test_retry_forever_stops_at_the_deadline_from_the_stored_start_across_a_rest
     kafka_bootstrap: str, workflow_app: App, workflow_workers: WorkflowWorkers, calls: Calls
 ) -> None:
     worker = workflow_workers.start()
-    stubborn = handle(workflow_app, "stubborn")
+    stubborn = workflow_app.workflow_handle("stubborn")
     deadline = 8.0
     run(stubborn.start("st-1", deadline))
     assert_eventually(lambda: len(calls.lines("failing")) >= 3, timeout=60, message=workflow_workers.log_tail())
@@ -192,7 +188,7 @@ def test_an_activity_whose_deadline_passed_while_the_worker_was_down_fails_witho
     kafka_bootstrap: str, workflow_app: App, workflow_workers: WorkflowWorkers, calls: Calls
 ) -> None:
     worker = workflow_workers.start()
-    stubborn = handle(workflow_app, "stubborn")
+    stubborn = workflow_app.workflow_handle("stubborn")
     deadline = 3.0
     run(stubborn.start("st-down", deadline))
     assert_eventually(lambda: len(calls.lines("failing")) >= 2, timeout=60, message=workflow_workers.log_tail())

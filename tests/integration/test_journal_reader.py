@@ -38,14 +38,10 @@ from tests.integration.workflow_apps import SLEEP, Calls
 from tests.workflow_workers import ROOT, WorkflowWorkers, calls, workflow_app, workflow_workers  # noqa: F401
 
 
-def handle(app: App, name: str) -> Any:
-    return next(h for h in app.hosted if h.name == name)
-
-
 def finished_enrich(app: App, workers: WorkflowWorkers, instance_id: str) -> Any:
     """Run enrich for ``instance_id`` on a worker to its end; return the handle."""
     workers.start()
-    enrich = handle(app, "enrich")
+    enrich = app.workflow_handle("enrich")
 
     async def run() -> Any:
         await enrich.start(instance_id, "ABC")
@@ -84,6 +80,8 @@ def test_the_journal_of_a_finished_instance_reads_oldest_first_as_the_worker_wro
     # The same records as a plain read of the whole topic, filtered by the value's instance id.
     everything = [avro.decode_as(r.value, WorkflowJournalEntry) for r in read_topic(kafka_bootstrap, enrich.topics.journal)]
     assert journal == sorted((e.record for e in everything if e.instance_id == "order-17"), key=lambda r: r.seq)
+    # What the handle gives a test against a running system.
+    assert asyncio.run(enrich.journal("order-17")) == journal
 
 
 def test_a_never_started_instance_has_an_empty_journal(
@@ -122,7 +120,7 @@ def test_only_records_keyed_for_the_instance_are_kept_and_the_first_of_a_seq_win
 def test_a_partition_count_other_than_the_topics_is_refused(
     workflow_app: App, kafka_bootstrap: str
 ) -> None:
-    topic = handle(workflow_app, "enrich").topics.journal
+    topic = workflow_app.workflow_handle("enrich").topics.journal
     with pytest.raises(BrokerError, match="partitions"):
         read_journal(kafka_bootstrap, topic, workflow_app.partitions + 1, "order-17")
     with pytest.raises(BrokerError, match="not there"):

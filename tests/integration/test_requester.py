@@ -27,10 +27,6 @@ from tests.workers import Workers
 from tests.workflow_workers import WorkflowWorkers, calls, workflow_app, workflow_workers  # noqa: F401
 
 
-def handle(app: App, name: str) -> Any:
-    return next(h for h in app.hosted if h.name == name)
-
-
 def tidings_threads(excluding: set[int | None]) -> Counter[str]:
     """The tidings threads alive now that are not in ``excluding`` (idents), by name."""
     return Counter(t.name for t in threading.enumerate() if t.name.startswith("tidings-") and t.ident not in excluding)
@@ -55,7 +51,7 @@ def test_a_client_sends_commands_and_serves_every_workflow_handle_with_one_produ
     workers.start()
     before = {t.ident for t in threading.enumerate()}
     client = mixed_app.client(kafka_bootstrap)
-    one, approve, booking = (handle(mixed_app, name) for name in ("one-activity", "approve", "booking"))
+    one, approve, booking = (mixed_app.workflow_handle(name) for name in ("one-activity", "approve", "booking"))
 
     async def scenario() -> tuple[list[Any], Counter[str]]:
         got: list[Any] = [await client.send("tally", "t-1", Add(amount=2))]
@@ -92,7 +88,7 @@ def test_result_waiting_across_a_sigkill_returns_as_soon_as_the_restarted_worker
 ) -> None:
     # A static member with the same data directory takes its partitions back at once.
     worker = workflow_workers.start("w1", instance_id="w-static")
-    steps = handle(workflow_app, "steps")
+    steps = workflow_app.workflow_handle("steps")
     ids = ["r-0", "r-1", "r-2"]
     returned: dict[str, float] = {}
     timeline: dict[str, float] = {}
@@ -145,7 +141,7 @@ def test_result_of_an_id_never_started_raises_not_found_at_once(
     workflow_app: App, workflow_workers: WorkflowWorkers
 ) -> None:
     workflow_workers.start()
-    approve = handle(workflow_app, "approve")
+    approve = workflow_app.workflow_handle("approve")
 
     async def scenario() -> float:
         await approve.start("a-1")  # the worker is up and answering before the question
@@ -162,7 +158,7 @@ def test_result_of_an_id_never_started_raises_not_found_at_once(
 def test_with_no_worker_every_call_times_out_with_a_reply_timeout_that_says_what_to_check(
     workflow_app: App,
 ) -> None:
-    approve = handle(workflow_app, "approve")
+    approve = workflow_app.workflow_handle("approve")
 
     async def scenario() -> list[BaseException]:
         await approve.start("a-1")  # durable in the inbox; nothing reads it

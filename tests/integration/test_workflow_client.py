@@ -67,7 +67,7 @@ def test_the_client_starts_signals_cancels_and_waits_by_workflow_name_or_handle(
 ) -> None:
     workflow_workers.start()
     client = Client(kafka_bootstrap, app=workflow_app)
-    one = next(h for h in workflow_app.hosted if h.name == "one-activity")
+    one = workflow_app.workflow_handle("one-activity")
 
     async def scenario() -> list[Any]:
         await client.start(one, "o-1", 1)
@@ -122,7 +122,7 @@ def test_outcomes_without_follow_gives_each_ended_instance_once_though_a_restart
         # publishes each outcome it finds there again.
         first.stop()
         workflow_workers.start("w2")
-        topics = {name: next(h for h in workflow_app.hosted if h.name == name).topics.outcomes
+        topics = {name: workflow_app.workflow_handle(name).topics.outcomes
                   for name in ("one-activity", "faulty", "booking")}
 
         def republished() -> Counter[bytes]:

@@ -98,17 +98,13 @@ PHASE_2 = [
 ]
 
 
-def handle(app: App, name: str) -> Any:
-    return next(h for h in app.hosted if h.name == name)
-
-
 def hosted_replies(
     bootstrap: str, app: App, steps: list[Step], phase: str, log_tail: Any
 ) -> list[InboxReply]:
     """Produce ``steps`` to the inboxes in order; return the worker's answers, in step order."""
     producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random", "enable.idempotence": True})
     for n, step in enumerate(steps):
-        topics = handle(app, step.workflow).topics
+        topics = app.workflow_handle(step.workflow).topics
         request = WorkflowInbox(
             request_id=f"{phase}-{n}",
             instance_id=step.instance_id,
@@ -125,7 +121,7 @@ def hosted_replies(
     def answered() -> dict[str, WorkflowReply]:
         replies: dict[str, WorkflowReply] = {}
         for workflow in sorted({step.workflow for step in steps}):
-            for record in read_topic(bootstrap, handle(app, workflow).topics.replies):
+            for record in read_topic(bootstrap, app.workflow_handle(workflow).topics.replies):
                 reply = avro.decode(record.value or b"")
                 assert isinstance(reply, WorkflowReply)
                 replies.setdefault(reply.request_id, reply)  # the first answer, should one be repeated
@@ -156,7 +152,7 @@ def test_the_hosted_worker_and_the_in_memory_runtime_answer_one_inbox_sequence_a
 ) -> None:
     runtime = WorkflowTestRuntime()
     for name in ("collector", "faulty"):
-        runtime.register(handle(workflow_app, name).definition)
+        runtime.register(workflow_app.workflow_handle(name).definition)
 
     first = workflow_workers.start("w1")
     hosted_1 = hosted_replies(kafka_bootstrap, workflow_app, PHASE_1, "p1", workflow_workers.log_tail)

@@ -22,19 +22,14 @@ from tidings.core.workflow import SignalReceived, WorkflowStatus
 from tidings.core.workflow_records import WorkflowJournalEntry
 from tidings.testing.eventually import assert_eventually
 from tidings.testing.topics import read_topic
-from tests.integration.workflow_apps import Calls
 from tests.workflow_workers import WorkflowWorkers, calls, workflow_app, workflow_workers  # noqa: F401
-
-
-def handle(app: App, name: str) -> Any:
-    return next(h for h in app.hosted if h.name == name)
 
 
 def test_a_record_another_worker_wrote_to_the_journal_is_read_and_replayed(
     workflow_app: App, workflow_workers: WorkflowWorkers, kafka_bootstrap: str
 ) -> None:
     worker = workflow_workers.start()
-    collector = handle(workflow_app, "collector")
+    collector = workflow_app.workflow_handle("collector")
     partitions = workflow_app.partitions
     waiting = "zombie-x"
     partition = partition_for(waiting, partitions)

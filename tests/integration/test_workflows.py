@@ -21,12 +21,8 @@ from tidings.core.workflow_records import WorkflowJournalEntry
 from tidings.errors import WorkflowCancelled, WorkflowEnded, WorkflowFaulted, WorkflowNotFound
 from tidings.testing.eventually import assert_eventually
 from tidings.testing.topics import read_topic
-from tests.integration.workflow_apps import SLEEP, Calls
+from tests.integration.workflow_apps import Calls
 from tests.workflow_workers import ROOT, WorkflowWorkers, calls, workflow_app, workflow_workers  # noqa: F401
-
-
-def handle(app: App, name: str) -> Any:
-    return next(h for h in app.hosted if h.name == name)
 
 
 def run(coro: Any) -> Any:
@@ -37,7 +33,7 @@ def test_enrich_scores_once_sleeps_and_finishes_with_the_stored_time(
     workflow_app: App, workflow_workers: WorkflowWorkers, calls: Calls
 ) -> None:
     workflow_workers.start()
-    enrich = handle(workflow_app, "enrich")
+    enrich = workflow_app.workflow_handle("enrich")
 
     async def scenario() -> Any:
         await enrich.start("order-17", "ABC")
@@ -56,7 +52,7 @@ def test_approve_takes_the_signal_or_gives_false_when_the_window_closes(
     workflow_app: App, workflow_workers: WorkflowWorkers
 ) -> None:
     workflow_workers.start()
-    approve = handle(workflow_app, "approve")
+    approve = workflow_app.workflow_handle("approve")
 
     async def scenario() -> tuple[Any, Any]:
         await approve.start("yes")
@@ -73,7 +69,7 @@ def test_both_and_points_and_receipt_run_branches_together(
     workflow_app: App, workflow_workers: WorkflowWorkers, calls: Calls
 ) -> None:
     workflow_workers.start()
-    both, par = handle(workflow_app, "both"), handle(workflow_app, "points-and-receipt")
+    both, par = workflow_app.workflow_handle("both"), workflow_app.workflow_handle("points-and-receipt")
 
     async def scenario() -> tuple[Any, Any]:
         await both.start("b-1")
@@ -89,7 +85,7 @@ def test_wait_until_shipped_recurses_until_the_check_passes(
     workflow_app: App, workflow_workers: WorkflowWorkers, calls: Calls
 ) -> None:
     workflow_workers.start()
-    shipping = handle(workflow_app, "shipping")
+    shipping = workflow_app.workflow_handle("shipping")
 
     async def scenario() -> Any:
         await shipping.start("s-1")
@@ -103,7 +99,7 @@ def test_a_cancelled_booking_refunds_and_ends_cancelled(
     workflow_app: App, workflow_workers: WorkflowWorkers, calls: Calls
 ) -> None:
     workflow_workers.start()
-    booking = handle(workflow_app, "booking")
+    booking = workflow_app.workflow_handle("booking")
 
     async def scenario() -> Any:
         await booking.start("bk-1")
@@ -124,7 +120,7 @@ def test_a_faulted_body_surfaces_as_faulted_and_value_raises(
     workflow_app: App, workflow_workers: WorkflowWorkers
 ) -> None:
     workflow_workers.start()
-    faulty = handle(workflow_app, "faulty")
+    faulty = workflow_app.workflow_handle("faulty")
     run(faulty.start("f-1", "boom"))
     outcome = run(faulty.result("f-1", 60))
     assert isinstance(outcome, Faulted) and "boom" in outcome.error.message
@@ -136,7 +132,7 @@ def test_signal_cancel_result_and_status_of_an_unknown_id(
     workflow_app: App, workflow_workers: WorkflowWorkers
 ) -> None:
     workflow_workers.start()
-    approve = handle(workflow_app, "approve")
+    approve = workflow_app.workflow_handle("approve")
     with pytest.raises(WorkflowNotFound):
         run(approve.signal("nobody", "approval", True))
     with pytest.raises(WorkflowNotFound):
@@ -150,7 +146,7 @@ def test_json_envelopes_start_and_signal_and_malformed_records_are_dead_lettered
     kafka_bootstrap: str, workflow_app: App, workflow_workers: WorkflowWorkers
 ) -> None:
     workflow_workers.start()
-    collector = handle(workflow_app, "collector")
+    collector = workflow_app.workflow_handle("collector")
     producer = Producer({"bootstrap.servers": kafka_bootstrap, "partitioner": "murmur2_random"})
     json_header = [("content-type", b"application/json")]
 
@@ -183,7 +179,7 @@ def test_the_journal_is_keyed_by_instance_and_seq_and_the_outcome_is_published(
     kafka_bootstrap: str, workflow_app: App, workflow_workers: WorkflowWorkers
 ) -> None:
     workflow_workers.start()
-    one = handle(workflow_app, "one-activity")
+    one = workflow_app.workflow_handle("one-activity")
     assert run(_start_and_value(one, "o-1", 1)) == 2
     journal = read_topic(kafka_bootstrap, one.topics.journal)
     keys = [record.key.decode() for record in journal]
@@ -197,7 +193,6 @@ def test_the_journal_is_keyed_by_instance_and_seq_and_the_outcome_is_published(
 async def _start_and_value(handle_: Any, instance_id: str, value: Any) -> Any:
     await handle_.start(instance_id, value)
     return await handle_.value(instance_id, 60)
-
 
 
 def test_the_cli_starts_signals_and_reads_the_status_and_result(

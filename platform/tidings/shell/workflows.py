@@ -24,7 +24,15 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.limits import check_id, check_payload_size
 from ..core.partitioning import partition_for
-from ..core.workflow import Cancelled, Faulted, Outcome, WorkflowDefinition, WorkflowStatus, define_workflow
+from ..core.workflow import (
+    Cancelled,
+    Faulted,
+    JournalRecord,
+    Outcome,
+    WorkflowDefinition,
+    WorkflowStatus,
+    define_workflow,
+)
 from ..core.workflow_records import WorkflowInbox, WorkflowReply
 from ..errors import (
     ReplyTimeout,
@@ -38,6 +46,7 @@ from .agents.workflow import WorkflowAgent, WorkflowTopics
 from .agents.workflow_codec import decode_outcome, outcome_from
 from .agents.workflow_store import WorkflowStore
 from .hosting import Runtime
+from .journals import read_journal
 from .topics import TopicSpec, deadletter_topic, spec_for, topic_name
 
 if TYPE_CHECKING:
@@ -195,6 +204,23 @@ class WorkflowHandle:
             raise WorkflowEnded(f"{self.name} {instance_id!r} has ended and takes no signal {name!r}")
         if reply.answer == "rejected":
             raise SchemaError(f"the worker rejected signal {name!r}: {reply.reason}")
+
+    async def journal(self, instance_id: str, *, bootstrap: str | None = None) -> list[JournalRecord]:
+        """Return the instance's journal as the journal topic holds it now, oldest first.
+
+        The decoded records (``Started``, ``StepStarted``, ``StepCompleted``, ...) a worker
+        replays; empty when the instance was never started. Reads the topic directly (no
+        worker needed), so records still being written may be missing.
+
+        Raises:
+            LimitError: ``instance_id`` breaks the id limits.
+            BrokerError: The journal topic is missing or Kafka did not answer.
+        """
+        _check_id(instance_id)
+        address = bootstrap or self.app.bootstrap()
+        return await asyncio.to_thread(
+            read_journal, address, self.topics.journal, self.app.partitions, instance_id
+        )
 
     async def cancel(self, instance_id: str, *, timeout: float | None = None, bootstrap: str | None = None) -> None:
         """Request cancellation (a second request, or one to an ended instance, changes nothing).

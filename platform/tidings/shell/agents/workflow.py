@@ -34,7 +34,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...codec import avro
-from ...core.limits import load_json
 from ...core.workflow import (
     ArmTimer,
     Attempt,
@@ -583,16 +582,26 @@ class WorkflowAgent:
         applied = self._inbox_applied[partition]
         change = StoreWrite()
         after: list[Outgoing] = []
+        seen: set[tuple[str, int]] = set()
         for record in chunk:
             header = record.headers.get(INBOX_OFFSET_HEADER)
             if header is not None and header.isdigit():
                 applied = max(applied, int(header))
             try:
                 entry = avro.decode_as(record.value or b"", WorkflowJournalEntry)  # type: ignore[type-var]
+                if self._partition(entry.instance_id) != partition:
+                    raise SchemaError(f"a record of {entry.instance_id[:100]!r}, whose home is "
+                                      f"another partition")
             except RecordError as exc:
-                log.error("skipping unreadable journal record %s/%d@%d: %s",
+                log.error("skipping journal record %s/%d@%d: %s",
                           record.topic, record.partition, record.offset, exc)
                 continue
+            key = (entry.instance_id, entry.record.seq)
+            if key in seen or self._store.has_record(*key):
+                # A second record at one seq (a zombie's): the first in offset order is the
+                # instance's history, as for aggregates and ``read_journal``.
+                continue
+            seen.add(key)
             self._restore(entry, partition, change, after, now_ms)
         change.journal_offsets[partition] = chunk[-1].offset + 1
         change.inbox_offsets[partition] = applied

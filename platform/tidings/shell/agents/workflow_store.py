@@ -59,6 +59,10 @@ class WorkflowStore:
         """Return the stored journal of ``instance_id`` in seq order (empty if none)."""
         return [record_from_json(json.loads(value)) for _, value in prefixed(self._db, f"j/{instance_id}/".encode())]
 
+    def has_record(self, instance_id: str, seq: int) -> bool:
+        """Whether the journal record ``seq`` of ``instance_id`` is stored."""
+        return self._db.get(f"j/{instance_id}/{seq:010d}".encode()) is not None
+
     def status(self, instance_id: str) -> dict[str, Any] | None:
         """Return ``{"status": ..., "outcome": {...}?}``, or None when never started."""
         raw = self._db.get(f"s/{instance_id}".encode())
