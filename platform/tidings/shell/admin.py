@@ -86,7 +86,11 @@ class KafkaAdmin:
         self.bootstrap = bootstrap
         self.timeout = timeout
         # log_level 0: librdkafka would print every failed connection attempt to stderr.
-        self._admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+        # A metadata request for a missing topic would create it on a broker that allows
+        # auto-creation (with its default layout): looking must not change anything.
+        self._admin = AdminClient(
+            {"bootstrap.servers": bootstrap, "log_level": 0, "allow.auto.create.topics": False}
+        )
 
     def describe_group(self, group: str) -> GroupDescription:
         """Return ``group``'s state and members (state ``DEAD`` for a group nobody ever joined).

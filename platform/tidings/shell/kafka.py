@@ -103,6 +103,9 @@ class ConfluentPublisher:
                 "enable.idempotence": True,
                 "acks": "all",
                 "linger.ms": linger_ms,
+                # Topics are declared (topics/, `tidings topics apply`). A reply_to naming a
+                # topic nobody made must not create one with the broker's default layout.
+                "allow.auto.create.topics": False,
                 "partitioner": "murmur2_random",
                 "queue.buffering.max.messages": 1_000_000,
                 "batch.num.messages": 10_000,

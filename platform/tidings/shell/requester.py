@@ -201,6 +201,9 @@ class RequestProducer:
                 "partitioner": "murmur2_random",
                 "enable.idempotence": True,
                 "acks": "all",
+                # A request to a topic nobody declared fails instead of creating it with the
+                # broker's default partition count (its instances would land elsewhere).
+                "allow.auto.create.topics": False,
                 # No linger: a request is one record, and a caller waits for its answer.
                 # Under load librdkafka batches anyway (records queue while a request is out).
                 "linger.ms": 0,
