@@ -16,19 +16,8 @@ from typing import Any, Final
 
 from tidings.codec.fields import plain_fields
 from tidings.core.workflow.failures import StepError
-from tidings.core.workflow.journal import (
-    CancelRequested,
-    Ended,
-    SignalReceived,
-    Started,
-    StepCompleted,
-    StepFailed,
-    StepStarted,
-    VersionMarker,
-    record_from_json,
-    record_to_json,
-)
 from tidings.core.limits import load_json
+from tidings.core.workflow.journal import JOURNAL_TYPES, record_from_json, record_to_json
 from tidings.core.workflow_records import (
     INBOX_KINDS,
     WorkflowInbox,
@@ -39,18 +28,6 @@ from tidings.core.workflow_records import (
 )
 from tidings.errors import DecodeError, SchemaError
 
-_JOURNAL_TYPES: Final[Mapping[str, type]] = MappingProxyType(
-    {
-        "started": Started,
-        "step_started": StepStarted,
-        "step_completed": StepCompleted,
-        "step_failed": StepFailed,
-        "signal_received": SignalReceived,
-        "version_marker": VersionMarker,
-        "cancel_requested": CancelRequested,
-        "ended": Ended,
-    }
-)
 # Every optional field of the flat Avro journal record; each record type fills its own.
 _JOURNAL_FIELDS: Final = (
     "at", "path", "kind", "name", "due", "input", "result", "payload", "signal", "error",
@@ -81,7 +58,7 @@ def _journal_fields(entry: WorkflowJournalEntry) -> dict[str, Any]:
 
 def _journal_from(fields: dict[str, Any]) -> WorkflowJournalEntry:
     name = fields["type"]
-    cls = _JOURNAL_TYPES.get(name)
+    cls = JOURNAL_TYPES.get(name)
     if cls is None:
         raise SchemaError(f"unknown workflow journal record type {name!r}")
     data = {"type": name, **{slot: fields.get(slot) for slot in getattr(cls, "__slots__")}}

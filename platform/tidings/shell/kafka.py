@@ -238,7 +238,7 @@ class _Batch:
             if error is not None:
                 self._failed = True
                 failure = BrokerError(f"producing to {message.topic()} failed: {error}")
-                self._loop.call_soon_threadsafe(_settle, self._future, None, failure)
+                self._loop.call_soon_threadsafe(settle_future, self._future, None, failure)
                 return
             self._positions[index] = Delivered(
                 message.topic(), message.partition(), message.offset()
@@ -263,14 +263,15 @@ class _Batch:
         # Called once, by whichever report was the last; the batch changes no more.
         if self._rejections:
             failure = RecordRejected(sorted(self._rejections), self._positions)
-            self._loop.call_soon_threadsafe(_settle, self._future, None, failure)
+            self._loop.call_soon_threadsafe(settle_future, self._future, None, failure)
         else:
-            self._loop.call_soon_threadsafe(_settle, self._future, self._positions, None)
+            self._loop.call_soon_threadsafe(settle_future, self._future, self._positions, None)
 
 
-def _settle(
+def settle_future(
     future: asyncio.Future[Any], result: Any, error: BaseException | None
 ) -> None:
+    """Resolve ``future`` with ``error`` or ``result`` unless it is done (on its loop)."""
     if future.done():
         return
     if error is not None:

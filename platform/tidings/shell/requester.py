@@ -39,7 +39,7 @@ from ..codec import avro
 from ..core.records import CommandEnvelope, ReplyEnvelope
 from ..core.workflow_records import WorkflowInbox, WorkflowReply
 from ..errors import BrokerError
-from .kafka import watermarks
+from .kafka import settle_future, watermarks
 from .replies import ReplyReader
 
 log = logging.getLogger(__name__)
@@ -83,7 +83,7 @@ class Requester:
 
         def report(error: KafkaError | None, message: Any) -> None:  # on the producer's thread
             failure = None if error is None else BrokerError(f"producing to {topic} failed: {error}")
-            _call_soon(loop, _settle, delivered, None, failure)
+            _call_soon(loop, settle_future, delivered, None, failure)
 
         self._produce(topic, request, report)
         await delivered
@@ -112,7 +112,7 @@ class Requester:
             # Only a failure wakes the caller (at once, rather than at its timeout): an ack
             # is not worth a wake-up of the loop per request; the answer follows it.
             if error is not None:
-                _call_soon(loop, _settle, answered, None, BrokerError(f"producing to {topic} failed: {error}"))
+                _call_soon(loop, settle_future, answered, None, BrokerError(f"producing to {topic} failed: {error}"))
 
         try:
             self._produce(topic, request, report)
@@ -253,15 +253,6 @@ def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[..., object],
         loop.call_soon_threadsafe(callback, *args)
     except RuntimeError:
         pass
-
-
-def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
-    if future.done():
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(result)
 
 
 def _answer_key(request: CommandEnvelope | WorkflowInbox) -> str:
@@ -490,5 +481,5 @@ class OutcomeWatcher:
             except Exception as exc:  # noqa: BLE001 - not an outcome record; wait for the next
                 log.warning("skipping outcome record %s/%s keyed %r: %s", topic, partition, key, exc)
                 continue
-            _call_soon(waiter.loop, _settle, waiter.future, outcome, None)
+            _call_soon(waiter.loop, settle_future, waiter.future, outcome, None)
 

@@ -12,8 +12,10 @@ itself (see ``docs/workflows.md``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from types import MappingProxyType
+from typing import Any, Final, Literal
 
 from tidings.core.workflow.failures import StepError
 
@@ -119,7 +121,7 @@ JournalRecord = (
 )
 """Any record of a workflow journal."""
 
-_TYPES: dict[str, type[Any]] = {
+JOURNAL_TYPES: Final[Mapping[str, type[Any]]] = MappingProxyType({
     "started": Started,
     "step_started": StepStarted,
     "step_completed": StepCompleted,
@@ -128,8 +130,9 @@ _TYPES: dict[str, type[Any]] = {
     "version_marker": VersionMarker,
     "cancel_requested": CancelRequested,
     "ended": Ended,
-}
-_NAMES: dict[type[Any], str] = {cls: name for name, cls in _TYPES.items()}
+})
+"""Each journal record class by its stored type name (the JSON and Avro ``type``)."""
+_NAMES: dict[type[Any], str] = {cls: name for name, cls in JOURNAL_TYPES.items()}
 
 
 def record_type_name(record: JournalRecord) -> str:
@@ -154,7 +157,7 @@ def record_from_json(data: dict[str, Any]) -> JournalRecord:
     """
     fields = dict(data)
     name = fields.pop("type", None)
-    cls = _TYPES.get(str(name))
+    cls = JOURNAL_TYPES.get(str(name))
     if cls is None:
         raise ValueError(f"unknown workflow journal record type {name!r}")
     if isinstance(fields.get("error"), dict):
