@@ -181,3 +181,31 @@ def test_the_public_exports_of_the_workflow_core_are_pinned() -> None:
         core.__all__
     )
     assert {"FakeClock", "WorkflowTestRuntime", "WorkflowHandle", "AttemptTimedOut"} <= set(vars(testing))
+
+
+def test_a_value_too_large_for_one_journal_record_fails_its_step_and_the_body_not_the_worker() -> None:
+    # Journaled as it is, the broker would refuse the record at every attempt: a crash loop.
+    from tidings.core.workflow import ErrorKind, RunActivity
+    from tidings.errors import WorkflowStepFailed
+    from tidings.core.workflow.values import MAX_VALUE_BYTES
+
+    huge = "x" * MAX_VALUE_BYTES
+
+    async def body(ctx: WorkflowContext, big_result: bool) -> str:
+        try:
+            await ctx.activity("fetch", Retry.times(3), lambda attempt: huge)
+        except WorkflowStepFailed as failed:
+            assert failed.error.kind is ErrorKind.NOT_RETRYABLE and "larger than" in failed.error.message
+            return huge if big_result else "the step failed"
+        return "the step succeeded"
+
+    for big_result in (False, True):
+        instance = WorkflowInstance(define_workflow("w", body), "i")
+        decision = instance.advance(Start(big_result), 0)
+        (run,) = [e for e in decision.effects if isinstance(e, RunActivity)]
+        instance.advance(ActivityResult(run.path, run.attempt, huge), 1)
+        outcome = instance.outcome
+        if big_result:
+            assert isinstance(outcome, Faulted) and "larger than" in outcome.error.message
+        else:
+            assert isinstance(outcome, Finished) and outcome.value == "the step failed"

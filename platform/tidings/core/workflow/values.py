@@ -14,6 +14,11 @@ from typing import Any
 import pydantic_core
 from pydantic import TypeAdapter
 
+#: Largest JSON text (UTF-8 bytes) of one stored value: a step result or a body's result.
+#: Its journal record stays under the broker's 1 MiB default. Inputs and signal payloads
+#: from outside are held to the smaller payload limit of ``tidings.core.limits`` first.
+MAX_VALUE_BYTES = 768 * 1024
+
 
 class ValueCodec:
     """Encodes values to JSON text and decodes them as a declared type.
@@ -33,12 +38,18 @@ class ValueCodec:
         Raises:
             ValueError: ``value`` cannot be written as JSON.
         """
-        if value is None or type(value) in (int, str, bool):
+        if value is None or type(value) in (int, bool):
             return json.dumps(value)
         try:
-            return pydantic_core.to_json(value).decode()
+            text = json.dumps(value) if type(value) is str else pydantic_core.to_json(value).decode()
         except pydantic_core.PydanticSerializationError as exc:
             raise ValueError(f"cannot store a value of type {type(value).__name__} as JSON: {exc}") from exc
+        # Journaled as one Kafka record: a larger value would be refused by the broker at
+        # every attempt (a crash loop); the step or the instance fails instead.
+        if len(text) * 4 > MAX_VALUE_BYTES and (size := len(text.encode())) > MAX_VALUE_BYTES:
+            raise ValueError(f"a value of {size:,} bytes of JSON is larger than the "
+                             f"{MAX_VALUE_BYTES:,} a journal record may hold")
+        return text
 
     def decode(self, text: str, declared: Any = None) -> Any:
         """Read JSON text back, as ``declared`` when given (a type or type expression).
