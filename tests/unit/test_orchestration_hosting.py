@@ -125,6 +125,21 @@ def test_an_orchestration_that_raises_or_asks_for_an_unstorable_action_fails_the
         run(unstorable, ["placed"])
 
 
+def test_an_action_too_large_for_one_record_fails_the_event_instead_of_a_refused_write() -> None:
+    # Written as they are, the broker would refuse the actions record at every attempt.
+    from tidings.core.limits import MAX_VALUE_BYTES
+
+    class Huge(BaseModel):
+        blob: str
+
+    too_large = orchestrate(happened("never"), actions=[Huge(blob="x" * MAX_VALUE_BYTES)])
+    with pytest.raises(OrchestrationFailed, match="the limit is"):
+        run(too_large, ["placed"])
+    many = orchestrate(happened("never"), actions=[Huge(blob=str(n) * (MAX_VALUE_BYTES // 3)) for n in range(4)])
+    with pytest.raises(OrchestrationFailed, match="bytes of new actions"):
+        run(many, ["placed"])
+
+
 def test_replaying_the_journal_continues_where_stepping_left_off() -> None:
     values = [Step(order="o1", step=s) for s in ("placed", "noise")]
     rebuilt = replay(fulfil("o1"), values)

@@ -187,7 +187,7 @@ def test_a_value_too_large_for_one_journal_record_fails_its_step_and_the_body_no
     # Journaled as it is, the broker would refuse the record at every attempt: a crash loop.
     from tidings.core.workflow import ErrorKind, RunActivity
     from tidings.errors import WorkflowStepFailed
-    from tidings.core.workflow.values import MAX_VALUE_BYTES
+    from tidings.core.limits import MAX_VALUE_BYTES
 
     huge = "x" * MAX_VALUE_BYTES
 

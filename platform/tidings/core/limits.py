@@ -46,6 +46,12 @@ MAX_PAYLOAD_BYTES: Final = 512 * 1024
 default ``max.message.bytes`` (1 MiB), so the envelope, the events decided from it and
 the reply carrying them still fit in one record."""
 
+#: Largest value tidings stores from user code in one record it writes itself: a
+#: workflow step's or body's result, an orchestration's actions or outcome. The record
+#: stays under the broker's 1 MiB default ``max.message.bytes``; a larger value fails its
+#: step or instance instead of a write the broker refuses at every attempt.
+MAX_VALUE_BYTES: Final = 768 * 1024
+
 MAX_METADATA_BYTES: Final = 16 * 1024
 """Largest metadata map (the UTF-8 bytes of every key and value); it is copied onto every
 event a command causes."""
@@ -381,6 +387,7 @@ __all__ = [
     "MAX_REASON_BYTES",
     "MAX_REQUEST_ID_BYTES",
     "MAX_TOPIC_NAME_LENGTH",
+    "MAX_VALUE_BYTES",
     "check_command",
     "check_event",
     "check_id",

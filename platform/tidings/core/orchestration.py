@@ -25,6 +25,7 @@ from types import MappingProxyType
 from typing import Any
 
 from tidings.coordination import Break, Continue, Coordination
+from tidings.core.limits import MAX_VALUE_BYTES
 from tidings.core.orchestration_records import Action
 from tidings.errors import OrchestrationFailed
 
@@ -125,6 +126,13 @@ def advance(
     current = _actions(state, results, encode)
     pending = set(state.pending)
     new = tuple(action for action in current if action not in pending)
+    size = sum(len(action.type) + len(action.payload) for action in new)
+    if size > MAX_VALUE_BYTES:
+        # One actions record: the broker would refuse it at every attempt.
+        raise OrchestrationFailed(
+            f"instance {state.instance!r} asked for {size:,} bytes of new actions at once; "
+            f"the limit is {MAX_VALUE_BYTES:,}"
+        )
     outcome = None
     if step.next is None:
         continues = [r for r in step.results if isinstance(r, Continue)]
@@ -204,8 +212,14 @@ def _actions(state: InstanceState, results: list[Any], encode: Encode) -> tuple[
 
 def _encode(state: InstanceState, value: Any, encode: Encode) -> tuple[str, bytes]:
     try:
-        return encode(value)
+        type_, payload = encode(value)
     except (TypeError, ValueError) as exc:
         raise OrchestrationFailed(
             f"instance {state.instance!r} gave a value that cannot be stored: {exc}"
         ) from exc
+    if len(payload) > MAX_VALUE_BYTES:
+        raise OrchestrationFailed(
+            f"instance {state.instance!r} gave a value of {len(payload):,} bytes; "
+            f"the limit is {MAX_VALUE_BYTES:,}"
+        )
+    return type_, payload

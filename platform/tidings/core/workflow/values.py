@@ -14,10 +14,10 @@ from typing import Any
 import pydantic_core
 from pydantic import TypeAdapter
 
-#: Largest JSON text (UTF-8 bytes) of one stored value: a step result or a body's result.
-#: Its journal record stays under the broker's 1 MiB default. Inputs and signal payloads
-#: from outside are held to the smaller payload limit of ``tidings.core.limits`` first.
-MAX_VALUE_BYTES = 768 * 1024
+from tidings.core.limits import MAX_VALUE_BYTES
+
+# MAX_VALUE_BYTES bounds the JSON text (UTF-8) of a step's or a body's result. Inputs and
+# signal payloads from outside are held to the smaller MAX_PAYLOAD_BYTES first.
 
 
 class ValueCodec:
