@@ -107,7 +107,6 @@ class Runtime:
     """What the worker gives every agent it opens.
 
     Attributes:
-        app_name: The app's name (prefix of its topics, its consumer group).
         bootstrap: Kafka bootstrap servers.
         data_dir: The worker's data directory.
         partitions: The app's partition count.
@@ -118,7 +117,6 @@ class Runtime:
         deadletter_value_limit: Bytes of a bad record's value a dead letter keeps.
     """
 
-    app_name: str
     bootstrap: str
     data_dir: Path
     partitions: int

@@ -66,17 +66,18 @@ class OrchestrationDefinition:
     def open(self, runtime: Runtime) -> OrchestrationAgents:
         """Open the store and return the router and instance agents of this orchestration."""
         store = OrchestrationStore(runtime.store_path(self.kind, self.name))
-        runtime.on_close(store.close)
         partitions = runtime.partitions
         router = OrchestrationRouter(
             self.name, self.key_of, sources=self.sources, topics=self.topics,
             partitions=partitions, publisher=runtime.publisher, clock=runtime.clock,
+            deadletter_value_limit=runtime.deadletter_value_limit,
         )
         agent = OrchestrationAgent(
             self.name, self.factory, sources=self.sources, topics=self.topics,
             partitions=partitions, store=store, reader=runtime.reader(), publisher=runtime.publisher,
             # librdkafka answers an offsets query slowly right after a read's unassign.
             offsets_reader=runtime.reader(), clock=runtime.clock,
+            deadletter_value_limit=runtime.deadletter_value_limit,
         )
         return OrchestrationAgents(router, agent)
 
@@ -106,7 +107,7 @@ class OrchestrationAgents:
         self.agent.revoke(p for topic, p in partitions if topic == self.agent.topics.inbox)
 
     def close(self) -> None:
-        """The store is closed by the runtime."""
+        self.agent.close()
 
 
 def declare_orchestration(

@@ -28,7 +28,7 @@ import functools
 import inspect
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 from ..core.partitioning import partition_for
 from .io import Delivered, Incoming, Outgoing, PartitionReader
@@ -99,10 +99,6 @@ class PartitionOwner:
     def is_ready(self, partition: int) -> bool:
         return partition in self._ready
 
-    @property
-    def ready(self) -> frozenset[int]:
-        return frozenset(self._ready)
-
     async def ensure_ready(self, partitions: Iterable[int]) -> None:
         """Catch up, in partition order, each of ``partitions`` not ready yet.
 
@@ -144,15 +140,10 @@ class PartitionOwner:
         if start < high:
             log.info("restoring %s partition %d from the journal: offsets %d..%d",
                      self.what, partition, start, high)
-            async for chunk in self.read(self.journal, partition, start, high):
+            async for chunk in self._reader.read(self.journal, partition, start, high):
                 if self._restore is not None:
                     await _maybe(self._restore(partition, chunk))
         return high
-
-    def read(self, topic: str, partition: int, start: int, end: int) -> AsyncIterator[list[Incoming]]:
-        """Read ``[start, end)`` of ``topic``/``partition`` in chunks (for custom catch-ups)."""
-        assert self._reader is not None
-        return self._reader.read(topic, partition, start, end)
 
     # -- homes ---------------------------------------------------------------------------
 

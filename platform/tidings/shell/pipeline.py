@@ -24,7 +24,7 @@ import asyncio
 import logging
 import os
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from .io import Incoming
 
@@ -66,7 +66,7 @@ async def run_batches(
             try:
                 finish = await start(_incoming(batch))
             except Exception:
-                _fail(what)
+                stop_worker(what)
             finishing.put_nowait((finish, batch))
 
     async def complete() -> None:
@@ -75,7 +75,7 @@ async def run_batches(
             try:
                 await finish()
             except Exception:
-                _fail(what)
+                stop_worker(what)
             for event in events:
                 await stream.ack(event)
             slots.release()
@@ -112,10 +112,24 @@ def agent_body(start: Start, what: str, *, max_in_flight: int = 2) -> Callable[[
     return consume
 
 
-def _fail(what: str) -> None:
-    log.critical("%s failed; stopping the worker so it restarts", what, exc_info=True)
+def stop_worker(what: str, error: BaseException | None = None) -> NoReturn:
+    """Log that ``what`` failed (``error``, or the exception being handled) and exit 70.
+
+    Without acking: the supervisor restarts the worker and the records come again.
+    """
+    log.critical("%s failed; stopping the worker so it restarts", what, exc_info=error or True)
     logging.shutdown()
     os._exit(EXIT_FAILED)
+
+
+def stop_worker_on_failure(what: str) -> Callable[[asyncio.Future[Any]], None]:
+    """Return a done-callback that stops the worker when its task raised."""
+
+    def check(task: asyncio.Future[Any]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            stop_worker(what, task.exception())
+
+    return check
 
 
 def _incoming(events: Sequence[Any]) -> list[Incoming]:

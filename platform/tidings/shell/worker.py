@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,7 +20,7 @@ import faust
 
 from .hosting import Agent, Runtime, TopicPartition
 from .kafka import ConfluentPublisher
-from .pipeline import BATCH_SIZE, EXIT_FAILED, agent_body
+from .pipeline import BATCH_SIZE, agent_body, stop_worker_on_failure
 from .topics import apply_topics, deadletter_topic
 
 if TYPE_CHECKING:
@@ -95,7 +94,6 @@ class Worker:
         )
         publisher = ConfluentPublisher(self.bootstrap)
         runtime = Runtime(
-            app_name=self.app.name,
             bootstrap=self.bootstrap,
             data_dir=self.data_dir,
             partitions=self.app.partitions,
@@ -133,7 +131,8 @@ class Worker:
                 # Not awaited: an agent's recovery reads its journal, and Faust waits for
                 # these handlers before it hands out records; the agents make records of
                 # partitions they are recovering wait (PartitionOwner.ensure_ready).
-                asyncio.ensure_future(agent.assign(partitions)).add_done_callback(_crashed)
+                asyncio.ensure_future(agent.assign(partitions)).add_done_callback(
+                    stop_worker_on_failure("recovering assigned partitions"))
 
         @fapp.on_partitions_revoked.connect  # type: ignore[arg-type]  # called with revoked=, signal=
         async def on_revoked(sender: Any, revoked: Iterable[Any], **_: Any) -> None:
@@ -146,11 +145,3 @@ class Worker:
 
 def _pairs(partitions: Iterable[Any]) -> list[TopicPartition]:
     return [(tp.topic, tp.partition) for tp in partitions]
-
-
-def _crashed(task: asyncio.Future[None]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.critical("recovering assigned partitions failed; stopping the worker so it restarts",
-                     exc_info=task.exception())
-        logging.shutdown()
-        os._exit(EXIT_FAILED)

@@ -135,11 +135,6 @@ class AggregateAgent:
 
     # -- deciding --------------------------------------------------------------------------
 
-    async def process(self, batch: Sequence[Incoming]) -> None:
-        """Handle one batch of command records (see the module docstring)."""
-        finish = await self.start(batch)
-        await finish()
-
     async def start(self, batch: Sequence[Incoming]) -> Callable[[], Awaitable[None]]:
         """Decide ``batch`` and start producing its events; return what completes it.
 
@@ -188,19 +183,14 @@ class AggregateAgent:
             decided.after.append(forward)
             return
         reply_to = self._runtime.reply_topic(command.reply_to)
-        try:
-            value = load_payload(command.type, command.payload, self.definition.command_types)
-        except RecordError as exc:
-            if reply_to:
-                decided.notices.append(self._rejection(command, reply_to, str(exc), now_ms))
-            raise
         key = (command.aggregate_id, command.command_id)
         partition = record.partition
-        instance = self._instance(partition, command.aggregate_id)
         try:
-            handled = self._handle(instance, command, value, now_ms)
+            value = load_payload(command.type, command.payload, self.definition.command_types)
+            handled = self._handle(self._instance(partition, command.aggregate_id), command, value, now_ms)
             events = [self._event_record(partition, event) for event in handled.stored]
         except RecordError as exc:
+            # The command named where to answer: say why it was refused (it is dead-lettered too).
             if reply_to:
                 decided.notices.append(self._rejection(command, reply_to, str(exc), now_ms))
             raise
@@ -237,16 +227,8 @@ class AggregateAgent:
 
     # -- recovery --------------------------------------------------------------------------
 
-    async def catch_up(self, partition: int) -> None:
-        """Fold every event of ``partition`` this worker's store has not applied yet."""
-        await self.owner.catch_up(partition)
-
     def _caught_up(self, partition: int, end: int) -> None:
         self._store.write((), {}, (), {partition: end})
-
-    def instance(self, aggregate_id: str) -> AggregateInstance[Any]:
-        """Return the current record of ``aggregate_id`` (cached, stored or new)."""
-        return self._instance(self.owner.home(aggregate_id), aggregate_id)
 
     def _restore_chunk(self, partition: int, chunk: list[Incoming]) -> None:
         dirty: dict[str, AggregateInstance[Any]] = {}

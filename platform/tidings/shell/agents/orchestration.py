@@ -69,7 +69,7 @@ from ...errors import (
     RecordRejected,
     SchemaError,
 )
-from ..deadletters import dead_letter
+from ..deadletters import DEAD_LETTER_VALUE_BYTES, dead_letter
 from ..io import Delivered, Incoming, Outgoing, PartitionReader, Publisher
 from ..owner import PartitionOwner
 from ..pipeline import Finish
@@ -119,6 +119,7 @@ class OrchestrationRouter:
         partitions: int,
         publisher: Publisher,
         clock: Callable[[], float] = time.time,
+        deadletter_value_limit: int = DEAD_LETTER_VALUE_BYTES,
     ) -> None:
         self.name = name
         self._key_of = key_of
@@ -127,6 +128,7 @@ class OrchestrationRouter:
         self._partitions = partitions
         self._publisher = publisher
         self._clock = clock
+        self._value_limit = deadletter_value_limit
 
     @property
     def source_topics(self) -> list[str]:
@@ -146,7 +148,7 @@ class OrchestrationRouter:
                     exc = DecodeError(f"{type(exc).__name__}: {exc}")
                 log.error("orchestration %s dead-letters %s/%d@%d: %s",
                           self.name, record.topic, record.partition, record.offset, exc)
-                letters.append(dead_letter(record, exc, self.topics.deadletter, now_ms))
+                letters.append(self._letter(record, exc, now_ms))
                 continue
             if outgoing is not None:
                 routed.append(outgoing)
@@ -162,11 +164,14 @@ class OrchestrationRouter:
                 for index, _, reason in exc.rejections:
                     error = SchemaError(f"the event routed to orchestration {self.name} was refused "
                                         f"by Kafka: {reason}")
-                    letters.append(dead_letter(origins[index], error, self.topics.deadletter, now_ms))
+                    letters.append(self._letter(origins[index], error, now_ms))
             if letters:
                 await self._publisher.publish(letters)
 
         return finish
+
+    def _letter(self, record: Incoming, error: RecordError, now_ms: int) -> Outgoing:
+        return dead_letter(record, error, self.topics.deadletter, now_ms, value_limit=self._value_limit)
 
     def _route(self, record: Incoming) -> Outgoing | None:
         source = self._sources[record.topic]
@@ -299,6 +304,7 @@ class OrchestrationAgent:
         offsets_reader: PartitionReader | None = None,
         clock: Callable[[], float] = time.time,
         cache_size: int = 10_000,
+        deadletter_value_limit: int = DEAD_LETTER_VALUE_BYTES,
     ) -> None:
         self.name = name
         self._factory = factory
@@ -312,6 +318,7 @@ class OrchestrationAgent:
         self._offsets_reader = offsets_reader or reader
         self._publisher = publisher
         self._clock = clock
+        self._value_limit = deadletter_value_limit
         self._cache_size = cache_size
         self.owner = PartitionOwner(
             f"orchestration {name}", journal=None, partitions=partitions, catch_up=self.catch_up
@@ -322,6 +329,13 @@ class OrchestrationAgent:
         self._written_actions: dict[int, set[tuple[str, int]]] = {}
         self._written_outcomes: dict[int, set[str]] = {}
         self._roles = {topics.journal: "j", topics.actions: "a", topics.outcomes: "o"}
+
+    def close(self) -> None:
+        """Close the store (the worker is stopping)."""
+        self._store.close()
+
+    def _letter(self, record: Incoming, error: RecordError, now_ms: int) -> Outgoing:
+        return dead_letter(record, error, self.topics.deadletter, now_ms, value_limit=self._value_limit)
 
     def revoke(self, partitions: Iterable[int]) -> None:
         """Forget what is cached for ``partitions``: another worker may change them now."""
@@ -345,7 +359,7 @@ class OrchestrationAgent:
                     f"orchestration {self.name} failed: {type(exc).__name__}: {exc}")
                 log.error("orchestration %s dead-letters %s/%d@%d: %s",
                           self.name, record.topic, record.partition, record.offset, error)
-                work.letters.append(dead_letter(record, error, self.topics.deadletter, now_ms))
+                work.letters.append(self._letter(record, error, now_ms))
         delivery = self._publisher.send(work.records)
 
         async def finish() -> None:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-import os
 from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -66,7 +65,7 @@ from ...errors import DecodeError, RecordError, SchemaError
 from ..hosting import Input, Runtime, TopicPartition
 from ..io import Delivered, Incoming, Outgoing
 from ..owner import PartitionOwner
-from ..pipeline import EXIT_FAILED
+from ..pipeline import stop_worker, stop_worker_on_failure
 from .workflow_activities import run_attempt
 from .workflow_codec import (
     INBOX_OFFSET_HEADER,
@@ -523,8 +522,7 @@ class WorkflowAgent:
                     await self._publisher.publish(commit.dead)
                 self._store.write(commit.write)
             except Exception:  # noqa: BLE001 - Kafka or RocksDB failed: restart the worker
-                log.critical("committing workflow %s records failed", self.definition.name, exc_info=True)
-                _fail()
+                stop_worker(f"committing workflow {self.definition.name} records")
             for instance_id in commit.touched:
                 self._dirty[instance_id] -= 1
                 if self._dirty[instance_id] <= 0:
@@ -551,7 +549,7 @@ class WorkflowAgent:
                 await self.owner.ensure_ready([partition])
 
         task = asyncio.ensure_future(recover())
-        task.add_done_callback(_crashed)
+        task.add_done_callback(stop_worker_on_failure(f"recovering workflow {self.definition.name}"))
 
     def _evict(self, touched: Iterable[str]) -> None:
         for instance_id in touched:
@@ -664,15 +662,4 @@ class WorkflowAgent:
         self._commits = asyncio.Queue()
         self._tasks = [asyncio.ensure_future(self._feed()), asyncio.ensure_future(self._commit())]
         for task in self._tasks:
-            task.add_done_callback(_crashed)
-
-
-def _crashed(task: asyncio.Task[None]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.critical("a workflow agent task failed", exc_info=task.exception())
-        _fail()
-
-
-def _fail() -> None:
-    logging.shutdown()
-    os._exit(EXIT_FAILED)
+            task.add_done_callback(stop_worker_on_failure(f"a task of workflow {self.definition.name}"))
