@@ -124,7 +124,7 @@ def test_every_shipped_schema_version_is_in_the_catalogue() -> None:
     prints = {schema_fingerprint(json.loads(p.read_text())) for p in schemas.glob("*.avsc")}
     assert prints == set(CATALOGUE.by_fingerprint)
     assert {(v.kind, v.version) for v in CATALOGUE.newest.values()} == {
-        ("command", 2), ("event", 1), ("reply", 1), ("deadletter", 2),
+        ("command", 3), ("event", 1), ("reply", 1), ("deadletter", 2),
         ("orchestrationevent", 1), ("orchestrationactions", 1), ("orchestrationoutcome", 1),
         ("workflowinbox", 1), ("workflowjournal", 1), ("workflowoutcome", 1),
         ("workflowreply", 1), ("workflowstatus", 1),
@@ -199,3 +199,21 @@ def test_encoding_something_else_is_a_type_error() -> None:
 def test_the_newest_schema_has_exactly_the_record_fields(record_type: type) -> None:
     schema = CATALOGUE.newest[record_type].parsed
     assert [f["name"] for f in schema["fields"]] == list(record_type.__slots__)
+
+
+def test_golden_command_written_with_v2_reads_without_a_reply_key() -> None:
+    # Written with schemas/command.v2.avsc, before reply_key existed; never regenerate.
+    record = decode((GOLDEN / "command.v2.bin").read_bytes())
+    assert isinstance(record, CommandEnvelope)
+    assert record.reply_key is None
+    assert record.reply_record_key == "cmd-0002"
+    assert (record.command_id, record.causation_id, record.reply_to) == ("cmd-0002", "evt-1", "bank.replies")
+
+
+def test_a_command_keeps_its_reply_key_and_its_reply_is_keyed_by_it() -> None:
+    command = CommandEnvelope(
+        command_id="wf/o-1/3", correlation_id="wf/o-1/3", aggregate_id="alice", type="Withdraw",
+        payload=b"{}", timestamp_ms=1, reply_to="bank.workflow.pay.replies", reply_key="o-1",
+    )
+    assert decode(encode(command)) == command
+    assert command.reply_record_key == "o-1"

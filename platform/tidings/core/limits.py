@@ -329,6 +329,7 @@ def check_command(command: CommandEnvelope) -> CommandEnvelope:
     check_id(command.aggregate_id, "aggregate_id")
     check_id(command.type, "type")
     check_optional_id(command.causation_id, "causation_id")
+    check_optional_id(command.reply_key, "reply_key")
     if command.reply_to is not None:
         check_topic_name(command.reply_to, "reply_to")
     check_payload_size(command.payload)

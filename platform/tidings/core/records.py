@@ -16,7 +16,9 @@ from typing import Literal
 class CommandEnvelope:
     """A command addressed to one aggregate instance.
 
-    Idempotent by ``command_id``: a repeated id gets the first verdict again.
+    Idempotent by ``command_id``: a repeated id gets the first verdict again. The reply
+    goes to ``reply_to`` keyed by ``reply_key`` (default ``command_id``), so a workflow or
+    saga names its own instance id and the reply lands on the partition that owns it.
     """
 
     command_id: str
@@ -29,6 +31,12 @@ class CommandEnvelope:
     reply_to: str | None = None
     causation_id: str | None = None
     metadata: dict[str, str] = field(default_factory=dict)
+    reply_key: str | None = None
+
+    @property
+    def reply_record_key(self) -> str:
+        """The key of this command's reply: ``reply_key`` when set, else ``command_id``."""
+        return self.reply_key if self.reply_key is not None else self.command_id
 
 
 @dataclass(frozen=True, slots=True)

@@ -197,7 +197,7 @@ class AggregateAgent:
         if handled.duplicate:
             first = self._unwritten.get(key) or self._store.reply(*key)
             if first is not None and reply_to:
-                decided.notices.append(Outgoing(reply_to, key[1].encode(), first))
+                decided.notices.append(Outgoing(reply_to, command.reply_record_key.encode(), first))
             return
         self._cache_put(partition, handled.instance)
         decided.dirty[command.aggregate_id] = handled.instance
@@ -209,7 +209,7 @@ class AggregateAgent:
         self._unwritten[key] = encoded_reply
         decided.forget.extend((command.aggregate_id, gone) for gone in handled.forget)
         if reply_to:
-            decided.notices.append(Outgoing(reply_to, key[1].encode(), encoded_reply))
+            decided.notices.append(Outgoing(reply_to, command.reply_record_key.encode(), encoded_reply))
 
     def _handle(
         self, instance: AggregateInstance[Any], command: CommandEnvelope, value: Any, now_ms: int
@@ -310,5 +310,5 @@ class AggregateAgent:
             timestamp_ms=now_ms,
             reason=reason,
         )
-        return Outgoing(reply_to, command.command_id.encode(), avro.encode(reply))
+        return Outgoing(reply_to, command.reply_record_key.encode(), avro.encode(reply))
 
