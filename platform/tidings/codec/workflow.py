@@ -31,7 +31,7 @@ from tidings.errors import DecodeError, SchemaError
 # Every optional field of the flat Avro journal record; each record type fills its own.
 _JOURNAL_FIELDS: Final = (
     "at", "path", "kind", "name", "due", "input", "result", "payload", "signal", "error",
-    "position", "change_id", "version", "outcome",
+    "position", "change_id", "version", "outcome", "signal_id",
 )
 
 
@@ -134,7 +134,7 @@ def inbox_from_json(data: bytes, *, timestamp_ms: int | None = None) -> Workflow
     ``{"kind": "signal", "instance_id": "o-1", "signal": "approval", "payload": true}``;
     ``{"kind": "cancel", "instance_id": "o-1"}``. ``payload`` is an inline JSON value.
     ``request_id`` defaults to ``{kind}:{instance_id}:{timestamp_ms}``; ``reply_to``,
-    ``wait`` and ``metadata`` are optional.
+    ``wait``, ``metadata`` and a signal's ``signal_id`` are optional.
 
     Args:
         data: The record value, UTF-8 JSON.
@@ -190,4 +190,5 @@ def inbox_from_json(data: bytes, *, timestamp_ms: int | None = None) -> Workflow
         reply_to=text("reply_to"),
         wait=wait,
         metadata=dict(metadata),
+        signal_id=text("signal_id"),
     )

@@ -364,7 +364,7 @@ def check_inbox(inbox: WorkflowInbox) -> WorkflowInbox:
         ``inbox``.
 
     Raises:
-        LimitError: An id, the signal name (required for a signal), ``reply_to``, the
+        LimitError: An id, the signal name (required for a signal), the signal id, ``reply_to``, the
             payload or the metadata breaks its limit.
     """
     check_id(inbox.instance_id, "instance_id")
@@ -372,6 +372,7 @@ def check_inbox(inbox: WorkflowInbox) -> WorkflowInbox:
     if inbox.kind == "signal" and not inbox.signal:
         raise LimitError("a signal request needs the signal's name")
     check_optional_id(inbox.signal, "signal name")
+    check_optional_id(inbox.signal_id, "signal_id")
     if inbox.reply_to is not None:
         check_topic_name(inbox.reply_to, "reply_to")
     check_payload_size(inbox.payload)

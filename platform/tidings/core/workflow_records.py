@@ -47,6 +47,9 @@ class WorkflowInbox:
         reply_to: Where to answer; None asks for no answer.
         wait: For a query: answer once the instance has ended, not before.
         metadata: Free-form strings (trace context).
+        signal_id: The sender's id of a signal (``kind == "signal"``): an instance stores
+            a signal id once, so a repeat is accepted and stores nothing (since
+            ``workflowinbox.v2``; None: never de-duplicated).
     """
 
     request_id: str
@@ -58,6 +61,7 @@ class WorkflowInbox:
     reply_to: str | None = None
     wait: bool = False
     metadata: dict[str, str] = field(default_factory=dict)
+    signal_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -124,6 +124,7 @@ class _Request:
     payload: bytes | None = None
     signal: str | None = None
     wait: bool = False
+    signal_id: str | None = None
 
 
 @dataclass(slots=True)

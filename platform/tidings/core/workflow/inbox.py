@@ -20,10 +20,15 @@ class Start:
 
 @dataclass(frozen=True, slots=True)
 class Signal:
-    """Deliver the signal ``name`` with ``payload``; stored on arrival."""
+    """Deliver the signal ``name`` with ``payload``; stored on arrival.
+
+    ``id``, when given, names the signal: an instance stores a signal id once, so a sender
+    that repeats a signal (a projection handling a re-delivered event) stores nothing more.
+    """
 
     name: str
     payload: Any = None
+    id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

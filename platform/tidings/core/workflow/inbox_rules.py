@@ -16,6 +16,8 @@ request       never started   live, not ended               ended
                               the end)
 ============  ==============  ============================  ==========================
 
+A signal with a ``signal_id`` its live instance has stored already is fed like any other:
+the instance stores nothing and it is answered ``accepted`` (``core/workflow/signal_ids.py``).
 A fed message is answered by the instance's decision (``answer_fed``): ``accepted``, or
 ``rejected`` when the instance refused it (an input that does not read as the input
 type). A request whose payload is not JSON, or that is not a usable request at all, is
@@ -57,6 +59,11 @@ class InboxRequest(Protocol):
     @property
     def signal(self) -> str | None:
         """The signal's name (``kind == "signal"``)."""
+        ...
+
+    @property
+    def signal_id(self) -> str | None:
+        """The sender's id of a signal: a repeat of a stored id stores nothing."""
         ...
 
     @property
@@ -188,7 +195,7 @@ def decide_request(request: InboxRequest, known: Known) -> InboxVerdict:
         # Before the payload is read: a stored and a live ended instance answer alike.
         return Reply(_with_answer("ended", answer_status(known)))
     payload = _payload(request)
-    return payload if isinstance(payload, Refuse) else Feed(Signal(request.signal or "", payload.value))
+    return payload if isinstance(payload, Refuse) else Feed(Signal(request.signal or "", payload.value, request.signal_id))
 
 
 def answer_fed(request: InboxRequest, instance: WorkflowInstance, rejected: str | None) -> Reply | Refuse:

@@ -51,6 +51,7 @@ from tidings.core.workflow.paths import ROOT_PREFIX, idempotency_key
 from tidings.core.workflow.replaying import JournalCursor, describe_record, same_record
 from tidings.core.workflow.requests import ActivityRequest
 from tidings.core.workflow.retry import GiveUp, RetryAt
+from tidings.core.workflow.signal_ids import remember_signal_id, stored_signal_ids
 from tidings.core.workflow.steps import STEP_HANDLERS, explain_body_error, foreign_await
 from tidings.errors import JournalMismatch, WorkflowStepFailed
 
@@ -101,6 +102,7 @@ class WorkflowInstance:
         "_root",
         "_pending",
         "_signals",
+        "_signal_ids",
         "_waiters",
         "_cancel_requested",
         "_next_seq",
@@ -120,6 +122,9 @@ class WorkflowInstance:
         self._root: Fiber | None = None
         self._pending: dict[str, Pending] = {}
         self._signals: dict[str, list[SignalReceived]] | None = None
+        # Every signal id the journal holds (None until the first one: most instances get
+        # none, and an idle instance must stay small). Derived from the journal on replay.
+        self._signal_ids: set[str] | None = None
         self._waiters: dict[str, list[Pending]] | None = None
         self._cancel_requested = False
         self._next_seq = 1
@@ -235,6 +240,9 @@ class WorkflowInstance:
             instance._set_outcome(last)
             instance._effects.append(PublishOutcome(instance._outcome))  # type: ignore[arg-type]
             return instance, instance._decision(None)
+        # From every record, also those after a point where the body parks: the journal
+        # holds those signals, so a repeat of one must store nothing either.
+        instance._signal_ids = stored_signal_ids(records)
         replay = instance._replay = JournalCursor(records)
         try:
             while replay.pos < len(records) and instance._status is not WorkflowStatus.PARKED:
@@ -294,11 +302,15 @@ class WorkflowInstance:
         return None
 
     def _receive_signal(self, message: Signal) -> str | None:
+        if message.id is not None and self._signal_ids is not None and message.id in self._signal_ids:
+            return None  # a repeat of a stored signal (see signal_ids.py): nothing more is stored
         try:
             payload = self.definition.codec.encode(message.payload)
         except ValueError as exc:
             return f"the signal's payload cannot be stored: {exc}"
-        record = self._record(SignalReceived(self._next_seq, message.name, payload, self._now))
+        record = self._record(SignalReceived(self._next_seq, message.name, payload, self._now, message.id))
+        if message.id is not None:
+            self._signal_ids = remember_signal_id(self._signal_ids, message.id)
         if self._status is WorkflowStatus.RUNNING:
             self._apply_stored(record)
         return None
@@ -615,6 +627,7 @@ class WorkflowInstance:
         self._root = None
         self._pending = {}
         self._signals = self._waiters = None
+        self._signal_ids = None  # an ended instance answers every signal "ended"
         self._ready.clear()
 
     def _park(self, reason: str) -> None:

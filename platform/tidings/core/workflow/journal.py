@@ -76,12 +76,17 @@ class StepFailed:
 
 @dataclass(frozen=True, slots=True)
 class SignalReceived:
-    """A signal ``name`` with ``payload`` (JSON text) arrived at ``at`` (ms)."""
+    """A signal ``name`` with ``payload`` (JSON text) arrived at ``at`` (ms).
+
+    ``signal_id`` is the sender's id of the signal, if it gave one: the instance stores no
+    second signal with an id its journal holds (None: never de-duplicated).
+    """
 
     seq: int
     name: str
     payload: str
     at: int
+    signal_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
