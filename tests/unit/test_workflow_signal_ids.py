@@ -59,13 +59,13 @@ def test_signals_with_other_ids_or_no_id_are_each_stored() -> None:
         for message in (Signal("n", 1, "a"), Signal("n", 2, "b"), Signal("n", 3), Signal("n", 4))
     ]
     assert all(len(records) == 1 for records in stored)
-    assert [r[0].signal_id for r in stored] == ["a", "b", None, None]  # type: ignore[union-attr]
+    assert [r[0].signal_id for r in stored] == ["a", "b", None, None]
 
 
 def test_replay_keeps_the_rule_for_ids_in_the_journal() -> None:
     instance, journal = _started()
     journal += instance.advance(Signal("n", 1, "x"), 1).records
-    again, decision = replay(TWO_WAITS, "i", journal, 2)  # type: ignore[arg-type]
+    again, decision = replay(TWO_WAITS, "i", journal, 2)
     assert decision.records == ()
     assert again.advance(Signal("n", 1, "x"), 3).records == ()
     # A new id is still stored, and the two stored signals finish the body.
@@ -79,7 +79,7 @@ def test_replay_keeps_the_rule_for_ids_in_the_journal() -> None:
 def test_a_replay_of_a_journal_without_ids_keeps_no_set() -> None:
     instance, journal = _started()
     journal += instance.advance(Signal("n", 1), 1).records
-    again, _ = replay(TWO_WAITS, "i", journal, 2)  # type: ignore[arg-type]
+    again, _ = replay(TWO_WAITS, "i", journal, 2)
     assert again._signal_ids is None  # an idle instance stays small
     assert len(again.advance(Signal("n", 1), 3).records) == 1
 
@@ -90,7 +90,7 @@ def test_a_repeat_to_a_parked_instance_stores_nothing_either() -> None:
 
     instance, journal = _started()
     journal += instance.advance(Signal("n", 1, "x"), 1).records
-    parked, _ = replay(define_workflow("w", changed), "i", journal, 2)  # type: ignore[arg-type]
+    parked, _ = replay(define_workflow("w", changed), "i", journal, 2)
     assert parked.status is WorkflowStatus.PARKED
     assert parked.advance(Signal("n", 1, "x"), 3).records == ()
     assert len(parked.advance(Signal("n", 1, "z"), 4).records) == 1
