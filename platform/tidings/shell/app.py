@@ -147,7 +147,10 @@ class App:
 
         ``handler(event, view)`` (sync or async) gets each stored event once, in journal
         order per instance, and reads and writes the ``View``; the view's writes and the
-        source offsets are committed together, so a restart applies nothing twice.
+        source offsets are committed together, so a restart applies nothing twice. An
+        async handler may ``await event.signal(workflow, instance_id, name, payload)``
+        (``shell/projection_signals.py``; "Signal a workflow from a projection" in
+        ``docs/workflows.md``).
 
         Raises:
             DefinitionError: listing every problem with the definition.
