@@ -24,6 +24,7 @@ from tidings.core.workflow import (
 from tidings.core.workflow.inbox_rules import Feed, Reply, decide_request
 from tidings.core.workflow_records import WorkflowInbox, WorkflowJournalEntry
 from tidings.errors import LimitError
+from tidings.testing.workflows import WorkflowTestRuntime
 
 
 async def _two_waits(ctx: WorkflowContext, _: None) -> list[int]:
@@ -134,3 +135,16 @@ def test_a_signal_id_is_an_id_with_its_limits() -> None:
         check_inbox(WorkflowInbox("r", "i", "signal", 0, signal="n", signal_id="x" * 256))
     with pytest.raises(LimitError, match="signal_id"):
         check_inbox(WorkflowInbox("r", "i", "signal", 0, signal="n", signal_id=""))
+
+
+def test_the_in_memory_runtime_takes_a_signal_id_and_keeps_the_rule_across_a_restart() -> None:
+    runtime = WorkflowTestRuntime()
+    handle = runtime.register(TWO_WAITS)
+    handle.start("i", None)
+    assert len(handle.signal("i", "n", 1, signal_id="s-1").records) == 1
+    runtime.restart()
+    assert handle.signal("i", "n", 1, signal_id="s-1").records == ()
+    handle.signal("i", "n", 2, signal_id="s-2")
+    runtime.advance(timedelta(minutes=1))
+    assert handle.outcome("i") == Finished([1, 2])
+    assert [r.signal_id for r in handle.journal("i") if isinstance(r, SignalReceived)] == ["s-1", "s-2"]

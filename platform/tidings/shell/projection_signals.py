@@ -152,13 +152,16 @@ class EventSignals:
         self._aggregate = aggregate
         self._aggregate_id = aggregate_id
         self._version = version
-        self._counts: dict[tuple[str, str, str], int] = {}
-        self._asked: list[Coroutine[Any, Any, None]] = []
+        # Made at the first signal: most events of most projections signal nothing.
+        self._counts: dict[tuple[str, str, str], int] | None = None
+        self._asked: list[Coroutine[Any, Any, None]] | None = None
 
     def signal(
         self, workflow: WorkflowHandle, instance_id: str, name: str, payload: Any, timeout: float | None
     ) -> Coroutine[Any, Any, None]:
         """Return the coroutine that sends one signal; its id is fixed here, in call order."""
+        if self._counts is None or self._asked is None:
+            self._counts, self._asked = {}, []
         key = (workflow.name, instance_id, name)
         index = self._counts.get(key, 0)
         self._counts[key] = index + 1
@@ -177,7 +180,7 @@ class EventSignals:
                 "never awaited" warning: this error says it).
         """
         left = 0
-        for sending in self._asked:
+        for sending in self._asked or ():
             state = inspect.getcoroutinestate(sending)
             if state == inspect.CORO_CLOSED:
                 continue

@@ -179,8 +179,11 @@ class WorkflowHandle:
             raise SchemaError(f"workflow {self.name!r} rejected the start: {pending.reply.reason}")
         return decision
 
-    def signal(self, instance_id: str, name: str, payload: Any = None) -> Decision:
+    def signal(self, instance_id: str, name: str, payload: Any = None, *, signal_id: str | None = None) -> Decision:
         """Deliver signal ``name`` with ``payload``; returns what the instance decided.
+
+        ``signal_id`` names the signal as a projection does (``event.signal``): a repeat of
+        a stored id is accepted and stores nothing.
 
         Raises:
             WorkflowNotFound: No instance was ever started with this id.
@@ -192,7 +195,7 @@ class WorkflowHandle:
             text = self._runtime.definition(self.name).codec.encode(payload)
         except ValueError as exc:
             raise SchemaError(f"the payload of signal {name!r} cannot be stored: {exc}") from exc
-        request = _Request("signal", text.encode(), signal=name)
+        request = _Request("signal", text.encode(), signal=name, signal_id=signal_id)
         reply, decision = self._answer(instance_id, request)
         if reply.answer == "ended":
             raise WorkflowEnded(f"{self.name} {instance_id!r} has ended and takes no signal {name!r}")
