@@ -128,6 +128,7 @@ def test_every_shipped_schema_version_is_in_the_catalogue() -> None:
         ("orchestrationevent", 1), ("orchestrationactions", 1), ("orchestrationoutcome", 1),
         ("workflowinbox", 2), ("workflowjournal", 2), ("workflowoutcome", 1),
         ("workflowreply", 1), ("workflowstatus", 1),
+        ("sagajournal", 1), ("sagainbox", 1),
     }
 
 

@@ -26,6 +26,7 @@ from .topics import ApplyReport, TopicSpec, apply_topics, deadletter_topic, spec
 
 if TYPE_CHECKING:
     from .client import Client
+    from .sagas import SagaHandle
     from .worker import Worker
     from .workflows import WorkflowHandle
 
@@ -210,6 +211,32 @@ class App:
             self, name, sources, key_of, factory, actions_topic, **options
         )
 
+    def saga(
+        self,
+        name: str,
+        *,
+        subscribe: Iterable[Any],
+        start_on: Callable[[Any], bool],
+        initial: Any,
+        handle: Callable[[Any, Any], Any],
+        on_enter: Callable[[Any, bool], Any],
+        state: Any = None,
+    ) -> SagaHandle:
+        """Declare a saga over the stored events of ``subscribe`` (SPEC §4, docs/sagas.md).
+
+        ``start_on(event) -> bool`` starts one saga per correlation id; ``handle(event,
+        state) -> new state | None`` and ``on_enter(state, recovering) -> (Stay() |
+        Goto(state) | Stop(), [Send(...)])`` drive it. See
+        ``tidings.shell.sagas.declare_saga``.
+
+        Raises:
+            DefinitionError: listing every problem with the definition.
+        """
+        from .sagas import declare_saga
+
+        return declare_saga(self, name, subscribe=subscribe, start_on=start_on, initial=initial,
+                            handle=handle, on_enter=on_enter, state=state)
+
     def host(self, definition: Hosted) -> None:
         """Register a definition to run in this app's workers (``hosting.Hosted``).
 
@@ -245,6 +272,15 @@ class App:
     def workflows(self) -> tuple[WorkflowHandle, ...]:
         """The handles of the app's workflows, in declaration order."""
         return tuple(h for h in self._hosted.values() if h.kind == "workflow")  # type: ignore[misc]
+
+    @property
+    def sagas(self) -> tuple[SagaHandle, ...]:
+        """The handles of the app's sagas, in declaration order."""
+        return tuple(h for h in self._hosted.values() if h.kind == "saga")  # type: ignore[misc]
+
+    def sagas_of(self, aggregate_name: str) -> tuple[SagaHandle, ...]:
+        """The sagas that subscribe to the stored events of aggregate ``aggregate_name``."""
+        return tuple(saga for saga in self.sagas if saga.subscribes_to(aggregate_name))
 
     def workflow_handle(self, name: str) -> WorkflowHandle:
         """Return the handle of the workflow ``name``.
