@@ -501,7 +501,7 @@ class WorkflowAgent:
         return done
 
     def _early_activities(self, commit: _Commit) -> list[tuple[str, Any]]:
-        """Take from ``commit`` the activities that may start before its acks, and return them.
+        """Take from ``commit`` the activities (and sends) that may start before its acks, and return them.
 
         An activity runs at least once anyway: if the worker dies before its start record
         is stored, replay runs it again. What must hold is that a re-run gets the *same
@@ -515,7 +515,7 @@ class WorkflowAgent:
         for item in commit.effects:
             instance_id, effect = item
             if (
-                isinstance(effect, RunActivity)
+                isinstance(effect, (RunActivity, SendCommand))
                 and not self._unsettled.get(instance_id)
                 and per_step[(instance_id, effect.path)] == 1  # no cancel of it in the same commit
                 and self.owner.is_ready(self._partition(instance_id))

@@ -108,6 +108,8 @@ class WorkflowSends:
         self._sending: dict[tuple[str, str], _Sending] = {}
         self._tail: EventsTail | None = None
         self._prefix = f"{agent.definition.name}/"
+        # Commands due now, produced together once the loop turns (one producer call, not one each).
+        self._outbox: list[Outgoing] = []
 
     # -- replies ---------------------------------------------------------------------------
 
@@ -172,7 +174,11 @@ class WorkflowSends:
         sending.stop_timers()
         loop = asyncio.get_running_loop()
         now = self._agent._clock()
-        sending.send = loop.call_later(max(0.0, effect.not_before / 1000 - now), self._send, instance_id, effect)
+        delay = effect.not_before / 1000 - now
+        if delay > 0:
+            sending.send = loop.call_later(delay, self._send, instance_id, effect)
+        else:
+            self._send(instance_id, effect)
         end = effect.not_before + (effect.timeout_ms or self._command_timeout_ms)
         if effect.deadline_at is not None:
             end = min(end, effect.deadline_at)
@@ -192,8 +198,15 @@ class WorkflowSends:
                 effect.path, effect.command_id, "rejected",
                 reason=f"the command cannot be sent to {aggregate.name}: {type(exc).__name__}: {exc}"))
             return
-        # Not awaited: a lost command is sent again when its attempt times out.
-        self._agent._publisher.publish_later([record])
+        if not self._outbox:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._outbox.append(record)
+
+    def _flush(self) -> None:
+        records, self._outbox = self._outbox, []
+        if records:
+            # Not awaited: a lost command is sent again when its attempt times out.
+            self._agent._publisher.publish_later(records)
 
     def _command_record(self, instance_id: str, effect: SendCommand) -> Outgoing:
         aggregate = effect.aggregate
