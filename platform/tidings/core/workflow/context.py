@@ -24,7 +24,8 @@ from tidings.core.workflow.requests import (
     TimerRequest,
     VersionRequest,
 )
-from tidings.core.workflow.retry import RetryPolicy
+from tidings.core.workflow.retry import Retry, RetryPolicy
+from tidings.core.workflow.sends import EventFilter, SendRequest
 
 T = TypeVar("T")
 A = TypeVar("A")
@@ -247,3 +248,60 @@ class WorkflowContext:
             raise ValueError(f"version numbers start at 1, got latest={latest}")
         return VersionRequest(change_id, latest)
 
+    # -- commands to aggregates (core/workflow/sends.py) ----------------------------------
+
+    def send(self, aggregate: Any, aggregate_id: str, command: Any, *, type: Any = None) -> StepRequest[Any]:
+        """``send_with`` under ``Retry.command``: send again when no reply came in time, with
+        backoff, for five minutes."""
+        return SendRequest(aggregate, aggregate_id, command, Retry.command, None, type)
+
+    def send_with(
+        self, policy: RetryPolicy, aggregate: Any, aggregate_id: str, command: Any, *, type: Any = None
+    ) -> StepRequest[Any]:
+        """Send ``command`` to ``aggregate_id`` under ``policy`` and give the reply: the last
+        event of the aggregate's verdict on this command.
+
+        Every send of the step carries the step's idempotency key as command id and
+        correlation id, so a late reply to an earlier send still answers the step. One send
+        waits ``policy.attempt_timeout`` (default ``App(command_timeout=30)``), then the
+        command is sent again, with backoff.
+
+        *Journaled:* the step's start (kind ``send``, the aggregate's name); the event.
+        *Idempotent by:* the command id ``{workflow}/{instance_id}/{path}``.
+        *Replay:* a stored event is given without a send; a step with only its start sends
+        the command again (the aggregate answers a repeat with its first verdict).
+
+        Raises:
+            WorkflowStepFailed: NOT_RETRYABLE when the aggregate rejected, ignored or
+                conflicted on the command (the reason is kept; a saga that had started
+                already gives ``SagaAlreadyStarted: ...``), or the event cannot be read as
+                ``type``; OUTCOME_UNKNOWN when the policy ran out without a reply (the
+                command may have been applied); CANCELLED.
+        """
+        return SendRequest(aggregate, aggregate_id, command, policy, None, type)
+
+    def send_with_filter(
+        self,
+        policy: RetryPolicy,
+        filter: EventFilter,
+        aggregate: Any,
+        aggregate_id: str,
+        command: Any,
+        *,
+        type: Any = None,
+    ) -> StepRequest[Any]:
+        """Send ``command`` under ``policy`` and give the first event ``filter`` accepts among
+        the events the aggregate publishes under the step's correlation id: the reply's
+        events, and events other commands with that correlation id (a saga's) make it store.
+
+        Beyond the reference, the wait is durable: the aggregate's events topic is read
+        from the step's stored start, so an event stored while the worker was down, or
+        between two attempts, is still seen, whichever worker owns the aggregate. Each
+        attempt still ends after the attempt timeout and the command is sent again.
+        ``filter`` must depend on the event alone; if it raises, the step fails
+        NOT_RETRYABLE. Stored as ``send`` stores its step, so one can replace the other.
+
+        Raises:
+            WorkflowStepFailed: as ``send_with``, and NOT_RETRYABLE when ``filter`` raises.
+        """
+        return SendRequest(aggregate, aggregate_id, command, policy, filter, type)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tidings.core.workflow.outcomes import Outcome
+from tidings.core.workflow.sends import SendCommand, StopSend
 
 
 class Cancellation:
@@ -110,5 +111,5 @@ class ReportParked:
     reason: str
 
 
-Effect = RunActivity | CancelActivity | ArmTimer | CancelTimer | PublishOutcome | ReportParked
+Effect = RunActivity | CancelActivity | ArmTimer | CancelTimer | PublishOutcome | ReportParked | SendCommand | StopSend
 """Anything a ``Decision`` asks the shell to do."""

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from tidings.core.workflow.sends import CommandReplied, EventsSeen, SendTimedOut
+
 
 @dataclass(frozen=True, slots=True)
 class Start:
@@ -59,5 +61,5 @@ class TimerFired:
     path: str
 
 
-InboxMessage = Start | Signal | Cancel | ActivityResult | TimerFired
-"""Anything ``WorkflowInstance.advance`` takes."""
+InboxMessage = Start | Signal | Cancel | ActivityResult | TimerFired | CommandReplied | EventsSeen | SendTimedOut
+"""Anything ``WorkflowInstance.advance`` takes (the send step's messages: ``sends.py``)."""

@@ -52,7 +52,7 @@ from tidings.core.workflow.replaying import JournalCursor, describe_record, same
 from tidings.core.workflow.requests import ActivityRequest
 from tidings.core.workflow.retry import GiveUp, RetryAt
 from tidings.core.workflow.signal_ids import remember_signal_id, stored_signal_ids
-from tidings.core.workflow.steps import STEP_HANDLERS, explain_body_error, foreign_await
+from tidings.core.workflow.steps import MESSAGE_HANDLERS, PENDING_KINDS, STEP_HANDLERS, explain_body_error, foreign_await
 from tidings.errors import JournalMismatch, WorkflowStepFailed
 
 Entropy = Callable[[int], bytes]
@@ -290,6 +290,10 @@ class WorkflowInstance:
             if pending is not None and pending.due is not None:
                 self._record(StepCompleted(self._next_seq, pending.path, "null"))
                 self._resolve(pending, None, None, stop_work=False)
+        else:
+            handler = MESSAGE_HANDLERS.get(kind)
+            if handler is not None:
+                return handler(self, message)
         return None
 
     def _start(self, message: Start) -> str | None:
@@ -409,6 +413,12 @@ class WorkflowInstance:
             raise JournalMismatch(f"the journal holds {record!r}, which the body did not produce")
 
     def _stored_value(self, pending: Pending, record: StepCompleted) -> Any:
+        other = PENDING_KINDS.get(pending.kind)
+        if other is not None:
+            try:
+                return other.stored_value(self, pending, record)
+            except ValueError as exc:
+                raise JournalMismatch(f"the stored result of step {pending.path} cannot be read: {exc}") from exc
         if pending.kind == StepKind.TIMER or (pending.kind == StepKind.SIGNAL and record.signal is None):
             return None
         declared = getattr(pending.request, "type", None)
@@ -535,7 +545,10 @@ class WorkflowInstance:
                 waiters.remove(pending)
         if not pending.issued or self._replay is not None:
             return
-        if pending.kind == StepKind.ACTIVITY:
+        other = PENDING_KINDS.get(pending.kind)
+        if other is not None:
+            other.forget(self, pending, stop_work)
+        elif pending.kind == StepKind.ACTIVITY:
             if stop_work:
                 self._effects.append(CancelActivity(pending.path))
         elif pending.due is not None and (stop_work or pending.kind == StepKind.SIGNAL):
@@ -558,6 +571,8 @@ class WorkflowInstance:
         if pending.kind == StepKind.ACTIVITY:
             policy = pending.request.policy  # type: ignore[attr-defined]
             self._follow(pending, policy.first_attempt(started_at=pending.started_at, now=self._now))
+        elif pending.kind in PENDING_KINDS:
+            PENDING_KINDS[pending.kind].issue(self, pending)
         elif pending.due is not None:
             self._effects.append(ArmTimer(pending.path, pending.due))
 

@@ -31,6 +31,7 @@ class StepKind:
     SIGNAL = "signal"
     ALL = "all"
     RACE = "race"
+    SEND = "send"
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,7 +66,9 @@ from ..hosting import Input, Runtime, TopicPartition
 from ..io import Delivered, Incoming, Outgoing
 from ..owner import PartitionOwner
 from ..pipeline import stop_worker, stop_worker_on_failure
+from ...core.workflow.sends import SendCommand, StopSend
 from .workflow_activities import run_attempt
+from .workflow_sends import WorkflowSends
 from .workflow_codec import (
     INBOX_OFFSET_HEADER,
     answer_of,
@@ -120,6 +122,7 @@ class WorkflowAgent:
         runtime: Runtime,
         cache_size: int = 10_000,
         activity_threads: int = 64,
+        command_timeout: float = 30.0,
     ) -> None:
         self.definition = definition
         self.topics = topics
@@ -158,12 +161,15 @@ class WorkflowAgent:
         self._inputs: asyncio.Queue[tuple[str, InboxMessage]] | None = None
         self._commits: asyncio.Queue[tuple[_Commit, Awaitable[list[Delivered]], asyncio.Future[None]]] | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._sends = WorkflowSends(self, bootstrap=runtime.bootstrap, command_timeout=command_timeout)
 
     # -- the hosting seam ----------------------------------------------------------------
 
     @property
     def inputs(self) -> Sequence[Input]:
-        return [Input(f"workflow-{self.definition.name}", (self.topics.inbox,), self.start,
+        # The replies topic is co-partitioned with the inbox (replies to sends, keyed by
+        # instance id); Faust assigns co-subscribed topics of one partition count together.
+        return [Input(f"workflow-{self.definition.name}", (self.topics.inbox, self.topics.replies), self.start,
                       partitions=self._partitions)]
 
     async def start(self, batch: Sequence[Incoming]) -> Callable[[], Awaitable[None]]:
@@ -175,7 +181,10 @@ class WorkflowAgent:
             now_ms = self._now_ms()
             for record in batch:
                 try:
-                    self._inbox_record(record, commit, now_ms)
+                    if record.topic == self.topics.replies:
+                        self._sends.reply_record(record, commit, now_ms)
+                    else:
+                        self._inbox_record(record, commit, now_ms)
                 except Exception as exc:  # noqa: BLE001 - the backstop: no record stops the agent
                     log.error("workflow %s failed on %s/%d@%d", self.definition.name,
                               record.topic, record.partition, record.offset, exc_info=True)
@@ -183,6 +192,8 @@ class WorkflowAgent:
                         f"the workflow agent failed on this record: {type(exc).__name__}: {exc}")
                     commit.dead.append(self._runtime.dead_letter(record, error))
             for record in batch:
+                if record.topic == self.topics.replies:
+                    continue  # the inbox offsets only skip inbox records already journaled
                 offsets = commit.write.inbox_offsets
                 offsets[record.partition] = max(record.offset, offsets.get(record.partition, -1))
             done = self._submit(commit)
@@ -225,6 +236,7 @@ class WorkflowAgent:
             self._busy[key[0]] -= 1
         for instance_id in [i for i in self._waiters if self._partition(i) in gone]:
             del self._waiters[instance_id]
+        self._sends.drop(gone)
         self._busy = +self._busy
 
     def close(self) -> None:
@@ -232,6 +244,7 @@ class WorkflowAgent:
         for task in self._tasks:
             task.cancel()
         self._drop(set(range(self._partitions)))
+        self._sends.close()
         self._executor.shutdown(wait=False, cancel_futures=True)
         self._store.close()
 
@@ -439,6 +452,8 @@ class WorkflowAgent:
             self._busy[instance_id] += 1
         elif isinstance(effect, CancelTimer):
             self._stop_timer(key)
+        elif isinstance(effect, (SendCommand, StopSend)):
+            self._sends.carry_out(instance_id, effect)
 
     def _stop_activity(self, key: tuple[str, str]) -> None:
         running = self._activities.pop(key, None)
@@ -486,7 +501,7 @@ class WorkflowAgent:
         return done
 
     def _early_activities(self, commit: _Commit) -> list[tuple[str, Any]]:
-        """Take from ``commit`` the activities that may start before its acks, and return them.
+        """Take from ``commit`` the activities (and sends) that may start before its acks, and return them.
 
         An activity runs at least once anyway: if the worker dies before its start record
         is stored, replay runs it again. What must hold is that a re-run gets the *same
@@ -500,7 +515,7 @@ class WorkflowAgent:
         for item in commit.effects:
             instance_id, effect = item
             if (
-                isinstance(effect, RunActivity)
+                isinstance(effect, (RunActivity, SendCommand))
                 and not self._unsettled.get(instance_id)
                 and per_step[(instance_id, effect.path)] == 1  # no cancel of it in the same commit
                 and self.owner.is_ready(self._partition(instance_id))
