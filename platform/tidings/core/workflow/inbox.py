@@ -10,12 +10,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from tidings.core.workflow.child_records import ChildEnded, ChildStarted, ParentRef
+
 
 @dataclass(frozen=True, slots=True)
 class Start:
-    """Start the instance with ``input``. Idempotent: a second start changes nothing."""
+    """Start the instance with ``input``. Idempotent: a second start changes nothing.
+
+    ``parent`` names the workflow step that started this instance as its child.
+    """
 
     input: Any = None
+    parent: ParentRef | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,5 +60,5 @@ class TimerFired:
     path: str
 
 
-InboxMessage = Start | Signal | Cancel | ActivityResult | TimerFired
+InboxMessage = Start | Signal | Cancel | ActivityResult | TimerFired | ChildStarted | ChildEnded
 """Anything ``WorkflowInstance.advance`` takes."""

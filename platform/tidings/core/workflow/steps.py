@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from tidings.core.workflow.children import ChildAwaitRequest, ChildStartRequest, await_step, start_step
 from tidings.core.workflow.context import ms_instant
 from tidings.core.workflow.fibers import BLOCKED, Fiber, Group, Pending
 from tidings.core.workflow.journal import StepCompleted, StepKind, StepStarted, VersionMarker
@@ -176,4 +177,6 @@ STEP_HANDLERS: dict[type[Any], Callable[[WorkflowInstance, Fiber, Any], Any]] = 
     AllRequest: _parallel,
     RaceRequest: _parallel,
     CallRequest: _call,
+    ChildStartRequest: start_step,
+    ChildAwaitRequest: await_step,
 }
