@@ -46,8 +46,15 @@ class ChildrenWorkers(Workers):
 
     def start_parents_only(self, name: str) -> Any:
         """Start a worker whose App does not host the child workflow: child starts stay unanswered."""
+        return self._start_with(name, TEST_HOST_CHILDREN="0")
+
+    def start_children_only(self, name: str) -> Any:
+        """Start a worker whose App hosts only the child workflow."""
+        return self._start_with(name, TEST_HOST_PARENTS="0")
+
+    def _start_with(self, name: str, **env: str) -> Any:
         saved = dict(self._env)
-        self._env["TEST_HOST_CHILDREN"] = "0"
+        self._env.update(env)
         try:
             return self.start(name)
         finally:

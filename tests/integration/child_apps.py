@@ -5,7 +5,8 @@ A worker subprocess imports ``tests.integration.child_apps:app``; ``TEST_APP_ID`
 children across SIGKILLs), and ``TEST_HOST_CHILDREN=0`` builds the App without hosting
 the child workflow ``points``: the parents still start it (by its definition), so a
 worker of that App produces a child's start that nobody acknowledges until a full worker
-runs. That is how a test stops a parent between the child's start and its acknowledgement.
+runs; ``TEST_HOST_PARENTS=0`` hosts only the child workflow. That is how a test stops a
+parent between the child's start and its acknowledgement.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from .workflow_apps import Calls
 PARTITIONS = 4
 
 
-def build(app_id: str, calls_dir: Path, *, host_children: bool = True) -> App:
+def build(app_id: str, calls_dir: Path, *, host_children: bool = True, host_parents: bool = True) -> App:
     """Return the child-workflow test App named ``app_id``."""
     app = App(app_id, partitions=PARTITIONS, command_timeout=60)
     calls = Calls(calls_dir)
@@ -43,6 +44,8 @@ def build(app_id: str, calls_dir: Path, *, host_children: bool = True) -> App:
         return n
 
     child: Any = app.workflow("points")(points) if host_children else define_workflow("points", points)
+    if not host_parents:
+        return app
 
     @app.workflow("parent")
     async def parent(ctx: WorkflowContext, order: str) -> list[Any]:
@@ -86,4 +89,5 @@ app = build(
     os.environ.get("TEST_APP_ID", "children"),
     Path(os.environ.get("TEST_CALLS_DIR", ".tidings/test-calls")),
     host_children=os.environ.get("TEST_HOST_CHILDREN", "1") != "0",
+    host_parents=os.environ.get("TEST_HOST_PARENTS", "1") != "0",
 )
