@@ -385,3 +385,35 @@ def test_a_child_handle_the_instance_did_not_start_is_refused_in_the_body() -> N
     router = started(body)
     outcome = router.parent.outcome
     assert isinstance(outcome, Finished) and "no child this instance started" in outcome.value
+
+
+# -- the in-memory runtime ----------------------------------------------------------------
+
+
+def test_the_in_memory_runtime_runs_children_and_a_restart_reaches_the_same_child() -> None:
+    from tidings.testing.workflows import WorkflowTestRuntime
+
+    runtime = WorkflowTestRuntime()
+    parent = runtime.register(PARENT)
+    parent.start("p", "ab")  # nobody hosts "enrich" yet: the child's start stays in flight
+    assert parent.status("p") is WorkflowStatus.RUNNING and not runtime.journals.get(("enrich", "p:1"))
+    points = runtime.register(ENRICH)
+    runtime.restart()  # the parent sends its pending start again; the child answers it
+    assert points.status("p:1") is WorkflowStatus.RUNNING
+    runtime.restart()  # and again: the existing children acknowledge, nothing starts twice
+    points.signal("p:2", "go")
+    assert parent.outcome("p") == Finished(["p:1", len("ab-again")])
+    assert [type(r) for r in points.journal("p:2")].count(Started) == 1
+
+
+def test_the_in_memory_runtime_cancels_the_awaited_child_with_its_parent() -> None:
+    from tidings.testing.workflows import WorkflowTestRuntime
+
+    runtime = WorkflowTestRuntime()
+    points = runtime.register(ENRICH)
+    parent = runtime.register(PARENT)
+    parent.start("p", "ab")
+    parent.cancel("p")
+    assert parent.outcome("p") == Cancelled()
+    assert points.outcome("p:2") == Cancelled()
+    assert points.status("p:1") is WorkflowStatus.RUNNING  # started, not awaited: runs on
