@@ -52,11 +52,15 @@ class ChildrenWorkers(Workers):
         """Start a worker whose App hosts only the child workflow."""
         return self._start_with(name, TEST_HOST_PARENTS="0")
 
-    def _start_with(self, name: str, **env: str) -> Any:
+    def start_changed(self, name: str, data_dir: Path) -> Any:
+        """Restart a worker on ``data_dir`` with the changed body of "awaiting" (its instances park)."""
+        return self._start_with(name, data_dir, TEST_PARENT_VARIANT="changed")
+
+    def _start_with(self, name: str, data_dir: Path | None = None, **env: str) -> Any:
         saved = dict(self._env)
         self._env.update(env)
         try:
-            return self.start(name)
+            return self.start(name, data_dir=data_dir)
         finally:
             self._env = saved
 

@@ -61,9 +61,17 @@ def build(app_id: str, calls_dir: Path, *, host_children: bool = True, host_pare
         await ctx.sleep(timedelta(seconds=2))
         return int(await ctx.await_child(handle))
 
+    changed = os.environ.get("TEST_PARENT_VARIANT") == "changed"
+
     @app.workflow("awaiting")
     async def awaiting(ctx: WorkflowContext, order: str) -> int:
-        """Waits for a child that waits for a signal: cancelled with this one."""
+        """Waits for a child that waits for a signal: cancelled with this one.
+
+        With ``TEST_PARENT_VARIANT=changed`` a sleep comes first: a running instance no
+        longer matches its journal and parks.
+        """
+        if changed:
+            await ctx.sleep(timedelta(seconds=1))
         return int(await ctx.child(child, f"wait-{order}"))
 
     @app.workflow("detached")

@@ -147,3 +147,32 @@ def test_a_child_whose_start_was_in_flight_when_the_parent_was_cancelled_is_canc
     children_workers.start("full")
     # The child takes its start, then the parent's cancel, in that order.
     assert asyncio.run(points.result(f"{order}:1", 90)) == Cancelled()
+
+
+def test_a_parked_parent_that_is_cancelled_cancels_no_child(
+    children_app: App, children_workers: ChildrenWorkers
+) -> None:
+    worker = children_workers.start()
+    awaiting, points = children_app.workflow_handle("awaiting"), children_app.workflow_handle("points")
+    order = apart("p", "1")
+
+    async def started() -> None:
+        await awaiting.start(order, order)
+        while await points.status(f"{order}:1") is not WorkflowStatus.RUNNING:
+            await asyncio.sleep(0.05)
+
+    asyncio.run(started())
+    worker.kill()
+    children_workers.start_changed("changed", worker.data_dir)
+
+    async def cancelled() -> tuple[object, object, object]:
+        while await awaiting.status(order) is not WorkflowStatus.PARKED:
+            await asyncio.sleep(0.05)
+        await awaiting.cancel(order)
+        outcome = await awaiting.result(order, 60)
+        await asyncio.sleep(1.0)  # a cancel sent to the child would have arrived by now
+        running = await points.status(f"{order}:1")
+        await points.signal(f"{order}:1", "go")
+        return outcome, running, await points.result(f"{order}:1", 60)
+
+    assert asyncio.run(cancelled()) == (Cancelled(), WorkflowStatus.RUNNING, Finished(len(f"wait-{order}")))
