@@ -31,7 +31,7 @@ from tidings.errors import DecodeError, SchemaError
 # Every optional field of the flat Avro journal record; each record type fills its own.
 _JOURNAL_FIELDS: Final = (
     "at", "path", "kind", "name", "due", "input", "result", "payload", "signal", "error",
-    "position", "change_id", "version", "outcome", "signal_id",
+    "position", "change_id", "version", "outcome", "signal_id", "parent_workflow", "parent_id", "parent_path",
 )
 
 
@@ -81,6 +81,8 @@ def _fields_with_error(record: Any) -> dict[str, Any]:
 def _inbox_from(fields: dict[str, Any]) -> WorkflowInbox:
     if fields["kind"] not in INBOX_KINDS:
         raise SchemaError(f"inbox kind {fields['kind']!r} is not one of {sorted(INBOX_KINDS)}")
+    if fields.get("error") is not None:
+        fields["error"] = _error_from(fields["error"])
     return WorkflowInbox(**fields)
 
 
@@ -106,7 +108,7 @@ RECORD_NAMES: Final[Mapping[type, str]] = MappingProxyType(
 
 TO_FIELDS: Final[Mapping[type, Callable[[Any], dict[str, Any]]]] = MappingProxyType(
     {
-        WorkflowInbox: plain_fields,
+        WorkflowInbox: _fields_with_error,
         WorkflowJournalEntry: _journal_fields,
         WorkflowReply: _fields_with_error,
         WorkflowOutcomeRecord: _fields_with_error,

@@ -12,6 +12,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar, overload
 
+from tidings.core.workflow.child_records import ChildHandle
+from tidings.core.workflow.children import ChildAwaitRequest, ChildStartRequest, child_call, definition_of
 from tidings.core.workflow.requests import (
     ActivityRequest,
     AllRequest,
@@ -305,3 +307,63 @@ class WorkflowContext:
             WorkflowStepFailed: as ``send_with``, and NOT_RETRYABLE when ``filter`` raises.
         """
         return SendRequest(aggregate, aggregate_id, command, policy, filter, type)
+    def child(self, workflow: Any, input: Any = None, *, type: Any = None) -> StepRequest[Any]:
+        """Start a child workflow and wait for its result: ``start_child`` then ``await_child``.
+
+        Takes two step positions (the start, then the await).
+
+        Args:
+            workflow: The child's handle (``@app.workflow``) or definition; another
+                workflow of the same app, hosted by any worker of the app.
+            input: The child's input, stored as its input type.
+            type: How the result is read; default: the child workflow's result type.
+
+        Raises:
+            WorkflowStepFailed: as ``start_child`` and ``await_child``.
+        """
+        return child_call(definition_of(workflow), input, type)
+
+    def start_child(self, workflow: Any, input: Any = None) -> StepRequest[ChildHandle]:
+        """Start a child workflow; give its ``ChildHandle`` once the child's start is stored.
+
+        The child's id is this instance's id, a colon, and this step's path
+        (``order-17:3``), so a start repeated after a crash reaches the same child and does
+        not start a second one. A child that is never awaited runs on by itself and
+        outlives this workflow. If this workflow is cancelled while the start is in flight,
+        the child is cancelled too (once).
+
+        *Journaled:* the step's start (kind ``child_start``, the child workflow's name);
+        the handle when the child has stored its start.
+        *Idempotent by:* the child id ``{instance_id}:{path}``.
+        *Replay:* gives the stored handle; a start with no stored handle is sent again.
+
+        Raises:
+            WorkflowStepFailed: NOT_RETRYABLE when the input cannot be stored as the
+                child's input type, is larger than ``MAX_PAYLOAD_BYTES``, or the child's
+                id would be longer than ``MAX_ID_BYTES``; CANCELLED.
+        """
+        return ChildStartRequest(definition_of(workflow), input)
+
+    def await_child(self, handle: ChildHandle, type: Any = None) -> StepRequest[Any]:
+        """Wait for a child's outcome and give its result, read as ``type``.
+
+        The child's outcome is stored when it arrives, so an await reached after the
+        child ended finds it, and awaiting one child twice gives the same outcome.
+
+        *Journaled:* the step's start (kind ``child_await``, the child's id); the child's
+        outcome when it arrives; the step's end.
+        *Idempotent by:* the step path; the child's outcome is stored once.
+        *Replay:* gives the stored result or failure.
+
+        Args:
+            handle: What ``start_child`` gave.
+            type: How the result is read; default: the child workflow's result type.
+
+        Raises:
+            WorkflowStepFailed: CHILD_FAULTED (the child's error in the message) when the
+                child faulted; CANCELLED when the child was cancelled (or this workflow
+                was, while it waited: the awaited child is then cancelled too);
+                NOT_RETRYABLE when the result cannot be read as ``type``.
+            ValueError: ``handle`` is no child this instance started.
+        """
+        return ChildAwaitRequest(handle, type)

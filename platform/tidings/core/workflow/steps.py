@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tidings.core.workflow.children import ChildAwaitRequest, ChildStartRequest, await_step, start_step
 from tidings.core.workflow.context import ms_instant
 from tidings.core.workflow.fibers import BLOCKED, Fiber, Group, Pending
 from tidings.core.workflow.journal import StepCompleted, StepKind, StepStarted, VersionMarker
@@ -191,6 +192,8 @@ STEP_HANDLERS: dict[type[Any], Callable[[WorkflowInstance, Fiber, Any], Any]] = 
     RaceRequest: _parallel,
     CallRequest: _call,
     SendRequest: send_step,
+    ChildStartRequest: start_step,
+    ChildAwaitRequest: await_step,
 }
 
 

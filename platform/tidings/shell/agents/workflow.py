@@ -69,6 +69,7 @@ from ..pipeline import stop_worker, stop_worker_on_failure
 from ...core.workflow.sends import SendCommand, StopSend
 from .workflow_activities import run_attempt
 from .workflow_sends import WorkflowSends
+from .workflow_children import CHILD_EFFECTS, ChildLinks
 from .workflow_codec import (
     INBOX_OFFSET_HEADER,
     answer_of,
@@ -103,6 +104,7 @@ class _Commit:
 
     journal: list[Outgoing] = field(default_factory=list)
     dead: list[Outgoing] = field(default_factory=list)  # dead letters, forwards: awaited
+    links: list[Outgoing] = field(default_factory=list)  # to parents and children: awaited, may be refused
     after: list[Outgoing] = field(default_factory=list)  # outcomes, statuses, replies
     write: StoreWrite = field(default_factory=StoreWrite)
     effects: list[tuple[str, Any]] = field(default_factory=list)
@@ -132,6 +134,7 @@ class WorkflowAgent:
         self._publisher = runtime.publisher
         self._clock = runtime.clock
         self._cache_size = cache_size
+        self._children = ChildLinks.of_inbox(topics.inbox, definition.name, runtime.partitions)
         self.owner = PartitionOwner(
             f"workflow {definition.name}",
             journal=topics.journal,
@@ -277,6 +280,9 @@ class WorkflowAgent:
                 instance = WorkflowInstance(self.definition, request.instance_id)
             decided = self._advance(instance, verdict.message, commit, now_ms, record.offset)
             verdict = answer_fed(request, instance, None if decided is not None else self._refusal)
+        if request.kind == "start" and request.parent_id is not None and known is not None:
+            # A parent that restarted mid-start waits for the acknowledgement again.
+            commit.links.extend(self._children.repeated_start(request, known, self._store, self.definition.name, now_ms))
         if isinstance(verdict, AwaitEnd):
             if request.reply_to:
                 self._waiters.setdefault(request.instance_id, []).append((request.request_id, request.reply_to))
@@ -336,9 +342,12 @@ class WorkflowAgent:
             self._status_changed(instance, decision, commit, now_ms)
         return decision
 
-    @staticmethod
-    def _effects(instance_id: str, effects: Sequence[Any], commit: _Commit) -> None:
+    def _effects(self, instance_id: str, effects: Sequence[Any], commit: _Commit) -> None:
         for effect in effects:
+            if isinstance(effect, CHILD_EFFECTS):
+                # Acknowledged before RocksDB is written, like dead letters (workflow_children.py).
+                commit.links.append(self._children.outgoing(instance_id, effect, self._now_ms()))
+                continue
             commit.effects.append((instance_id, effect))
             if isinstance(effect, ArmTimer):
                 commit.write.timers[(instance_id, effect.path)] = effect.due
@@ -535,6 +544,8 @@ class WorkflowAgent:
                 commit.write.journal_offsets.update(self.owner.settle(delivered))
                 if commit.dead:
                     await self._publisher.publish(commit.dead)
+                if commit.links:
+                    await self._children.send(self._publisher, commit.links)
                 self._store.write(commit.write)
             except Exception:  # noqa: BLE001 - Kafka or RocksDB failed: restart the worker
                 stop_worker(f"committing workflow {self.definition.name} records")
@@ -649,6 +660,7 @@ class WorkflowAgent:
             change.statuses[instance_id] = {"status": status, "outcome": fields}
             after.append(self._outcome_record(instance_id, fields, record.at))
             after.append(self._status_record(instance_id, status, record.at))
+            after.extend(self._children.restored_end(instance_id, record, change.records, self._store, self.definition.name))
 
     # -- small things ------------------------------------------------------------------
 
