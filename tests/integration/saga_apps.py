@@ -11,7 +11,7 @@ Two aggregates and one saga, the bank transfer's shape without the bank:
   stores ``Held``; ``Release`` stores ``Released`` (the test sends it, under the saga's id).
 
 The ``transfer`` saga: ``taking`` sends ``Take`` with an expectation (``deaf-long`` vaults:
-8 s, resend every 0.5 s; others 1.3 s, resend every 0.3 s) -> ``Taken`` goes on to
+12 s, resend every 0.5 s; others 1.3 s, resend every 0.3 s) -> ``Taken`` goes on to
 ``holding`` for ``hold-*`` vaults (sends ``Hold`` and waits for ``Released``) or ends
 ``done``; ``Refused`` or ``ExpectationExhausted`` -> ``refunding`` (sends ``Refund``) ->
 ``Refunded`` -> ends ``refunded``.
@@ -158,7 +158,7 @@ def handle(event: SagaEvent | ExpectationExhausted, state: Transfer) -> Transfer
 def on_enter(state: Transfer, recovering: bool) -> tuple[Any, list[Send]]:
     if state.phase == "taking":
         if state.target.startswith("deaf-long"):
-            expect = Expect(within=timedelta(seconds=8), resend_every=timedelta(seconds=0.5))
+            expect = Expect(within=timedelta(seconds=12), resend_every=timedelta(seconds=0.5))
         else:
             expect = Expect(within=timedelta(seconds=1.3), resend_every=timedelta(seconds=0.3))
         mode = next((m for m in ("closed", "deaf") if state.target.startswith(m)), "open")
