@@ -4,6 +4,10 @@ correlation id and by replies, recovered with the same command ids, immune to ba
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -25,7 +29,7 @@ from tests.saga_workers import (  # noqa: F401 - fixtures
     saga_workers,
     stored_events,
 )
-from tests.workers import Workers
+from tests.workers import ROOT, Workers
 
 
 def transfers(app: App) -> SagaHandle:
@@ -76,6 +80,22 @@ def test_a_two_aggregate_saga_runs_to_its_end_and_refunds_when_refused(
     assert taken.type == "Taken"
     (refund,) = [e for e in stored_events(kafka_bootstrap, saga_app, "wallet", "t-no") if e.type == "Refunded"]
     assert refund.aggregate_id == "alice"
+    # The operator's view: `tidings saga status` and `tidings saga journal` read the journal.
+    env = {**os.environ, "TEST_APP_ID": saga_app.name, "TIDINGS_BOOTSTRAP": kafka_bootstrap}
+    spec = "tests.integration.saga_apps:app"
+    status = subprocess.run([sys.executable, "-m", "tidings.cli.main", "saga", "status", spec, "transfer", "t-no"],
+                            env=env, cwd=ROOT, capture_output=True, text=True, timeout=120, check=True)
+    shown = json.loads(status.stdout)
+    assert (shown["started"], shown["ended"], shown["seq"], shown["transition"]) == (True, True, 4, "stop")
+    assert shown["state"]["phase"] == "refunded"
+    journal = subprocess.run([sys.executable, "-m", "tidings.cli.main", "saga", "journal", spec, "transfer", "t-no"],
+                             env=env, cwd=ROOT, capture_output=True, text=True, timeout=120, check=True)
+    lines = [json.loads(line) for line in journal.stdout.splitlines()]
+    assert [line["seq"] for line in lines] == [1, 2, 3, 4]
+    assert lines[0]["commands"][0]["command"]["mode"] == "closed"
+    never = subprocess.run([sys.executable, "-m", "tidings.cli.main", "saga", "status", spec, "transfer", "t-never"],
+                           env=env, cwd=ROOT, capture_output=True, text=True, timeout=120, check=True)
+    assert json.loads(never.stdout) == {"saga": "transfer", "id": "t-never", "started": False}
 
 
 def test_events_reach_the_saga_by_correlation_id_and_a_resend_after_recovery_stores_nothing_twice(
