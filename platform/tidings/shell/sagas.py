@@ -13,6 +13,7 @@ to run the saga (``tidings.shell.agents.saga``); a program reads a saga's state 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -22,7 +23,7 @@ from ..core.limits import check_id
 from ..core.partitioning import partition_for
 from ..core.saga import SagaDefinition, SagaEvent
 from ..core.saga_records import SagaJournalEntry
-from ..errors import DefinitionError, RecordError
+from ..errors import BrokerError, DefinitionError, RecordError
 from .agents.saga import SagaAgent, SagaAgents, SagaRouter, SagaStore, SagaTopics
 from .hosting import Runtime
 from .kafka import KafkaPartitionReader
@@ -93,6 +94,12 @@ class SagaHandle:
             BrokerError: The topic is missing or Kafka did not answer.
         """
         check_id(saga_id, "saga_id")
+        try:
+            return await asyncio.wait_for(self._journal(saga_id, bootstrap), timeout)
+        except TimeoutError:
+            raise BrokerError(f"reading {self.topics.journal}: no answer from Kafka within {timeout} s") from None
+
+    async def _journal(self, saga_id: str, bootstrap: str | None) -> list[SagaJournalEntry]:
         reader = KafkaPartitionReader(bootstrap or self.app.bootstrap())
         try:
             partition = partition_for(saga_id, self.app.partitions)

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 from rocksdict import Options, Rdict, WriteBatch
 
 from ...codec import avro
-from ...codec.payloads import JSON_TYPE, load_payload, payload_of
+from ...codec.payloads import load_payload, payload_of
 from ...core import saga as core
 from ...core.limits import MAX_VALUE_BYTES, check_event, check_id, check_payload_size
 from ...core.partitioning import partition_for
@@ -408,7 +408,7 @@ class SagaAgent:
             raise TypeError(f"{aggregate!r:.100} is not an aggregate handle of this app")
         aggregate = handle
         type_name, payload = payload_of(command)
-        if type_name != JSON_TYPE and type_name not in aggregate.definition.command_types:
+        if type_name not in aggregate.definition.command_types:
             known = ", ".join(sorted(aggregate.definition.command_types))
             raise TypeError(f"{type_name!r} is not a command of aggregate {aggregate.name} (known: {known})")
         check_payload_size(payload, f"the {type_name} command")
