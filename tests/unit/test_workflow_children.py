@@ -260,6 +260,20 @@ def test_a_parent_restarted_mid_start_sends_the_same_start_again() -> None:
     assert instance.advance(ChildStarted("1", "enrich"), 9_002).records == ()
 
 
+def test_a_parent_restarted_while_awaiting_asks_the_child_again_for_a_lost_outcome() -> None:
+    router = started(PARENT)  # step 1 started a detached child; step 2's child runs, awaited
+    assert "p:2" in router.children and router.children["p:2"].outcome is None
+    instance, decision = WorkflowInstance.replay(PARENT, "p", router.journal, 9_000)
+    again = [e for e in decision.effects if isinstance(e, StartChild)]
+    # Only the awaited child is asked, with the start it got first (its outcome may have been
+    # lost on its way); the detached child is not awaited and is left alone.
+    assert again == [s for s in router.starts if s.child_id == "p:2"]
+    # The child answers a repeated start of its parent with its outcome once it has one.
+    router.parent = instance
+    router.go("p:2")
+    assert instance.outcome is not None and instance.outcome.value == ["p:1", len("ab-again")]
+
+
 def test_a_repeated_outcome_report_stores_nothing() -> None:
     router = started(PARENT)
     router.go("p:2")

@@ -99,10 +99,11 @@ def child_call(definition: WorkflowDefinition, input: Any, type: Any) -> StepReq
 class _Child:
     """What the parent knows of one child: its workflow, its stored outcome, who waits for it."""
 
-    __slots__ = ("workflow", "outcome", "waiters")
+    __slots__ = ("workflow", "text", "outcome", "waiters")
 
-    def __init__(self, workflow: str) -> None:
+    def __init__(self, workflow: str, text: str) -> None:
         self.workflow = workflow
+        self.text = text  # the child's input as stored: a start sent again must carry it
         self.outcome: ChildOutcome | None = None
         self.waiters: list[Pending] = []
 
@@ -132,7 +133,7 @@ def start_step(self: WorkflowInstance, fiber: Fiber, request: ChildStartRequest)
         self._record(StepFailed(self._next_seq, path, error))
         return None, WorkflowStepFailed(error)
     request.text = text
-    _children(self)[path] = _Child(definition.name)
+    _children(self)[path] = _Child(definition.name, text)
     pending = Pending(path, StepKind.CHILD_START, fiber, request, started.at, None)  # type: ignore[union-attr]
     return self._wait(fiber, pending)
 
@@ -174,6 +175,22 @@ def issue(self: WorkflowInstance, pending: Pending) -> None:
     self._effects.append(
         StartChild(pending.path, request.definition.name, child_id(self.instance_id, pending.path), request.text, parent)
     )
+
+
+def reask(self: WorkflowInstance) -> None:
+    """After a replay: send the start of every awaited child with no stored outcome again.
+
+    The child answers a repeated start of its own parent with its acknowledgement and,
+    once it has ended, its outcome again (``repeated_start`` in the shell), so an outcome
+    report lost on its way (a crash of the child's worker, a record Kafka refused) does
+    not leave this instance waiting for ever. A start still pending is issued anyway.
+    """
+    if self._children is None:
+        return
+    for path, child in self._children.items():
+        if child.outcome is None and child.waiters and path not in self._pending:
+            parent = ParentRef(self.definition.name, self.instance_id, path)
+            self._effects.append(StartChild(path, child.workflow, child_id(self.instance_id, path), child.text, parent))
 
 
 def stored_handle(self: WorkflowInstance, pending: Pending) -> ChildHandle:

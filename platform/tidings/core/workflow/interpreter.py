@@ -271,6 +271,7 @@ class WorkflowInstance:
                 instance._drain()
                 if instance._status is WorkflowStatus.RUNNING:
                     children.ack_parent(instance)  # an acknowledgement lost in a crash is sent again
+                    children.reask(instance)  # and an awaited child's lost outcome is asked for
             except Exception as exc:  # noqa: BLE001
                 instance._park(f"internal error after replay: {exc!r}")
         return instance, instance._decision(None)

@@ -600,7 +600,7 @@ class WorkflowAgent:
         self._forget_cached(partition)
         self._inbox_applied[partition] = self._store.inbox_offset(partition)
 
-    def _restore_chunk(self, partition: int, chunk: list[Incoming]) -> None:
+    async def _restore_chunk(self, partition: int, chunk: list[Incoming]) -> None:
         """Apply journal records this store has not seen (``PartitionOwner`` reads them)."""
         now_ms = self._now_ms()
         applied = self._inbox_applied[partition]
@@ -630,10 +630,12 @@ class WorkflowAgent:
         change.journal_offsets[partition] = chunk[-1].offset + 1
         change.inbox_offsets[partition] = applied
         self._inbox_applied[partition] = applied
-        self._store.write(change)
         if after:
-            # Ended while this store was behind: its outcome may never have been published.
-            self._publisher.publish_later(after)
+            # Ended while this store was behind: its outcome (and a child's report to its
+            # parent) may never have been published. Acknowledged before the store moves
+            # past the end, or a crash in between would lose them for good.
+            await self._children.send(self._publisher, after)
+        self._store.write(change)
 
     def _caught_up(self, partition: int, end: int) -> None:
         """The journal is applied up to ``end``: store that, then replay what is running."""
