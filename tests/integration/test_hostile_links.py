@@ -38,7 +38,7 @@ import json
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -108,7 +108,6 @@ class Link(Sent):
     """A record of this test; ``explains`` matches the dead letters its effect causes elsewhere."""
 
     explains: Explains | None = None
-    extra: list[str] = field(default_factory=list)
 
 
 def nothing(_: Seen) -> list[str]:
