@@ -139,7 +139,8 @@ class Target:
     @property
     def avro_kind(self) -> str:
         return {"commands": "command", "events": "event", "inbox": "workflowinbox",
-                "orchestration": "orchestrationevent"}[self.kind]
+                "orchestration": "orchestrationevent", "replies": "reply",
+                "saga_inbox": "sagainbox"}[self.kind]
 
 
 def partition_of(key: bytes) -> int:

@@ -324,7 +324,7 @@ class WorkflowHandle:
         store = WorkflowStore(runtime.store_path(self.kind, self.name))
         return WorkflowAgent(
             self.definition, topics=self.topics, store=store, runtime=runtime, cache_size=self.cache_size,
-            command_timeout=self.app.command_timeout,
+            command_timeout=self.app.command_timeout, workflows=[w.name for w in self.app.workflows],
         )
 
 

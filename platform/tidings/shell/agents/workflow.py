@@ -125,8 +125,12 @@ class WorkflowAgent:
         cache_size: int = 10_000,
         activity_threads: int = 64,
         command_timeout: float = 30.0,
+        workflows: Collection[str] | None = None,
     ) -> None:
         self.definition = definition
+        # The app's workflow names: a child's start may only name one of them as its parent
+        # (None: not checked).
+        self._workflows = None if workflows is None else frozenset(workflows)
         self.topics = topics
         self._partitions = runtime.partitions
         self._store = store
@@ -296,6 +300,13 @@ class WorkflowAgent:
         """Decode an inbox record; its ``reply_to`` must be a topic a reply may go to."""
         request = decode_inbox(record)
         self._runtime.reply_topic(request.reply_to)
+        parent = request.parent_workflow
+        if request.kind == "start" and parent is not None and self._workflows is not None \
+                and parent not in self._workflows:
+            # Its reports would go to the inbox of a workflow that does not exist: a topic
+            # nobody made, which Kafka takes ~30 s to refuse while this agent's commits wait.
+            raise SchemaError(f"a child's start names parent workflow {parent[:100]!r}, which is no "
+                              f"workflow of this app")
         return request
 
     def _known(self, instance_id: str, commit: _Commit, now_ms: int) -> WorkflowInstance | StoredEnd | None:

@@ -36,7 +36,7 @@ from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 from ...codec import avro
 from ...codec.content import decode_record
 from ...codec.payloads import load_payload, payload_of
-from ...core.limits import check_command
+from ...core.limits import check_command, check_id
 from ...core.partitioning import partition_for
 from ...core.records import CommandEnvelope, EventEnvelope, ReplyEnvelope
 from ...core.workflow import WorkflowInstance
@@ -116,10 +116,19 @@ class WorkflowSends:
     def reply_record(self, record: Incoming, commit: _Commit, now_ms: int) -> None:
         """Turn one record of the replies topic into ``CommandReplied`` for its pending step."""
         agent = self._agent
+        name = agent.definition.name
         try:
             reply = decode_record(record.value, ReplyEnvelope, headers=record.headers,
                                   timestamp_ms=record.timestamp_ms)
+            # Checked before the id is hashed, stored or logged: a lone surrogate or a
+            # 300 KB id is no step key, and would fail deep inside with an unclear reason.
+            check_id(reply.correlation_id, "correlation_id")
+            check_id(reply.command_id, "command_id")
             instance_id, path = self._step_of(reply.correlation_id)
+            if reply.command_id != reply.correlation_id:
+                raise SchemaError(f"a reply to command {reply.command_id[:200]!r}, which workflow {name!r} "
+                                  f"did not send: its commands carry the step key {reply.correlation_id[:200]!r} "
+                                  "as command id and correlation id")
         except RecordError as exc:
             commit.dead.append(agent._runtime.dead_letter(record, exc))
             return
@@ -128,11 +137,16 @@ class WorkflowSends:
             commit.dead.append(forward)  # keyed elsewhere: decided where the instance lives
             return
         known = agent._known(instance_id, commit, now_ms)
+        if known is None:
+            # No send of this instance ever went out: not a late repeat, a record nobody asked for.
+            commit.dead.append(agent._runtime.dead_letter(record, SchemaError(
+                f"a reply to {reply.command_id[:200]!r}, for an instance of workflow {name!r} that was never started")))
+            return
         request = pending_send(known, path) if isinstance(known, WorkflowInstance) else None
         if request is None:
-            # A repeat of a reply already used (every resend is answered), or not ours.
-            log.debug("workflow %s drops a reply to %r: no send step waits for it",
-                      agent.definition.name, reply.command_id[:200])
+            # A repeat of a reply already used (every resend is answered), or one for an
+            # instance that has ended: nothing to learn from it, and nothing wrong with it.
+            log.debug("workflow %s drops a reply to %r: no send step waits for it", name, reply.command_id[:200])
             return
         try:
             events = tuple(self._event(event, request.aggregate.definition.event_types) for event in reply.events)
@@ -142,8 +156,9 @@ class WorkflowSends:
         assert isinstance(known, WorkflowInstance)
         message = CommandReplied(path, reply.command_id, reply.status, events, reply.reason)
         if agent._advance(known, message, commit, now_ms) is None:
-            log.info("workflow %s drops a reply to %r: %s", agent.definition.name,
-                     reply.command_id[:200], agent._refusal)
+            # The step waits on: this reply could not answer it (an accepted reply without events).
+            commit.dead.append(agent._runtime.dead_letter(record, SchemaError(
+                f"send step {path} of workflow {name!r} {instance_id[:200]!r} refused the reply: {agent._refusal}")))
 
     def _step_of(self, correlation_id: str) -> tuple[str, str]:
         """Return (instance id, path) of the step whose key is ``correlation_id``."""
@@ -416,8 +431,8 @@ class EventsTail:
                 continue
             try:
                 found = WorkflowSends._event(event, watch.registry)
-            except RecordError as exc:
-                log.error("workflow send %s skips event %s/%d@%d: %s", watch.correlation_id[:200],
-                          message.topic(), message.partition(), message.offset(), exc)
+            except Exception as exc:  # noqa: BLE001 - also user code (a validator): the tail must go on
+                log.error("workflow send %s skips event %s/%d@%d: %s: %s", watch.correlation_id[:200],
+                          message.topic(), message.partition(), message.offset(), type(exc).__name__, exc)
                 continue
             self._seen(watch, (found,))
