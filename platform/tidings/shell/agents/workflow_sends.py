@@ -366,7 +366,14 @@ class EventsTail:
             starts, self._from = self._from, {}
             gone = {where for where in self._assigned if where not in self._tails}
             if starts or gone:
-                await asyncio.to_thread(self._reassign, starts, gone)
+                try:
+                    await asyncio.to_thread(self._reassign, starts, gone)
+                except Exception:  # noqa: BLE001 - e.g. offsets_for_times timed out: the watches wait
+                    log.warning("positioning the events reader of workflow sends failed; retrying", exc_info=True)
+                    for where, from_ms in starts.items():  # every start is tried again
+                        self._from[where] = min(from_ms, self._from.get(where, from_ms))
+                    await asyncio.sleep(1.0)
+                    continue
             if not self._assigned:
                 self._wake.clear()
                 if not self._closing:
