@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..codec.payloads import type_registry
 from ..core.aggregate import AggregateDefinition, Decision
+from ..core.saga_starts import SagaStarter
 from ..errors import BrokerError, DefinitionError
 from .agents.aggregate import AggregateTopics
 from .agents.projection import Handler, ProjectionSource
@@ -83,6 +84,8 @@ class App:
         # Every definition the worker runs, in declaration order, by (kind, name).
         self._hosted: dict[tuple[str, str], Hosted] = {}
         self._clients: dict[str, Client] = {}
+        # aggregate name -> the sagas it may start (``app.saga`` registers them here).
+        self.saga_starters: dict[str, list[SagaStarter]] = {}
 
     # -- declaring -------------------------------------------------------------------
 
@@ -222,6 +225,26 @@ class App:
                 f"{kind} {definition.name!r}", [f"a {kind} with this name is already declared"]
             )
         self._hosted[key] = definition
+
+    def register_saga_starter(self, aggregate: str, starter: SagaStarter) -> None:
+        """Tell aggregate ``aggregate`` that ``starter`` may start from its stored events.
+
+        ``app.saga`` calls this for each aggregate a saga subscribes to; the aggregate then
+        refuses a command whose event would start that saga twice for one correlation id.
+
+        Raises:
+            DefinitionError: a starter of that saga name is already registered there.
+        """
+        registered = self.saga_starters.setdefault(aggregate, [])
+        if any(known.name == starter.name for known in registered):
+            raise DefinitionError(f"saga {starter.name!r}", [
+                f"it already subscribes to aggregate {aggregate!r}"
+            ])
+        registered.append(starter)
+
+    def sagas_of(self, aggregate_name: str) -> list[SagaStarter]:
+        """The sagas that subscribe to aggregate ``aggregate_name``, in registration order."""
+        return list(self.saga_starters.get(aggregate_name, ()))
 
     # -- what the shell reads ----------------------------------------------------------
 
