@@ -9,7 +9,9 @@ Workflows:
 - ``one-activity``: one sync activity (``n + 1``), then returns;
 - ``ten-steps``: ten sync activities in a row, each adding one;
 - ``slow-activity``: one sync activity that sleeps ``seconds`` in its thread, so a SIGKILL
-  lands while instances are in flight.
+  lands while instances are in flight;
+- ``one-send``: one ``ctx.send`` of ``Add`` to the ``counter`` aggregate (hosted by the same
+  worker), ``counter-{n % 100}``, then returns the reply's amount.
 """
 
 from __future__ import annotations
@@ -17,11 +19,30 @@ from __future__ import annotations
 import os
 import time
 
-from tidings import App
+from pydantic import BaseModel
+
+from tidings import App, Persist
 from tidings.core.workflow import Attempt, Retry, WorkflowContext
 
 PARTITIONS = 4
 STEPS = 10
+COUNTERS = 100
+
+
+class Add(BaseModel):
+    amount: int
+
+
+class Added(BaseModel):
+    amount: int
+
+
+def _decide(command: Add, total: int) -> Persist[Added]:
+    return Persist(Added(amount=command.amount))
+
+
+def _fold(event: Added, total: int) -> int:
+    return total + event.amount
 
 
 def build(app_id: str) -> App:
@@ -46,6 +67,13 @@ def build(app_id: str) -> App:
     @app.workflow("slow-activity")
     async def slow_activity(ctx: WorkflowContext, seconds: float) -> str:
         return await ctx.activity("nap", Retry.times(3), lambda a: nap(a, seconds), type=str)
+
+    counters = app.aggregate("counter", 0, _decide, _fold, command=Add, event=Added)
+
+    @app.workflow("one-send")
+    async def one_send(ctx: WorkflowContext, n: int) -> int:
+        reply = await ctx.send(counters, f"counter-{n % COUNTERS}", Add(amount=1))
+        return int(reply.amount)
 
     return app
 

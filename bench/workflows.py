@@ -11,6 +11,8 @@ One worker subprocess runs ``bench.workflow_apps:app`` (4 partitions). In order:
 1. idle latency: one ``one-activity`` instance at a time, start → outcome;
 2. throughput: N ``one-activity`` instances started at once, first start → last outcome;
 3. ten steps: M ``ten-steps`` instances at once; ten activity steps each, steps/s;
+3b. sends: S ``one-send`` instances at once, each one ``ctx.send`` to an aggregate hosted by
+   the same worker, first start → last outcome (send round trips/s);
 4. recovery: K ``slow-activity`` instances (the activity sleeps in its thread) started, the
    worker SIGKILLed while they are in flight, restarted on the same data dir: restart →
    all K outcomes read back.
@@ -67,11 +69,13 @@ class Workload:
     ten_steps: int
     recovery: int
     recovery_sleep_s: float
+    sends: int = 2000
     replay_steps: tuple[int, ...] = (1_000, 10_000, 50_000)
 
 
 DEFAULT = Workload(latency_runs=200, one_activity=2000, ten_steps=500, recovery=2000, recovery_sleep_s=0.05)
-QUICK = Workload(latency_runs=50, one_activity=1000, ten_steps=200, recovery=2000, recovery_sleep_s=0.05)
+QUICK = Workload(latency_runs=50, one_activity=1000, ten_steps=200, recovery=2000, recovery_sleep_s=0.05,
+                 sends=1000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +86,7 @@ class WorkflowFigures:
     latencies_s: list[float]
     one_activity_s: float
     ten_steps_s: float
+    sends_s: float
     kill_after_s: float
     recovery_s: float
     first_after_restart_s: float
@@ -107,9 +112,11 @@ def run(
     app_id = f"benchwf{uuid.uuid4().hex[:10]}"
     app = workflow_apps.build(app_id)
     apply_topics(bootstrap, app.topic_specs(), out=lambda _: None)
-    handles = {h.name: h for h in app.hosted}
+    handles = {h.name: h for h in app.workflows}
     for handle in handles.values():
         stack.callback(handle.close)
+    for client in list(app._clients.values()):
+        stack.callback(client.close)
 
     def worker(name: str) -> WorkerProcess:
         process = WorkerProcess("bench.workflow_apps:app", bootstrap=bootstrap,
@@ -148,6 +155,7 @@ async def _drive(
     progress: Callable[[str], None],
 ) -> dict[str, Any]:
     one, ten, slow = handles["one-activity"], handles["ten-steps"], handles["slow-activity"]
+    sends = handles["one-send"]
     run_id = uuid.uuid4().hex[:6]
 
     async def all_at_once(handle: Any, prefix: str, count: int, input: Callable[[int], Any]) -> float:
@@ -159,7 +167,7 @@ async def _drive(
         return time.perf_counter() - began
 
     progress("workflows: warming up (first outcome once the worker has joined)")
-    for handle, value in ((one, 0), (ten, 0), (slow, 0.0)):
+    for handle, value in ((one, 0), (ten, 0), (slow, 0.0), (sends, 0)):
         await handle.start(f"warm-{run_id}", value, bootstrap=bootstrap)
         await handle.value(f"warm-{run_id}", TIMEOUT_S, bootstrap=bootstrap)
 
@@ -175,6 +183,8 @@ async def _drive(
     one_s = await all_at_once(one, "thr", w.one_activity, lambda n: n)
     progress(f"workflows: {w.ten_steps:,} ten-step workflows at once")
     ten_s = await all_at_once(ten, "ten", w.ten_steps, lambda n: n)
+    progress(f"workflows: {w.sends:,} one-send workflows at once (workflow → aggregate round trips)")
+    sends_s = await all_at_once(sends, "send", w.sends, lambda n: n)
 
     progress(f"workflows: recovery: starting {w.recovery:,} workflows whose activity sleeps "
              f"{w.recovery_sleep_s * 1000:.0f} ms")
@@ -198,7 +208,7 @@ async def _drive(
     await asyncio.gather(*(outcome(n) for n in range(w.recovery)))
     recovery_s = max(ended)
     progress(f"workflows: all {w.recovery:,} finished {recovery_s:.2f} s after the restart")
-    return dict(latencies_s=latencies, one_activity_s=one_s, ten_steps_s=ten_s,
+    return dict(latencies_s=latencies, one_activity_s=one_s, ten_steps_s=ten_s, sends_s=sends_s,
                 kill_after_s=kill_after_s, recovery_s=recovery_s, first_after_restart_s=min(ended))
 
 
@@ -270,6 +280,8 @@ def rows(f: WorkflowFigures, raw_e2e: str = "—", raw_latency: str = "—") -> 
             rate(w.one_activity, f.one_activity_s), "≥ 1,000 /s", raw_e2e),
         Row(f"ten-step workflows ({w.ten_steps:,} at once, 10 activities each)",
             rate(w.ten_steps * workflow_apps.STEPS, f.ten_steps_s, "steps/s"), "≥ 2,000 steps/s", raw_e2e),
+        Row(f"workflow → aggregate send round trips ({w.sends:,} workflows at once, one ctx.send each, "
+            "start → outcome)", rate(w.sends, f.sends_s), "≥ 1,000 /s", raw_e2e),
         Row(f"one-activity latency, idle worker, p50 / p99 ({w.latency_runs} runs)",
             latency(f.latencies_s), "≤ 5 / ≤ 15 ms", raw_latency),
         Row(f"recovery after SIGKILL, {w.recovery:,} in flight "

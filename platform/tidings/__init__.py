@@ -25,6 +25,13 @@ from .core.workflow import WorkflowContext as WorkflowContext
 from .core.workflow import WorkflowStatus as WorkflowStatus
 from .core.workflow import subroutine as subroutine
 from .core.aggregate import Defer as Defer
+from .core.saga import Expect as Expect
+from .core.saga import ExpectationExhausted as ExpectationExhausted
+from .core.saga import Goto as Goto
+from .core.saga import SagaEvent as SagaEvent
+from .core.saga import Send as Send
+from .core.saga import Stay as Stay
+from .core.saga import Stop as Stop
 from .core.aggregate import Ignore as Ignore
 from .core.aggregate import Persist as Persist
 from .core.aggregate import PersistAll as PersistAll
@@ -40,6 +47,7 @@ from .errors import LimitError as LimitError
 from .errors import RecordError as RecordError
 from .errors import RecordRejected as RecordRejected
 from .errors import ReplyTimeout as ReplyTimeout
+from .errors import SagaAlreadyStarted as SagaAlreadyStarted
 from .errors import SchemaError as SchemaError
 from .errors import NondeterminismError as NondeterminismError
 from .errors import OrchestrationFailed as OrchestrationFailed
@@ -54,6 +62,8 @@ from .shell.app import AggregateHandle as AggregateHandle
 from .shell.app import App as App
 from .shell.app import ProjectionHandle as ProjectionHandle
 from .shell.client import Client as Client
+from .shell.sagas import SagaHandle as SagaHandle
+from .shell.sagas import SagaStatus as SagaStatus
 from .shell.views import View as View
 from .shell.workflows import WorkflowHandle as WorkflowHandle
 
@@ -71,9 +81,12 @@ __all__ = [
     "Defer",
     "DefinitionError",
     "ErrorKind",
+    "Expect",
+    "ExpectationExhausted",
     "Faulted",
     "Finished",
     "ForeignAwaitError",
+    "Goto",
     "HandlerFailed",
     "Ignore",
     "KeyOfFailed",
@@ -89,8 +102,15 @@ __all__ = [
     "ReplyTimeout",
     "Retry",
     "RetryPolicy",
+    "SagaAlreadyStarted",
+    "SagaEvent",
+    "SagaHandle",
+    "SagaStatus",
     "SchemaError",
+    "Send",
+    "Stay",
     "StepError",
+    "Stop",
     "TidingsError",
     "View",
     "WorkflowCancelled",

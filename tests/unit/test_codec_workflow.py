@@ -16,6 +16,7 @@ import tidings.core
 from tidings.codec import avro
 from tidings.codec.workflow import RECORD_NAMES, inbox_from_json
 from tidings.core.workflow import ErrorKind, StepError
+from tidings.core.workflow.child_records import ChildOutcome
 from tidings.core.workflow.journal import (
     CancelRequested,
     Ended,
@@ -35,7 +36,9 @@ from tidings.core.workflow_records import (
 )
 from tidings.errors import DecodeError, SchemaError
 
-GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "avro" / "workflow_records.v1.json"
+GOLDEN_V1 = Path(__file__).resolve().parents[1] / "golden" / "avro" / "workflow_records.v1.json"
+# v2: the inbox and journal schemas of child workflows (workflowinbox.v2, workflowjournal.v2).
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "avro" / "workflow_records.v2.json"
 BOOM = StepError(ErrorKind.ATTEMPTS_EXHAUSTED, "RuntimeError: boom", "RuntimeError")
 
 RECORDS: dict[str, object] = {
@@ -64,14 +67,29 @@ RECORDS: dict[str, object] = {
     "outcome faulted": WorkflowOutcomeRecord("o-2", "enrich", "faulted", 31, error=BOOM),
     "status parked": WorkflowStatusRecord("o-1", "enrich", "PARKED", 40, reason="mismatch"),
     "status running": WorkflowStatusRecord("o-1", "enrich", "RUNNING", 41),
+    "inbox child start": WorkflowInbox(
+        "r-6", "o-1:3", "start", 1_700_000_000_003, payload=b'"ABC"',
+        parent_workflow="parent", parent_id="o-1", parent_path="3",
+    ),
+    "inbox child started": WorkflowInbox(
+        "r-7", "o-1", "child_started", 1_700_000_000_004, parent_path="3", child_workflow="enrich"
+    ),
+    "inbox child ended": WorkflowInbox(
+        "r-8", "o-1", "child_ended", 1_700_000_000_005, parent_path="3", child_workflow="enrich",
+        outcome="faulted", error=BOOM,
+    ),
+    "journal child started": WorkflowJournalEntry("o-1:3", Started(1, '"ABC"', 10, "parent", "o-1", "3")),
+    "journal child ended": WorkflowJournalEntry("o-1", ChildOutcome(14, "3", "enrich", "finished", 18, result="7")),
+    "journal child faulted": WorkflowJournalEntry("o-1", ChildOutcome(15, "4", "enrich", "faulted", 19, error=BOOM)),
 }
 
 
-def golden() -> dict[str, bytes]:
-    return {name: bytes.fromhex(data) for name, data in json.loads(GOLDEN.read_text()).items()}
+def golden(path: Path = GOLDEN) -> dict[str, bytes]:
+    return {name: bytes.fromhex(data) for name, data in json.loads(path.read_text()).items()}
 
 
 def test_every_workflow_record_encodes_to_its_golden_bytes() -> None:
+    # Written with workflowinbox.v2 / workflowjournal.v2 (signal ids, child workflows).
     stored = golden()
     assert stored.keys() == RECORDS.keys()
     for name, record in RECORDS.items():
@@ -80,6 +98,15 @@ def test_every_workflow_record_encodes_to_its_golden_bytes() -> None:
 
 def test_every_golden_workflow_record_decodes_to_its_record() -> None:
     for name, data in golden().items():
+        assert avro.decode_as(data, type(RECORDS[name])) == RECORDS[name], name  # type: ignore[type-var]
+
+
+def test_every_v1_golden_workflow_record_still_decodes_to_its_record() -> None:
+    # Written with workflowinbox.v1 / workflowjournal.v1, before child workflows: they read
+    # with the new fields at their defaults (no parent, no child report).
+    stored = golden(GOLDEN_V1)
+    assert len(stored) == 23
+    for name, data in stored.items():
         assert avro.decode_as(data, type(RECORDS[name])) == RECORDS[name], name  # type: ignore[type-var]
 
 

@@ -41,6 +41,7 @@ class Request:
     payload: bytes | None = None
     signal: str | None = None
     wait: bool = False
+    signal_id: str | None = None
 
 
 async def approve(ctx: WorkflowContext, mode: str) -> int:

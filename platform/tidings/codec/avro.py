@@ -40,8 +40,10 @@ from tidings.errors import DecodeError, SchemaError
 from tidings.core import workflow_records as _workflow
 
 from tidings.codec import orchestration as _orchestration
+from tidings.codec import saga as _saga_codec
 from tidings.codec import workflow as _workflow_codec
 from tidings.codec.fields import plain_fields
+from tidings.core.saga_records import SagaJournalEntry, SagaRouted
 from tidings.core.orchestration_records import (
     OrchestrationActions,
     OrchestrationEvent,
@@ -53,12 +55,14 @@ Record = (
     | OrchestrationEvent | OrchestrationActions | OrchestrationOutcome
     | _workflow.WorkflowInbox | _workflow.WorkflowJournalEntry | _workflow.WorkflowReply
     | _workflow.WorkflowOutcomeRecord | _workflow.WorkflowStatusRecord
+    | SagaJournalEntry | SagaRouted
 )
 R = TypeVar(
     "R", CommandEnvelope, EventEnvelope, ReplyEnvelope, DeadLetter,
     OrchestrationEvent, OrchestrationActions, OrchestrationOutcome,
     _workflow.WorkflowInbox, _workflow.WorkflowJournalEntry, _workflow.WorkflowReply,
     _workflow.WorkflowOutcomeRecord, _workflow.WorkflowStatusRecord,
+    SagaJournalEntry, SagaRouted,
 )
 
 MAGIC: Final = b"\xc3\x01"
@@ -75,6 +79,7 @@ _RECORD_NAMES: Final[Mapping[type, str]] = MappingProxyType(
         DeadLetter: "tidings.DeadLetter",
         **_orchestration.RECORD_NAMES,
         **_workflow_codec.RECORD_NAMES,
+        **_saga_codec.RECORD_NAMES,
     }
 )
 
@@ -196,6 +201,7 @@ _TO_FIELDS: Final[Mapping[type, Callable[[Any], dict[str, Any]]]] = MappingProxy
         DeadLetter: plain_fields,
         **_orchestration.TO_FIELDS,
         **_workflow_codec.TO_FIELDS,
+        **_saga_codec.TO_FIELDS,
     }
 )
 _FROM_FIELDS: Final[Mapping[type, Callable[[dict[str, Any]], Any]]] = MappingProxyType(
@@ -207,6 +213,7 @@ _FROM_FIELDS: Final[Mapping[type, Callable[[dict[str, Any]], Any]]] = MappingPro
         DeadLetter: lambda fields: DeadLetter(**fields),
         **_orchestration.FROM_FIELDS,
         **_workflow_codec.FROM_FIELDS,
+        **_saga_codec.FROM_FIELDS,
     }
 )
 

@@ -31,7 +31,7 @@ from tidings.errors import DecodeError, SchemaError
 # Every optional field of the flat Avro journal record; each record type fills its own.
 _JOURNAL_FIELDS: Final = (
     "at", "path", "kind", "name", "due", "input", "result", "payload", "signal", "error",
-    "position", "change_id", "version", "outcome",
+    "position", "change_id", "version", "outcome", "signal_id", "parent_workflow", "parent_id", "parent_path",
 )
 
 
@@ -81,6 +81,8 @@ def _fields_with_error(record: Any) -> dict[str, Any]:
 def _inbox_from(fields: dict[str, Any]) -> WorkflowInbox:
     if fields["kind"] not in INBOX_KINDS:
         raise SchemaError(f"inbox kind {fields['kind']!r} is not one of {sorted(INBOX_KINDS)}")
+    if fields.get("error") is not None:
+        fields["error"] = _error_from(fields["error"])
     return WorkflowInbox(**fields)
 
 
@@ -106,7 +108,7 @@ RECORD_NAMES: Final[Mapping[type, str]] = MappingProxyType(
 
 TO_FIELDS: Final[Mapping[type, Callable[[Any], dict[str, Any]]]] = MappingProxyType(
     {
-        WorkflowInbox: plain_fields,
+        WorkflowInbox: _fields_with_error,
         WorkflowJournalEntry: _journal_fields,
         WorkflowReply: _fields_with_error,
         WorkflowOutcomeRecord: _fields_with_error,
@@ -134,7 +136,7 @@ def inbox_from_json(data: bytes, *, timestamp_ms: int | None = None) -> Workflow
     ``{"kind": "signal", "instance_id": "o-1", "signal": "approval", "payload": true}``;
     ``{"kind": "cancel", "instance_id": "o-1"}``. ``payload`` is an inline JSON value.
     ``request_id`` defaults to ``{kind}:{instance_id}:{timestamp_ms}``; ``reply_to``,
-    ``wait`` and ``metadata`` are optional.
+    ``wait``, ``metadata`` and a signal's ``signal_id`` are optional.
 
     Args:
         data: The record value, UTF-8 JSON.
@@ -190,4 +192,5 @@ def inbox_from_json(data: bytes, *, timestamp_ms: int | None = None) -> Workflow
         reply_to=text("reply_to"),
         wait=wait,
         metadata=dict(metadata),
+        signal_id=text("signal_id"),
     )

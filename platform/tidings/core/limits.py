@@ -364,7 +364,7 @@ def check_inbox(inbox: WorkflowInbox) -> WorkflowInbox:
         ``inbox``.
 
     Raises:
-        LimitError: An id, the signal name (required for a signal), ``reply_to``, the
+        LimitError: An id, the signal name (required for a signal), the signal id, ``reply_to``, the
             payload or the metadata breaks its limit.
     """
     check_id(inbox.instance_id, "instance_id")
@@ -372,10 +372,19 @@ def check_inbox(inbox: WorkflowInbox) -> WorkflowInbox:
     if inbox.kind == "signal" and not inbox.signal:
         raise LimitError("a signal request needs the signal's name")
     check_optional_id(inbox.signal, "signal name")
+    check_optional_id(inbox.signal_id, "signal_id")
     if inbox.reply_to is not None:
         check_topic_name(inbox.reply_to, "reply_to")
-    check_payload_size(inbox.payload)
+    # A child's result may be as large as any stored value; an input or signal may not.
+    check_payload_size(inbox.payload, max_bytes=MAX_VALUE_BYTES if inbox.kind == "child_ended" else MAX_PAYLOAD_BYTES)
     check_metadata(inbox.metadata)
+    for value, what in (
+        (inbox.parent_workflow, "parent_workflow"), (inbox.parent_id, "parent_id"),
+        (inbox.parent_path, "parent_path"), (inbox.child_workflow, "child_workflow"), (inbox.outcome, "outcome"),
+    ):
+        check_optional_id(value, what)
+    if inbox.error is not None:
+        check_payload_size(inbox.error.message.encode(), "the child's error", max_bytes=MAX_VALUE_BYTES)
     return inbox
 
 

@@ -24,7 +24,7 @@ from typing import Final, Literal, get_args
 from tidings.core.workflow.failures import StepError
 from tidings.core.workflow.journal import JournalRecord
 
-InboxKind = Literal["start", "signal", "cancel", "query"]
+InboxKind = Literal["start", "signal", "cancel", "query", "child_started", "child_ended"]
 INBOX_KINDS: Final = frozenset(get_args(InboxKind))
 
 ReplyAnswer = Literal["accepted", "not_found", "ended", "rejected", "status"]
@@ -47,6 +47,18 @@ class WorkflowInbox:
         reply_to: Where to answer; None asks for no answer.
         wait: For a query: answer once the instance has ended, not before.
         metadata: Free-form strings (trace context).
+        signal_id: The sender's id of a signal (``kind == "signal"``): an instance stores
+            a signal id once, so a repeat is accepted and stores nothing (since
+            ``workflowinbox.v2``; None: never de-duplicated).
+        parent_workflow: A child's start: the parent's workflow name.
+        parent_id: A child's start: the parent's instance id.
+        parent_path: A child's start, ``child_started``, ``child_ended``: the path of
+            the parent's step that started the child.
+        child_workflow: ``child_started``, ``child_ended``: the child's workflow name
+            (the record goes to the parent: ``instance_id`` is the parent's id).
+        outcome: ``child_ended``: ``finished`` (``payload`` is the result), ``faulted``
+            (``error``) or ``cancelled``.
+        error: ``child_ended``: the faulted child's stored error.
     """
 
     request_id: str
@@ -58,6 +70,13 @@ class WorkflowInbox:
     reply_to: str | None = None
     wait: bool = False
     metadata: dict[str, str] = field(default_factory=dict)
+    signal_id: str | None = None
+    parent_workflow: str | None = None
+    parent_id: str | None = None
+    parent_path: str | None = None
+    child_workflow: str | None = None
+    outcome: str | None = None
+    error: StepError | None = None
 
 
 @dataclass(frozen=True, slots=True)

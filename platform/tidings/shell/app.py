@@ -27,6 +27,7 @@ from .topics import ApplyReport, TopicSpec, apply_topics, deadletter_topic, spec
 
 if TYPE_CHECKING:
     from .client import Client
+    from .sagas import SagaHandle
     from .worker import Worker
     from .workflows import WorkflowHandle
 
@@ -84,7 +85,7 @@ class App:
         # Every definition the worker runs, in declaration order, by (kind, name).
         self._hosted: dict[tuple[str, str], Hosted] = {}
         self._clients: dict[str, Client] = {}
-        # aggregate name -> the sagas it may start (``app.saga`` registers them here).
+        # aggregate name -> starters registered beside the declared sagas (``sagas_of``).
         self.saga_starters: dict[str, list[SagaStarter]] = {}
 
     # -- declaring -------------------------------------------------------------------
@@ -150,7 +151,10 @@ class App:
 
         ``handler(event, view)`` (sync or async) gets each stored event once, in journal
         order per instance, and reads and writes the ``View``; the view's writes and the
-        source offsets are committed together, so a restart applies nothing twice.
+        source offsets are committed together, so a restart applies nothing twice. An
+        async handler may ``await event.signal(workflow, instance_id, name, payload)``
+        (``shell/projection_signals.py``; "Signal a workflow from a projection" in
+        ``docs/workflows.md``).
 
         Raises:
             DefinitionError: listing every problem with the definition.
@@ -210,6 +214,32 @@ class App:
             self, name, sources, key_of, factory, actions_topic, **options
         )
 
+    def saga(
+        self,
+        name: str,
+        *,
+        subscribe: Iterable[Any],
+        start_on: Callable[[Any], bool],
+        initial: Any,
+        handle: Callable[[Any, Any], Any],
+        on_enter: Callable[[Any, bool], Any],
+        state: Any = None,
+    ) -> SagaHandle:
+        """Declare a saga over the stored events of ``subscribe`` (SPEC §4, docs/sagas.md).
+
+        ``start_on(event) -> bool`` starts one saga per correlation id; ``handle(event,
+        state) -> new state | None`` and ``on_enter(state, recovering) -> (Stay() |
+        Goto(state) | Stop(), [Send(...)])`` drive it. See
+        ``tidings.shell.sagas.declare_saga``.
+
+        Raises:
+            DefinitionError: listing every problem with the definition.
+        """
+        from .sagas import declare_saga
+
+        return declare_saga(self, name, subscribe=subscribe, start_on=start_on, initial=initial,
+                            handle=handle, on_enter=on_enter, state=state)
+
     def host(self, definition: Hosted) -> None:
         """Register a definition to run in this app's workers (``hosting.Hosted``).
 
@@ -229,22 +259,33 @@ class App:
     def register_saga_starter(self, aggregate: str, starter: SagaStarter) -> None:
         """Tell aggregate ``aggregate`` that ``starter`` may start from its stored events.
 
-        ``app.saga`` calls this for each aggregate a saga subscribes to; the aggregate then
-        refuses a command whose event would start that saga twice for one correlation id.
+        A saga declared with ``app.saga(subscribe=[...])`` needs no registering
+        (``sagas_of`` lists it); this is for a starter that is no declared saga, e.g. a
+        test's. The aggregate then refuses a command whose event would start it twice for
+        one correlation id.
 
         Raises:
-            DefinitionError: a starter of that saga name is already registered there.
+            DefinitionError: a starter of that name is already registered there, or a saga
+                of that name subscribes to the aggregate.
         """
         registered = self.saga_starters.setdefault(aggregate, [])
-        if any(known.name == starter.name for known in registered):
+        if any(known.name == starter.name for known in self.sagas_of(aggregate)):
             raise DefinitionError(f"saga {starter.name!r}", [
                 f"it already subscribes to aggregate {aggregate!r}"
             ])
         registered.append(starter)
 
     def sagas_of(self, aggregate_name: str) -> list[SagaStarter]:
-        """The sagas that subscribe to aggregate ``aggregate_name``, in registration order."""
-        return list(self.saga_starters.get(aggregate_name, ()))
+        """The sagas that subscribe to aggregate ``aggregate_name``, as it asks them.
+
+        Those declared with ``app.saga(subscribe=[...])``, then those registered with
+        ``register_saga_starter``.
+        """
+        from .saga_starters import SubscribedSaga
+
+        declared: list[SagaStarter] = [SubscribedSaga(saga, aggregate_name) for saga in self.sagas
+                                       if saga.subscribes_to(aggregate_name)]
+        return declared + list(self.saga_starters.get(aggregate_name, ()))
 
     # -- what the shell reads ----------------------------------------------------------
 
@@ -265,6 +306,12 @@ class App:
     def workflows(self) -> tuple[WorkflowHandle, ...]:
         """The handles of the app's workflows, in declaration order."""
         return tuple(h for h in self._hosted.values() if h.kind == "workflow")  # type: ignore[misc]
+
+    @property
+    def sagas(self) -> tuple[SagaHandle, ...]:
+        """The handles of the app's sagas, in declaration order."""
+        return tuple(h for h in self._hosted.values() if h.kind == "saga")  # type: ignore[misc]
+
 
     def workflow_handle(self, name: str) -> WorkflowHandle:
         """Return the handle of the workflow ``name``.

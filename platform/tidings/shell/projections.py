@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from .agents.projection import Handler, ProjectionAgent, ProjectionSource
 from .hosting import Runtime
+from .projection_signals import ProjectionSignals
 from .topics import TopicSpec
 from .views import ViewStore
 
@@ -45,4 +46,9 @@ class ProjectionHandle:
     def open(self, runtime: Runtime) -> ProjectionAgent:
         """Open the view and return the agent that runs this projection in a worker."""
         store = ViewStore(self.view_path(runtime.data_dir))
-        return ProjectionAgent(self.name, self.handler, sources=self.sources, store=store, runtime=runtime)
+        signals = ProjectionSignals(
+            self.name, runtime.bootstrap, replies_topic=self.app.replies_topic, timeout=self.app.command_timeout
+        )
+        return ProjectionAgent(
+            self.name, self.handler, sources=self.sources, store=store, runtime=runtime, signals=signals
+        )

@@ -323,7 +323,8 @@ class WorkflowHandle:
         """Open the store and return the agent that runs this workflow in a worker."""
         store = WorkflowStore(runtime.store_path(self.kind, self.name))
         return WorkflowAgent(
-            self.definition, topics=self.topics, store=store, runtime=runtime, cache_size=self.cache_size
+            self.definition, topics=self.topics, store=store, runtime=runtime, cache_size=self.cache_size,
+            command_timeout=self.app.command_timeout,
         )
 
 

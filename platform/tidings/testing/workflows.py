@@ -47,12 +47,15 @@ from tidings.core.workflow import (
     RunActivity,
     Signal,
     Start,
+    StepError,
     TimerFired,
     WorkflowDefinition,
     WorkflowInstance,
     WorkflowStatus,
 )
+from tidings.core.workflow.child_records import AckParent, CancelChild, StartChild, TellParent
 from tidings.core.workflow.context import instant_ms, ms_instant
+from tidings.core.workflow_records import WorkflowInbox
 from tidings.core.workflow.inbox_rules import (
     AwaitEnd,
     Feed,
@@ -61,6 +64,7 @@ from tidings.core.workflow.inbox_rules import (
     answer_fed,
     answer_status,
     decide_request,
+    outcome_fields_of,
     outcome_from,
 )
 from tidings.errors import (
@@ -124,6 +128,7 @@ class _Request:
     payload: bytes | None = None
     signal: str | None = None
     wait: bool = False
+    signal_id: str | None = None
 
 
 @dataclass(slots=True)
@@ -178,8 +183,11 @@ class WorkflowHandle:
             raise SchemaError(f"workflow {self.name!r} rejected the start: {pending.reply.reason}")
         return decision
 
-    def signal(self, instance_id: str, name: str, payload: Any = None) -> Decision:
+    def signal(self, instance_id: str, name: str, payload: Any = None, *, signal_id: str | None = None) -> Decision:
         """Deliver signal ``name`` with ``payload``; returns what the instance decided.
+
+        ``signal_id`` names the signal as a projection does (``event.signal``): a repeat of
+        a stored id is accepted and stores nothing.
 
         Raises:
             WorkflowNotFound: No instance was ever started with this id.
@@ -191,7 +199,7 @@ class WorkflowHandle:
             text = self._runtime.definition(self.name).codec.encode(payload)
         except ValueError as exc:
             raise SchemaError(f"the payload of signal {name!r} cannot be stored: {exc}") from exc
-        request = _Request("signal", text.encode(), signal=name)
+        request = _Request("signal", text.encode(), signal=name, signal_id=signal_id)
         reply, decision = self._answer(instance_id, request)
         if reply.answer == "ended":
             raise WorkflowEnded(f"{self.name} {instance_id!r} has ended and takes no signal {name!r}")
@@ -375,7 +383,9 @@ class WorkflowTestRuntime:
         self._apply(key, decision)
         return decision
 
-    def _take(self, workflow: str, instance_id: str, request: _Request) -> tuple[PendingReply, Decision]:
+    def _take(
+        self, workflow: str, instance_id: str, request: _Request | WorkflowInbox
+    ) -> tuple[PendingReply, Decision]:
         """Take one inbox request as the hosted agent does; return its answer and what was decided."""
         key = (workflow, instance_id)
         known = self._known(key)
@@ -427,8 +437,11 @@ class WorkflowTestRuntime:
     def _apply(self, key: tuple[str, str], decision: Decision) -> None:
         # The shell's one rule: the records are stored before any effect is carried out.
         self.journals.setdefault(key, []).extend(decision.records)
+        links = []
         for effect in decision.effects:
-            if isinstance(effect, RunActivity):
+            if isinstance(effect, (StartChild, CancelChild, AckParent, TellParent)):
+                links.append(effect)
+            elif isinstance(effect, RunActivity):
                 attempt = Attempt(effect.idempotency_key, effect.attempt)
                 self._schedule(key, effect.path, effect.not_before, run=effect, attempt=attempt)
             elif isinstance(effect, ArmTimer):
@@ -448,6 +461,51 @@ class WorkflowTestRuntime:
             answer = answer_status(instance)
             for pending in self._waiters.pop(key):
                 pending.reply = answer
+        for link in links:
+            self._link(key, link)
+
+    def _link(self, key: tuple[str, str], effect: Any) -> None:
+        """Deliver a child workflow's effect as the inbox record the hosted agent sends.
+
+        A child of a workflow this runtime does not know is never started (its start stays
+        in flight, as when no worker hosts that workflow).
+        """
+        if isinstance(effect, StartChild):
+            parent = effect.parent
+            target = (effect.workflow, effect.child_id)
+            if effect.workflow not in self._definitions:
+                return
+            known = self._known(target)
+            if isinstance(known, WorkflowInstance) and known.status is not None:
+                # An existing child acknowledges a repeated start (a parent that restarted).
+                if known._parent == parent:  # noqa: SLF001 - the hosted agent reads it too
+                    self._link(target, AckParent(parent, effect.workflow))
+                    if known.outcome is not None:
+                        fields = outcome_fields_of(known.outcome, known.definition)
+                        error = fields["error"]
+                        self._link(target, TellParent(parent, effect.workflow, fields["outcome"], fields["result"],
+                                                      None if error is None else StepError.from_json(error)))
+                return
+            self._take(*target, WorkflowInbox(
+                "", effect.child_id, "start", 0, payload=effect.input.encode(),
+                parent_workflow=parent.workflow, parent_id=parent.instance_id, parent_path=parent.path,
+            ))
+        elif isinstance(effect, CancelChild):
+            if effect.workflow in self._definitions:
+                self._take(effect.workflow, effect.child_id, WorkflowInbox("", effect.child_id, "cancel", 0))
+        else:
+            parent = effect.parent
+            if parent.workflow not in self._definitions:
+                return
+            if isinstance(effect, AckParent):
+                request = WorkflowInbox("", parent.instance_id, "child_started", 0, parent_path=parent.path,
+                                        child_workflow=effect.workflow)
+            else:
+                request = WorkflowInbox(
+                    "", parent.instance_id, "child_ended", 0, payload=None if effect.result is None else effect.result.encode(),
+                    parent_path=parent.path, child_workflow=effect.workflow, outcome=effect.outcome, error=effect.error,
+                )
+            self._take(parent.workflow, parent.instance_id, request)
 
     def _schedule(self, key: tuple[str, str], path: str, due: int, **what: Any) -> None:
         self._order += 1

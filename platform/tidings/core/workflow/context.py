@@ -12,6 +12,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar, overload
 
+from tidings.core.workflow.child_records import ChildHandle
+from tidings.core.workflow.children import ChildAwaitRequest, ChildStartRequest, child_call, definition_of
 from tidings.core.workflow.requests import (
     ActivityRequest,
     AllRequest,
@@ -24,7 +26,8 @@ from tidings.core.workflow.requests import (
     TimerRequest,
     VersionRequest,
 )
-from tidings.core.workflow.retry import RetryPolicy
+from tidings.core.workflow.retry import Retry, RetryPolicy
+from tidings.core.workflow.sends import EventFilter, SendRequest
 
 T = TypeVar("T")
 A = TypeVar("A")
@@ -247,3 +250,120 @@ class WorkflowContext:
             raise ValueError(f"version numbers start at 1, got latest={latest}")
         return VersionRequest(change_id, latest)
 
+    # -- commands to aggregates (core/workflow/sends.py) ----------------------------------
+
+    def send(self, aggregate: Any, aggregate_id: str, command: Any, *, type: Any = None) -> StepRequest[Any]:
+        """``send_with`` under ``Retry.command``: send again when no reply came in time, with
+        backoff, for five minutes."""
+        return SendRequest(aggregate, aggregate_id, command, Retry.command, None, type)
+
+    def send_with(
+        self, policy: RetryPolicy, aggregate: Any, aggregate_id: str, command: Any, *, type: Any = None
+    ) -> StepRequest[Any]:
+        """Send ``command`` to ``aggregate_id`` under ``policy`` and give the reply: the last
+        event of the aggregate's verdict on this command.
+
+        Every send of the step carries the step's idempotency key as command id and
+        correlation id, so a late reply to an earlier send still answers the step. One send
+        waits ``policy.attempt_timeout`` (default ``App(command_timeout=30)``), then the
+        command is sent again, with backoff.
+
+        *Journaled:* the step's start (kind ``send``, the aggregate's name); the event.
+        *Idempotent by:* the command id ``{workflow}/{instance_id}/{path}``.
+        *Replay:* a stored event is given without a send; a step with only its start sends
+        the command again (the aggregate answers a repeat with its first verdict).
+
+        Raises:
+            WorkflowStepFailed: NOT_RETRYABLE when the aggregate rejected, ignored or
+                conflicted on the command (the reason is kept; a saga that had started
+                already gives ``SagaAlreadyStarted: ...``), or the event cannot be read as
+                ``type``; OUTCOME_UNKNOWN when the policy ran out without a reply (the
+                command may have been applied); CANCELLED.
+        """
+        return SendRequest(aggregate, aggregate_id, command, policy, None, type)
+
+    def send_with_filter(
+        self,
+        policy: RetryPolicy,
+        filter: EventFilter,
+        aggregate: Any,
+        aggregate_id: str,
+        command: Any,
+        *,
+        type: Any = None,
+    ) -> StepRequest[Any]:
+        """Send ``command`` under ``policy`` and give the first event ``filter`` accepts among
+        the events the aggregate publishes under the step's correlation id: the reply's
+        events, and events other commands with that correlation id (a saga's) make it store.
+
+        Beyond the reference, the wait is durable: the aggregate's events topic is read
+        from the step's stored start, so an event stored while the worker was down, or
+        between two attempts, is still seen, whichever worker owns the aggregate. Each
+        attempt still ends after the attempt timeout and the command is sent again.
+        ``filter`` must depend on the event alone; if it raises, the step fails
+        NOT_RETRYABLE. Stored as ``send`` stores its step, so one can replace the other.
+
+        Raises:
+            WorkflowStepFailed: as ``send_with``, and NOT_RETRYABLE when ``filter`` raises.
+        """
+        return SendRequest(aggregate, aggregate_id, command, policy, filter, type)
+    def child(self, workflow: Any, input: Any = None, *, type: Any = None) -> StepRequest[Any]:
+        """Start a child workflow and wait for its result: ``start_child`` then ``await_child``.
+
+        Takes two step positions (the start, then the await).
+
+        Args:
+            workflow: The child's handle (``@app.workflow``) or definition; another
+                workflow of the same app, hosted by any worker of the app.
+            input: The child's input, stored as its input type.
+            type: How the result is read; default: the child workflow's result type.
+
+        Raises:
+            WorkflowStepFailed: as ``start_child`` and ``await_child``.
+        """
+        return child_call(definition_of(workflow), input, type)
+
+    def start_child(self, workflow: Any, input: Any = None) -> StepRequest[ChildHandle]:
+        """Start a child workflow; give its ``ChildHandle`` once the child's start is stored.
+
+        The child's id is this instance's id, a colon, and this step's path
+        (``order-17:3``), so a start repeated after a crash reaches the same child and does
+        not start a second one. A child that is never awaited runs on by itself and
+        outlives this workflow. If this workflow is cancelled while the start is in flight,
+        the child is cancelled too (once).
+
+        *Journaled:* the step's start (kind ``child_start``, the child workflow's name);
+        the handle when the child has stored its start.
+        *Idempotent by:* the child id ``{instance_id}:{path}``.
+        *Replay:* gives the stored handle; a start with no stored handle is sent again.
+
+        Raises:
+            WorkflowStepFailed: NOT_RETRYABLE when the input cannot be stored as the
+                child's input type, is larger than ``MAX_PAYLOAD_BYTES``, or the child's
+                id would be longer than ``MAX_ID_BYTES``; CANCELLED.
+        """
+        return ChildStartRequest(definition_of(workflow), input)
+
+    def await_child(self, handle: ChildHandle, type: Any = None) -> StepRequest[Any]:
+        """Wait for a child's outcome and give its result, read as ``type``.
+
+        The child's outcome is stored when it arrives, so an await reached after the
+        child ended finds it, and awaiting one child twice gives the same outcome.
+
+        *Journaled:* the step's start (kind ``child_await``, the child's id); the child's
+        outcome when it arrives; the step's end.
+        *Idempotent by:* the step path; the child's outcome is stored once.
+        *Replay:* gives the stored result or failure.
+
+        Args:
+            handle: What ``start_child`` gave.
+            type: How the result is read; default: the child workflow's result type.
+
+        Raises:
+            WorkflowStepFailed: CHILD_FAULTED (the child's error in the message) when the
+                child faulted; CANCELLED when the child was cancelled (or this workflow
+                was, while it waited: the awaited child is then cancelled too);
+                NOT_RETRYABLE when the result cannot be read as ``type``.
+            ValueError: ``handle`` is no child this instance started.
+        """
+        return ChildAwaitRequest(handle, type)

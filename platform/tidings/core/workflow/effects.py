@@ -12,7 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tidings.core.workflow.child_records import AckParent, CancelChild, StartChild, TellParent
 from tidings.core.workflow.outcomes import Outcome
+from tidings.core.workflow.sends import SendCommand, StopSend
 
 
 class Cancellation:
@@ -110,5 +112,8 @@ class ReportParked:
     reason: str
 
 
-Effect = RunActivity | CancelActivity | ArmTimer | CancelTimer | PublishOutcome | ReportParked
+Effect = (
+    RunActivity | CancelActivity | ArmTimer | CancelTimer | PublishOutcome | ReportParked
+    | SendCommand | StopSend | StartChild | CancelChild | AckParent | TellParent
+)
 """Anything a ``Decision`` asks the shell to do."""

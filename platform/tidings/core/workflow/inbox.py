@@ -10,20 +10,32 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from tidings.core.workflow.sends import CommandReplied, EventsSeen, SendTimedOut
+from tidings.core.workflow.child_records import ChildEnded, ChildStarted, ParentRef
+
 
 @dataclass(frozen=True, slots=True)
 class Start:
-    """Start the instance with ``input``. Idempotent: a second start changes nothing."""
+    """Start the instance with ``input``. Idempotent: a second start changes nothing.
+
+    ``parent`` names the workflow step that started this instance as its child.
+    """
 
     input: Any = None
+    parent: ParentRef | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Signal:
-    """Deliver the signal ``name`` with ``payload``; stored on arrival."""
+    """Deliver the signal ``name`` with ``payload``; stored on arrival.
+
+    ``id``, when given, names the signal: an instance stores a signal id once, so a sender
+    that repeats a signal (a projection handling a re-delivered event) stores nothing more.
+    """
 
     name: str
     payload: Any = None
+    id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,5 +66,9 @@ class TimerFired:
     path: str
 
 
-InboxMessage = Start | Signal | Cancel | ActivityResult | TimerFired
-"""Anything ``WorkflowInstance.advance`` takes."""
+InboxMessage = (
+    Start | Signal | Cancel | ActivityResult | TimerFired
+    | CommandReplied | EventsSeen | SendTimedOut | ChildStarted | ChildEnded
+)
+"""Anything ``WorkflowInstance.advance`` takes (the send step's messages: ``sends.py``; the child
+steps': ``child_records.py``)."""

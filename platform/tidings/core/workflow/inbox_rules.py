@@ -16,6 +16,8 @@ request       never started   live, not ended               ended
                               the end)
 ============  ==============  ============================  ==========================
 
+A signal with a ``signal_id`` its live instance has stored already is fed like any other:
+the instance stores nothing and it is answered ``accepted`` (``core/workflow/signal_ids.py``).
 A fed message is answered by the instance's decision (``answer_fed``): ``accepted``, or
 ``rejected`` when the instance refused it (an input that does not read as the input
 type). A request whose payload is not JSON, or that is not a usable request at all, is
@@ -32,6 +34,8 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from tidings.core.limits import load_json
+from tidings.core.workflow.child_records import ChildEnded, ChildStarted
+from tidings.core.workflow.children import CHILD_REPORTS, child_report, parent_of_request
 from tidings.core.workflow.definition import WorkflowDefinition
 from tidings.core.workflow.failures import StepError
 from tidings.core.workflow.inbox import Cancel, Signal, Start
@@ -57,6 +61,11 @@ class InboxRequest(Protocol):
     @property
     def signal(self) -> str | None:
         """The signal's name (``kind == "signal"``)."""
+        ...
+
+    @property
+    def signal_id(self) -> str | None:
+        """The sender's id of a signal: a repeat of a stored id stores nothing."""
         ...
 
     @property
@@ -122,7 +131,7 @@ class Reply:
 class Feed:
     """Feed ``message`` to the live instance (to a new one for ``Start``); then ``answer_fed``."""
 
-    message: Start | Signal | Cancel
+    message: Start | Signal | Cancel | ChildStarted | ChildEnded
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +179,12 @@ def decide_request(request: InboxRequest, known: Known) -> InboxVerdict:
         if known is not None:
             return Reply(ACCEPTED)  # a second start stores nothing, whatever its input
         payload = _payload(request)
-        return payload if isinstance(payload, Refuse) else Feed(Start(payload.value))
+        parent = parent_of_request(request)
+        if isinstance(parent, str):
+            return Refuse(parent)
+        return payload if isinstance(payload, Refuse) else Feed(Start(payload.value, parent))
+    if kind in CHILD_REPORTS:
+        return _child_report(request, known)
     if kind not in ("signal", "cancel", "query"):
         return Refuse(f"unknown request kind {kind!r}")
     if kind == "signal" and not request.signal:
@@ -188,7 +202,7 @@ def decide_request(request: InboxRequest, known: Known) -> InboxVerdict:
         # Before the payload is read: a stored and a live ended instance answer alike.
         return Reply(_with_answer("ended", answer_status(known)))
     payload = _payload(request)
-    return payload if isinstance(payload, Refuse) else Feed(Signal(request.signal or "", payload.value))
+    return payload if isinstance(payload, Refuse) else Feed(Signal(request.signal or "", payload.value, request.signal_id))
 
 
 def answer_fed(request: InboxRequest, instance: WorkflowInstance, rejected: str | None) -> Reply | Refuse:
@@ -207,6 +221,8 @@ def answer_fed(request: InboxRequest, instance: WorkflowInstance, rejected: str 
         return Reply(ACCEPTED)
     if request.kind == "start":
         return Refuse(f"the workflow refused the input: {rejected}")
+    if request.kind in CHILD_REPORTS:
+        return Refuse(f"the workflow refused the child's report: {rejected}")
     if _ended(instance):
         return Reply(_with_answer("ended", answer_status(instance)))
     return Refuse(f"the workflow refused the signal: {rejected}")
@@ -248,6 +264,16 @@ def outcome_from(
     if outcome == "faulted":
         return Faulted(error or StepError(None, "faulted"))
     return Cancelled()
+
+
+def _child_report(request: InboxRequest, known: Known) -> InboxVerdict:
+    """A child's report to its parent (``known``): fed to a live parent, ignored by an ended one."""
+    if known is None:
+        return Refuse("a child's report to a workflow instance that was never started")
+    if _ended(known):
+        return Reply(ACCEPTED)  # a late or repeated report: the parent no longer needs it
+    message = child_report(request)
+    return Refuse(message) if isinstance(message, str) else Feed(message)
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tidings.core.workflow import children
+from tidings.core.workflow.child_records import ChildEnded, ChildOutcome, ChildStarted
 from tidings.core.workflow.context import WorkflowContext
 from tidings.core.workflow.definition import WorkflowDefinition
 from tidings.core.workflow.effects import (
@@ -51,7 +53,8 @@ from tidings.core.workflow.paths import ROOT_PREFIX, idempotency_key
 from tidings.core.workflow.replaying import JournalCursor, describe_record, same_record
 from tidings.core.workflow.requests import ActivityRequest
 from tidings.core.workflow.retry import GiveUp, RetryAt
-from tidings.core.workflow.steps import STEP_HANDLERS, explain_body_error, foreign_await
+from tidings.core.workflow.signal_ids import remember_signal_id, stored_signal_ids
+from tidings.core.workflow.steps import MESSAGE_HANDLERS, PENDING_KINDS, STEP_HANDLERS, explain_body_error, foreign_await
 from tidings.errors import JournalMismatch, WorkflowStepFailed
 
 Entropy = Callable[[int], bytes]
@@ -101,6 +104,7 @@ class WorkflowInstance:
         "_root",
         "_pending",
         "_signals",
+        "_signal_ids",
         "_waiters",
         "_cancel_requested",
         "_next_seq",
@@ -109,6 +113,8 @@ class WorkflowInstance:
         "_ready",
         "_replay",
         "_now",
+        "_children",
+        "_parent",
     )
 
     def __init__(self, definition: WorkflowDefinition, instance_id: str, *, entropy: Entropy = os.urandom) -> None:
@@ -120,6 +126,9 @@ class WorkflowInstance:
         self._root: Fiber | None = None
         self._pending: dict[str, Pending] = {}
         self._signals: dict[str, list[SignalReceived]] | None = None
+        # Every signal id the journal holds (None until the first one: most instances get
+        # none, and an idle instance must stay small). Derived from the journal on replay.
+        self._signal_ids: set[str] | None = None
         self._waiters: dict[str, list[Pending]] | None = None
         self._cancel_requested = False
         self._next_seq = 1
@@ -128,6 +137,8 @@ class WorkflowInstance:
         self._ready: deque[tuple[Fiber, Any, BaseException | None]] = _IDLE
         self._replay: JournalCursor | None = None
         self._now = 0
+        self._children: dict[str, Any] | None = None  # path -> children._Child, once one started
+        self._parent: Any = None  # a ParentRef when this instance is a child
 
     # ----------------------------------------------------------------------------- public
 
@@ -234,7 +245,14 @@ class WorkflowInstance:
             # An ended instance is its outcome; its body never runs again.
             instance._set_outcome(last)
             instance._effects.append(PublishOutcome(instance._outcome))  # type: ignore[arg-type]
+            first = records[0]
+            if isinstance(first, Started):  # a child's report is sent again: the parent ignores repeats
+                instance._parent = children.parent_of_started(first.parent_workflow, first.parent_id, first.parent_path)
+                children.tell_parent(instance, last.outcome, last.result, last.error)
             return instance, instance._decision(None)
+        # From every record, also those after a point where the body parks: the journal
+        # holds those signals, so a repeat of one must store nothing either.
+        instance._signal_ids = stored_signal_ids(records)
         replay = instance._replay = JournalCursor(records)
         try:
             while replay.pos < len(records) and instance._status is not WorkflowStatus.PARKED:
@@ -251,6 +269,8 @@ class WorkflowInstance:
             try:
                 instance._reissue()
                 instance._drain()
+                if instance._status is WorkflowStatus.RUNNING:
+                    children.ack_parent(instance)  # an acknowledgement lost in a crash is sent again
             except Exception as exc:  # noqa: BLE001
                 instance._park(f"internal error after replay: {exc!r}")
         return instance, instance._decision(None)
@@ -268,6 +288,10 @@ class WorkflowInstance:
             return "the instance has not been started"
         if status in _ENDED:
             return "the instance has ended" if kind in (Signal, Cancel) else None
+        if kind is ChildStarted:
+            return children.accept_started(self, message)  # type: ignore[arg-type]
+        if kind is ChildEnded:
+            return children.accept_ended(self, message)  # type: ignore[arg-type]
         if kind is Signal:
             return self._receive_signal(message)  # type: ignore[arg-type]
         if kind is Cancel:
@@ -282,6 +306,10 @@ class WorkflowInstance:
             if pending is not None and pending.due is not None:
                 self._record(StepCompleted(self._next_seq, pending.path, "null"))
                 self._resolve(pending, None, None, stop_work=False)
+        else:
+            handler = MESSAGE_HANDLERS.get(kind)
+            if handler is not None:
+                return handler(self, message)
         return None
 
     def _start(self, message: Start) -> str | None:
@@ -290,15 +318,25 @@ class WorkflowInstance:
             text, _ = codec.convert(message.input, self.definition.input_type)
         except Exception as exc:  # noqa: BLE001 - a validator of the input type is user code
             return f"the input cannot be stored or read back: {type(exc).__name__}: {exc}"
-        self._apply_stored(self._record(Started(self._next_seq, text, self._now)))
+        parent = message.parent
+        if parent is None:
+            started = Started(self._next_seq, text, self._now)
+        else:
+            started = Started(self._next_seq, text, self._now, parent.workflow, parent.instance_id, parent.path)
+        self._apply_stored(self._record(started))
+        children.ack_parent(self)
         return None
 
     def _receive_signal(self, message: Signal) -> str | None:
+        if message.id is not None and self._signal_ids is not None and message.id in self._signal_ids:
+            return None  # a repeat of a stored signal (see signal_ids.py): nothing more is stored
         try:
             payload = self.definition.codec.encode(message.payload)
         except ValueError as exc:
             return f"the signal's payload cannot be stored: {exc}"
-        record = self._record(SignalReceived(self._next_seq, message.name, payload, self._now))
+        record = self._record(SignalReceived(self._next_seq, message.name, payload, self._now, message.id))
+        if message.id is not None:
+            self._signal_ids = remember_signal_id(self._signal_ids, message.id)
         if self._status is WorkflowStatus.RUNNING:
             self._apply_stored(record)
         return None
@@ -379,8 +417,11 @@ class WorkflowInstance:
             self._deliver(record.name)  # type: ignore[union-attr]
         elif kind is VersionMarker:
             pass  # looked up by position, never applied in order
+        elif kind is ChildOutcome:
+            children.apply_outcome(self, record)  # type: ignore[arg-type]
         elif kind is CancelRequested:
             self._cancel_requested = True
+            children.cancel_children(self)
             for pending in list(self._pending.values()):
                 self._fail(pending, _CANCELLED_ERROR)
         elif kind is Started:
@@ -391,14 +432,25 @@ class WorkflowInstance:
             except ValueError as exc:
                 raise JournalMismatch(f"the stored input cannot be read as {self.definition.input_type!r}: {exc}") from exc
             self._status = WorkflowStatus.RUNNING
+            self._parent = children.parent_of_started(
+                record.parent_workflow, record.parent_id, record.parent_path  # type: ignore[union-attr]
+            )
             self._root = Fiber(ROOT_PREFIX, self.definition.body(_CONTEXT, value))
             self._ready.append((self._root, None, None))
         else:
             raise JournalMismatch(f"the journal holds {record!r}, which the body did not produce")
 
     def _stored_value(self, pending: Pending, record: StepCompleted) -> Any:
+        other = PENDING_KINDS.get(pending.kind)
+        if other is not None:
+            try:
+                return other.stored_value(self, pending, record)
+            except ValueError as exc:
+                raise JournalMismatch(f"the stored result of step {pending.path} cannot be read: {exc}") from exc
         if pending.kind == StepKind.TIMER or (pending.kind == StepKind.SIGNAL and record.signal is None):
             return None
+        if pending.kind == StepKind.CHILD_START:
+            return children.stored_handle(self, pending)
         declared = getattr(pending.request, "type", None)
         try:
             return self.definition.codec.decode(record.result, declared)
@@ -523,7 +575,10 @@ class WorkflowInstance:
                 waiters.remove(pending)
         if not pending.issued or self._replay is not None:
             return
-        if pending.kind == StepKind.ACTIVITY:
+        other = PENDING_KINDS.get(pending.kind)
+        if other is not None:
+            other.forget(self, pending, stop_work)
+        elif pending.kind == StepKind.ACTIVITY:
             if stop_work:
                 self._effects.append(CancelActivity(pending.path))
         elif pending.due is not None and (stop_work or pending.kind == StepKind.SIGNAL):
@@ -546,8 +601,12 @@ class WorkflowInstance:
         if pending.kind == StepKind.ACTIVITY:
             policy = pending.request.policy  # type: ignore[attr-defined]
             self._follow(pending, policy.first_attempt(started_at=pending.started_at, now=self._now))
+        elif pending.kind in PENDING_KINDS:
+            PENDING_KINDS[pending.kind].issue(self, pending)
         elif pending.due is not None:
             self._effects.append(ArmTimer(pending.path, pending.due))
+        else:
+            children.issue(self, pending)
 
     def _reissue(self) -> None:
         """After a replay: issue every pending step the journal had started but not ended."""
@@ -601,6 +660,7 @@ class WorkflowInstance:
         stored = self._record(record)
         self._set_outcome(stored)  # type: ignore[arg-type]
         self._effects.append(PublishOutcome(self._outcome))  # type: ignore[arg-type]
+        children.tell_parent(self, stored.outcome, stored.result, stored.error)  # type: ignore[union-attr]
 
     def _set_outcome(self, record: Ended) -> None:
         if record.outcome == "finished":
@@ -614,7 +674,8 @@ class WorkflowInstance:
         # An ended instance keeps only its outcome: drop frames, steps and signals.
         self._root = None
         self._pending = {}
-        self._signals = self._waiters = None
+        self._signals = self._waiters = self._children = None
+        self._signal_ids = None  # an ended instance answers every signal "ended"
         self._ready.clear()
 
     def _park(self, reason: str) -> None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final, Literal
 
+from tidings.core.workflow.child_records import ChildOutcome
 from tidings.core.workflow.failures import StepError
 
 
@@ -31,15 +32,25 @@ class StepKind:
     SIGNAL = "signal"
     ALL = "all"
     RACE = "race"
+    SEND = "send"
+    CHILD_START = "child_start"
+    CHILD_AWAIT = "child_await"
 
 
 @dataclass(frozen=True, slots=True)
 class Started:
-    """The instance started with ``input`` (JSON text) at ``at`` (ms)."""
+    """The instance started with ``input`` (JSON text) at ``at`` (ms).
+
+    A child workflow's start also names its parent (workflow, instance id, and the path
+    of the step that started it), so the child can report its end to the parent.
+    """
 
     seq: int
     input: str
     at: int
+    parent_workflow: str | None = None
+    parent_id: str | None = None
+    parent_path: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,12 +87,17 @@ class StepFailed:
 
 @dataclass(frozen=True, slots=True)
 class SignalReceived:
-    """A signal ``name`` with ``payload`` (JSON text) arrived at ``at`` (ms)."""
+    """A signal ``name`` with ``payload`` (JSON text) arrived at ``at`` (ms).
+
+    ``signal_id`` is the sender's id of the signal, if it gave one: the instance stores no
+    second signal with an id its journal holds (None: never de-duplicated).
+    """
 
     seq: int
     name: str
     payload: str
     at: int
+    signal_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +134,7 @@ class Ended:
 
 JournalRecord = (
     Started | StepStarted | StepCompleted | StepFailed | SignalReceived | VersionMarker | CancelRequested | Ended
+    | ChildOutcome
 )
 """Any record of a workflow journal."""
 
@@ -130,6 +147,7 @@ JOURNAL_TYPES: Final[Mapping[str, type[Any]]] = MappingProxyType({
     "version_marker": VersionMarker,
     "cancel_requested": CancelRequested,
     "ended": Ended,
+    "child_ended": ChildOutcome,
 })
 """Each journal record class by its stored type name (the JSON and Avro ``type``)."""
 _NAMES: dict[type[Any], str] = {cls: name for name, cls in JOURNAL_TYPES.items()}

@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tidings.core.workflow.children import ChildAwaitRequest, ChildStartRequest, await_step, start_step
 from tidings.core.workflow.context import ms_instant
 from tidings.core.workflow.fibers import BLOCKED, Fiber, Group, Pending
 from tidings.core.workflow.journal import StepCompleted, StepKind, StepStarted, VersionMarker
@@ -27,6 +29,19 @@ from tidings.core.workflow.requests import (
     SignalRequest,
     TimerRequest,
     VersionRequest,
+)
+from tidings.core.workflow.sends import (
+    CommandReplied,
+    EventsSeen,
+    SendRequest,
+    SendTimedOut,
+    command_replied,
+    events_seen,
+    forget_send,
+    issue_send,
+    send_step,
+    send_timed_out,
+    stored_send,
 )
 from tidings.errors import DefinitionError, ForeignAwaitError
 
@@ -176,4 +191,29 @@ STEP_HANDLERS: dict[type[Any], Callable[[WorkflowInstance, Fiber, Any], Any]] = 
     AllRequest: _parallel,
     RaceRequest: _parallel,
     CallRequest: _call,
+    SendRequest: send_step,
+    ChildStartRequest: start_step,
+    ChildAwaitRequest: await_step,
 }
+
+
+@dataclass(frozen=True, slots=True)
+class PendingKind:
+    """How the interpreter issues, forgets and reads back a pending step of a kind it does
+    not handle itself (activities, timers and signal waits are built in)."""
+
+    issue: Callable[[WorkflowInstance, Pending], None]
+    forget: Callable[[WorkflowInstance, Pending, bool], None]
+    stored_value: Callable[[WorkflowInstance, Pending, StepCompleted], Any]
+
+
+PENDING_KINDS: dict[str, PendingKind] = {
+    StepKind.SEND: PendingKind(issue_send, forget_send, stored_send),
+}
+
+MESSAGE_HANDLERS: dict[type[Any], Callable[[WorkflowInstance, Any], str | None]] = {
+    CommandReplied: command_replied,
+    EventsSeen: events_seen,
+    SendTimedOut: send_timed_out,
+}
+"""Inbox messages of such kinds: each returns why it was refused, or None."""

@@ -9,7 +9,9 @@ write batch as the view's writes. A batch is handled so:
    partition meanwhile;
 2. records below the stored offset are skipped (re-delivery after a crash);
 3. each event is decoded and given to the handler; an undecodable event, or one the
-   handler raises on, is dead-lettered and its writes are dropped;
+   handler raises on, is dead-lettered and its writes are dropped; the workflow signals
+   the handler sends (``await event.signal(...)``, ``projection_signals.py``) are
+   answered before it returns, so before step 4;
 4. the view's writes and the new offsets are committed in one batch.
 """
 
@@ -17,9 +19,9 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from ...codec import avro
 from ...codec.payloads import load_payload
@@ -29,7 +31,11 @@ from ...errors import DecodeError, HandlerFailed, RecordError
 from ..hosting import Input, Runtime, TopicPartition
 from ..io import Incoming, Outgoing
 from ..pipeline import Finish
+from ..projection_signals import EventSignals, ProjectionSignals
 from ..views import View, ViewStore
+
+if TYPE_CHECKING:
+    from ..workflows import WorkflowHandle
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +49,29 @@ class ProjectedEvent:
     version: int
     value: Any
     envelope: EventEnvelope
+    _signals: EventSignals | None = field(default=None, repr=False, compare=False)
+
+    def signal(
+        self, workflow: WorkflowHandle, instance_id: str, name: str, payload: Any = None, *,
+        timeout: float | None = None,
+    ) -> Coroutine[Any, Any, None]:
+        """Signal ``name`` with ``payload`` to a workflow instance; await it in the handler.
+
+        The signal's id is derived from this event (``shell/projection_signals.py``), so
+        handling the event again stores no second signal. Await every call before the
+        handler returns (an ``async def`` handler): one that is not fails the event.
+
+        Raises:
+            WorkflowEnded: The instance has ended (catch it: the projection goes on).
+            WorkflowNotFound: No instance was ever started with this id.
+            SchemaError: The payload cannot be stored, or the workflow refused it.
+            LimitError: ``instance_id`` or ``name`` breaks the id limits, or the payload
+                is too large.
+            ReplyTimeout: No answer within ``timeout`` s (default ``App(command_timeout)``).
+        """
+        if self._signals is None:
+            raise RuntimeError("only an event a projection agent hands to its handler can signal")
+        return self._signals.signal(workflow, instance_id, name, payload, timeout)
 
 
 Handler = Callable[[ProjectedEvent, View], None | Awaitable[None]]
@@ -68,8 +97,10 @@ class ProjectionAgent:
         sources: Sequence[ProjectionSource],
         store: ViewStore,
         runtime: Runtime,
+        signals: ProjectionSignals | None = None,
     ) -> None:
         self.name = name
+        self._signals = signals
         self._handler = handler
         self._sources = {source.topic: source for source in sources}
         self._store = store
@@ -97,6 +128,8 @@ class ProjectionAgent:
             self._next.pop(key, None)
 
     def close(self) -> None:
+        if self._signals is not None:
+            self._signals.close()
         self._store.close()
 
     async def _start(self, batch: list[Incoming]) -> Finish:
@@ -147,13 +180,18 @@ class ProjectionAgent:
                          envelope.aggregate_id[:100], envelope.version)
                 return
             value = load_payload(envelope.type, envelope.payload, source.event_types)
+            signals = None if self._signals is None else self._signals.for_event(
+                source.aggregate, envelope.aggregate_id, envelope.version
+            )
             event = ProjectedEvent(
-                source.aggregate, envelope.aggregate_id, envelope.version, value, envelope
+                source.aggregate, envelope.aggregate_id, envelope.version, value, envelope, signals
             )
             try:
                 result = self._handler(event, view)
                 if inspect.isawaitable(result):
                     await result
+                if signals is not None:
+                    signals.check_awaited()  # before the commit: no signal is left behind it
             except Exception as exc:
                 raise HandlerFailed(
                     f"projection {self.name} failed on {envelope.aggregate_id}/"

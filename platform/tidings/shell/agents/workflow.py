@@ -66,7 +66,10 @@ from ..hosting import Input, Runtime, TopicPartition
 from ..io import Delivered, Incoming, Outgoing
 from ..owner import PartitionOwner
 from ..pipeline import stop_worker, stop_worker_on_failure
+from ...core.workflow.sends import SendCommand, StopSend
 from .workflow_activities import run_attempt
+from .workflow_sends import WorkflowSends
+from .workflow_children import CHILD_EFFECTS, ChildLinks
 from .workflow_codec import (
     INBOX_OFFSET_HEADER,
     answer_of,
@@ -101,6 +104,7 @@ class _Commit:
 
     journal: list[Outgoing] = field(default_factory=list)
     dead: list[Outgoing] = field(default_factory=list)  # dead letters, forwards: awaited
+    links: list[Outgoing] = field(default_factory=list)  # to parents and children: awaited, may be refused
     after: list[Outgoing] = field(default_factory=list)  # outcomes, statuses, replies
     write: StoreWrite = field(default_factory=StoreWrite)
     effects: list[tuple[str, Any]] = field(default_factory=list)
@@ -120,6 +124,7 @@ class WorkflowAgent:
         runtime: Runtime,
         cache_size: int = 10_000,
         activity_threads: int = 64,
+        command_timeout: float = 30.0,
     ) -> None:
         self.definition = definition
         self.topics = topics
@@ -129,6 +134,7 @@ class WorkflowAgent:
         self._publisher = runtime.publisher
         self._clock = runtime.clock
         self._cache_size = cache_size
+        self._children = ChildLinks.of_inbox(topics.inbox, definition.name, runtime.partitions)
         self.owner = PartitionOwner(
             f"workflow {definition.name}",
             journal=topics.journal,
@@ -158,12 +164,15 @@ class WorkflowAgent:
         self._inputs: asyncio.Queue[tuple[str, InboxMessage]] | None = None
         self._commits: asyncio.Queue[tuple[_Commit, Awaitable[list[Delivered]], asyncio.Future[None]]] | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._sends = WorkflowSends(self, bootstrap=runtime.bootstrap, command_timeout=command_timeout)
 
     # -- the hosting seam ----------------------------------------------------------------
 
     @property
     def inputs(self) -> Sequence[Input]:
-        return [Input(f"workflow-{self.definition.name}", (self.topics.inbox,), self.start,
+        # The replies topic is co-partitioned with the inbox (replies to sends, keyed by
+        # instance id); Faust assigns co-subscribed topics of one partition count together.
+        return [Input(f"workflow-{self.definition.name}", (self.topics.inbox, self.topics.replies), self.start,
                       partitions=self._partitions)]
 
     async def start(self, batch: Sequence[Incoming]) -> Callable[[], Awaitable[None]]:
@@ -175,7 +184,10 @@ class WorkflowAgent:
             now_ms = self._now_ms()
             for record in batch:
                 try:
-                    self._inbox_record(record, commit, now_ms)
+                    if record.topic == self.topics.replies:
+                        self._sends.reply_record(record, commit, now_ms)
+                    else:
+                        self._inbox_record(record, commit, now_ms)
                 except Exception as exc:  # noqa: BLE001 - the backstop: no record stops the agent
                     log.error("workflow %s failed on %s/%d@%d", self.definition.name,
                               record.topic, record.partition, record.offset, exc_info=True)
@@ -183,6 +195,8 @@ class WorkflowAgent:
                         f"the workflow agent failed on this record: {type(exc).__name__}: {exc}")
                     commit.dead.append(self._runtime.dead_letter(record, error))
             for record in batch:
+                if record.topic == self.topics.replies:
+                    continue  # the inbox offsets only skip inbox records already journaled
                 offsets = commit.write.inbox_offsets
                 offsets[record.partition] = max(record.offset, offsets.get(record.partition, -1))
             done = self._submit(commit)
@@ -225,6 +239,7 @@ class WorkflowAgent:
             self._busy[key[0]] -= 1
         for instance_id in [i for i in self._waiters if self._partition(i) in gone]:
             del self._waiters[instance_id]
+        self._sends.drop(gone)
         self._busy = +self._busy
 
     def close(self) -> None:
@@ -232,6 +247,7 @@ class WorkflowAgent:
         for task in self._tasks:
             task.cancel()
         self._drop(set(range(self._partitions)))
+        self._sends.close()
         self._executor.shutdown(wait=False, cancel_futures=True)
         self._store.close()
 
@@ -264,6 +280,9 @@ class WorkflowAgent:
                 instance = WorkflowInstance(self.definition, request.instance_id)
             decided = self._advance(instance, verdict.message, commit, now_ms, record.offset)
             verdict = answer_fed(request, instance, None if decided is not None else self._refusal)
+        if request.kind == "start" and request.parent_id is not None and known is not None:
+            # A parent that restarted mid-start waits for the acknowledgement again.
+            commit.links.extend(self._children.repeated_start(request, known, self._store, self.definition.name, now_ms))
         if isinstance(verdict, AwaitEnd):
             if request.reply_to:
                 self._waiters.setdefault(request.instance_id, []).append((request.request_id, request.reply_to))
@@ -323,9 +342,12 @@ class WorkflowAgent:
             self._status_changed(instance, decision, commit, now_ms)
         return decision
 
-    @staticmethod
-    def _effects(instance_id: str, effects: Sequence[Any], commit: _Commit) -> None:
+    def _effects(self, instance_id: str, effects: Sequence[Any], commit: _Commit) -> None:
         for effect in effects:
+            if isinstance(effect, CHILD_EFFECTS):
+                # Acknowledged before RocksDB is written, like dead letters (workflow_children.py).
+                commit.links.append(self._children.outgoing(instance_id, effect, self._now_ms()))
+                continue
             commit.effects.append((instance_id, effect))
             if isinstance(effect, ArmTimer):
                 commit.write.timers[(instance_id, effect.path)] = effect.due
@@ -439,6 +461,8 @@ class WorkflowAgent:
             self._busy[instance_id] += 1
         elif isinstance(effect, CancelTimer):
             self._stop_timer(key)
+        elif isinstance(effect, (SendCommand, StopSend)):
+            self._sends.carry_out(instance_id, effect)
 
     def _stop_activity(self, key: tuple[str, str]) -> None:
         running = self._activities.pop(key, None)
@@ -486,7 +510,7 @@ class WorkflowAgent:
         return done
 
     def _early_activities(self, commit: _Commit) -> list[tuple[str, Any]]:
-        """Take from ``commit`` the activities that may start before its acks, and return them.
+        """Take from ``commit`` the activities (and sends) that may start before its acks, and return them.
 
         An activity runs at least once anyway: if the worker dies before its start record
         is stored, replay runs it again. What must hold is that a re-run gets the *same
@@ -500,7 +524,7 @@ class WorkflowAgent:
         for item in commit.effects:
             instance_id, effect = item
             if (
-                isinstance(effect, RunActivity)
+                isinstance(effect, (RunActivity, SendCommand))
                 and not self._unsettled.get(instance_id)
                 and per_step[(instance_id, effect.path)] == 1  # no cancel of it in the same commit
                 and self.owner.is_ready(self._partition(instance_id))
@@ -520,6 +544,8 @@ class WorkflowAgent:
                 commit.write.journal_offsets.update(self.owner.settle(delivered))
                 if commit.dead:
                     await self._publisher.publish(commit.dead)
+                if commit.links:
+                    await self._children.send(self._publisher, commit.links)
                 self._store.write(commit.write)
             except Exception:  # noqa: BLE001 - Kafka or RocksDB failed: restart the worker
                 stop_worker(f"committing workflow {self.definition.name} records")
@@ -634,6 +660,7 @@ class WorkflowAgent:
             change.statuses[instance_id] = {"status": status, "outcome": fields}
             after.append(self._outcome_record(instance_id, fields, record.at))
             after.append(self._status_record(instance_id, status, record.at))
+            after.extend(self._children.restored_end(instance_id, record, change.records, self._store, self.definition.name))
 
     # -- small things ------------------------------------------------------------------
 

@@ -1,0 +1,103 @@
+"""``tidings saga status|journal MODULE:APP NAME ID``: where a saga stands, read from its journal.
+
+Both read the saga's journal topic (``{app}.saga.{name}.journal``) directly: no worker
+needs to run, and what a worker is writing right now may be missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from typing import Any
+
+from ..core.saga_records import SagaJournalEntry
+from ..shell.sagas import SagaHandle, saga_named
+from .loading import load_app
+
+_DESCRIPTION = """\
+Read a saga's journal topic (no worker needed) and print, as JSON:
+
+  status   where the saga stands: its last record's seq, state, whether it ended, and how
+           it got there, e.g.
+           {"saga": "transfer", "id": "t-1", "started": true, "seq": 3, "ended": true,
+            "transition": "stop", "entered_at_ms": 1767225600000, "reason": null,
+            "state": {"phase": "received", ...}}
+           or {"saga": "transfer", "id": "t-1", "started": false} when it never started.
+  journal  every record of the saga, oldest first, one JSON line each (state, cause, the
+           ids of the events it handled, the commands it sent).
+
+For example:
+
+  tidings saga status examples.bank.app:app transfer t-1
+  tidings saga journal examples.bank.app:app transfer t-1 | jq -c '.commands'
+
+Exit status: 0 read (even if it never started); 1 the topic is missing or Kafka did not answer.
+"""
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``saga`` command and its ``status`` and ``journal`` subcommands."""
+    parser = subparsers.add_parser(
+        "saga", help="print a saga's status or journal", description=_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    for action, help_text in (("status", "print where a saga stands"),
+                              ("journal", "print a saga's journal as JSON lines")):
+        sub = actions.add_parser(action, help=help_text, description=_DESCRIPTION,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+        sub.add_argument("app", metavar="MODULE:APP", help="where the App is")
+        sub.add_argument("saga", metavar="NAME", help="the saga's name, e.g. transfer")
+        sub.add_argument("saga_id", metavar="ID", help="the saga id (the correlation id that started it)")
+        sub.add_argument("--bootstrap", help="Kafka bootstrap servers (default $TIDINGS_BOOTSTRAP)")
+        sub.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for Kafka (default 30)")
+        sub.set_defaults(run=run_status if action == "status" else run_journal)
+
+
+def _handle(args: argparse.Namespace) -> SagaHandle:
+    try:
+        return saga_named(load_app(args.app), args.saga)
+    except LookupError as exc:
+        raise SystemExit(f"tidings: {exc.args[0]}") from None
+
+
+def run_status(args: argparse.Namespace) -> int:
+    handle = _handle(args)
+    status = asyncio.run(handle.status(args.saga_id, bootstrap=args.bootstrap, timeout=args.timeout))
+    out: dict[str, Any] = {"saga": handle.name, "id": args.saga_id, "started": status is not None}
+    if status is not None:
+        out.update(
+            seq=status.seq, ended=status.ended, transition=status.transition,
+            entered_at_ms=status.entered_at_ms, reason=status.reason,
+            state=json.loads(handle.definition.dump_state(status.state)),
+        )
+    print(json.dumps(out), flush=True)
+    return 0
+
+
+def run_journal(args: argparse.Namespace) -> int:
+    handle = _handle(args)
+    for record in asyncio.run(handle.journal(args.saga_id, bootstrap=args.bootstrap, timeout=args.timeout)):
+        print(json.dumps(record_json(record)), flush=True)
+    return 0
+
+
+def record_json(record: SagaJournalEntry) -> dict[str, Any]:
+    """One journal record as JSON (user values as the JSON the worker stored)."""
+    return {
+        "seq": record.seq,
+        "transition": record.transition,
+        "ended": record.ended,
+        "entered_at_ms": record.entered_at_ms,
+        "cause": record.cause,
+        "events": list(record.events),
+        "state": None if record.state is None else json.loads(record.state),
+        "commands": [
+            {"aggregate": c.aggregate, "aggregate_id": c.aggregate_id, "command_id": c.command_id, "type": c.type,
+             "command": json.loads(c.payload), "expect_within_ms": c.expect_within_ms,
+             "resend_every_ms": c.resend_every_ms}
+            for c in record.commands
+        ],
+        "reason": record.reason,
+    }
