@@ -225,3 +225,33 @@ def test_a_starter_raising_propagates_to_the_caller() -> None:
     with pytest.raises(RuntimeError, match="boom"):
         handle(DEFINITION, AggregateInstance.new("a", 0), command, value, now_ms=1,
                encode=payload_of, starters=[Broken()])
+
+
+# -- where the aggregate gets its starters ------------------------------------------------
+
+
+def test_sagas_of_lists_the_declared_sagas_subscribed_to_the_aggregate_then_registered_ones() -> None:
+    from examples.bank import account
+    from tidings import App
+
+    app = App("bank-starters")
+    accounts = app.aggregate("account", account.initial, account.decide, account.fold,
+                             command=account.AccountCommand, event=account.AccountEvent)
+    app.aggregate("ledger", 0, decide, fold, command=Go, event=Started | Noted)
+    seen: list[Any] = []
+
+    def start_on(event: Any) -> bool:
+        seen.append(event)
+        return isinstance(event.value, account.TransferSent)
+
+    app.saga("transfer", subscribe=[accounts], start_on=start_on, initial=0,
+             handle=lambda event, state: None, on_enter=lambda state, recovering: (None, []))
+    app.register_saga_starter("account", Starter("audit", account.Opened))
+    assert [s.name for s in app.sagas_of("account")] == ["transfer", "audit"]
+    assert app.sagas_of("ledger") == []
+    (transfer, _) = app.sagas_of("account")
+    sent = account.TransferSent(transfer_id="t", target="bob", amount=1)
+    assert transfer.starts(envelope(sent, correlation_id="t-1"), sent)
+    assert not transfer.starts(envelope(Noted(n=1)), account.Opened(owner="x"))
+    # start_on sees the event as the saga runtime will: a SagaEvent of that aggregate.
+    assert (seen[0].aggregate, seen[0].correlation_id, seen[0].value) == ("account", "t-1", sent)
