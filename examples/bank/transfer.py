@@ -53,8 +53,10 @@ if TYPE_CHECKING:
     from tidings.shell.aggregates import AggregateHandle
     from tidings.shell.sagas import SagaHandle
 
-#: How often a state's command is sent again while it has no answer.
-RESEND_EVERY = timedelta(seconds=2)
+#: How often a state's command is sent again while it has no answer. Only a lost reply
+#: needs it (a restart resends anyway, and a stored event reaches the saga without the
+#: reply); a short interval would resend every command of a busy worker again and again.
+RESEND_EVERY = timedelta(seconds=15)
 #: How long a state resends before it waits in ``Stalled`` without resending.
 EXPECT_WITHIN = timedelta(minutes=10)
 
