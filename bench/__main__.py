@@ -20,7 +20,7 @@ from types import FrameType
 
 from tidings.broker import KAFKA_VERSION, LocalBroker
 
-from . import aggregates, faust_stream, raw_kafka, workflows
+from . import aggregates, faust_stream, raw_kafka, sagas, workflows
 from .report import Progress, Row, latency, machine, rate, table
 
 #: (raw confluent records, raw aiokafka records, aggregate workload) per mode.
@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--in-flight", type=int, help="commands awaiting a reply at once")
     parser.add_argument("--no-aiokafka", action="store_true", help="skip the aiokafka reference")
     parser.add_argument("--no-workflows", action="store_true", help="skip the workflow rows")
+    parser.add_argument("--no-sagas", action="store_true", help="skip the saga transfers row")
     parser.add_argument("--profile", type=Path, metavar="FILE",
                         help="cProfile the worker; write its stats to FILE and print the top")
     args = parser.parse_args(argv)
@@ -117,6 +118,9 @@ def _measure(
     wf = None if args.no_workflows else workflows.run(
         bootstrap, workflows.QUICK if args.quick else workflows.DEFAULT, workdir=workdir,
         stack=stack, progress=progress)
+    saga = None if args.no_sagas else sagas.run(
+        bootstrap, sagas.QUICK if args.quick else sagas.DEFAULT, workdir=workdir, stack=stack,
+        progress=progress)
 
     raw_e2e = rate(raw.records, raw.end_to_end_s or 0)
     w = workload
@@ -147,6 +151,8 @@ def _measure(
     ]
     if wf is not None:
         rows += workflows.rows(wf, raw_e2e, latency(raw.round_trips_s))
+    if saga is not None:
+        rows += sagas.rows(saga, raw_e2e)
     statuses = ", ".join(f"{n:,} {s}" for s, n in sorted(agg.statuses.items()))
     notes = [
         "",
@@ -159,6 +165,8 @@ def _measure(
     ]
     if wf is not None:
         notes += workflows.notes(wf)
+    if saga is not None:
+        notes += sagas.notes(saga)
     return rows, notes
 
 

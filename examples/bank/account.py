@@ -2,6 +2,15 @@
 
 Nothing here knows about Kafka. Amounts are Decimals, serialised as strings, so money
 never goes through binary floating point.
+
+A transfer is three commands on two accounts: ``SendTransfer`` debits the source (its
+``TransferSent`` starts the transfer saga, ``transfer.py``), the saga's ``ReceiveTransfer``
+credits the target, or its ``RefundTransfer`` credits the source back when the target
+refused. The saga may send those two again (after a restart, or while it waits for an
+answer); what keeps a resend from moving money twice is that an account answers a
+repeated command id with its first verdict (the aggregate core's de-duplication) and
+the saga's command ids are stable. So ``decide`` deliberately does not look the
+transfer id up: the bank invariant test proves the command ids are what protect it.
 """
 
 from __future__ import annotations
@@ -48,7 +57,13 @@ class RefundTransfer(_Message):
     amount: Decimal
 
 
-AccountCommand = Open | Deposit | Withdraw | SendTransfer | ReceiveTransfer | RefundTransfer
+class Close(_Message):
+    """Close an empty account: it then refuses everything but refunds of its own transfers."""
+
+
+AccountCommand = (
+    Open | Deposit | Withdraw | SendTransfer | ReceiveTransfer | RefundTransfer | Close
+)
 
 
 # What the account replies. Rejected is a reply only: it is never stored.
@@ -82,23 +97,33 @@ class TransferRefunded(_Message):
     amount: Decimal
 
 
+class Closed(_Message):
+    pass
+
+
 class Rejected(_Message):
     reason: str
 
 
 AccountEvent = (
-    Opened | Deposited | Withdrawn | TransferSent | TransferReceived | TransferRefunded | Rejected
+    Opened
+    | Deposited
+    | Withdrawn
+    | TransferSent
+    | TransferReceived
+    | TransferRefunded
+    | Closed
+    | Rejected
 )
 
 
 class AccountState(_Message):
-    """What the account knows now; the sets make repeated transfers move no money twice."""
+    """What the account knows now; ``sent`` refuses a second ``SendTransfer`` of one id."""
 
     owner: str | None = None
     balance: Decimal = Decimal(0)
+    closed: bool = False
     sent: frozenset[str] = frozenset()
-    received: frozenset[str] = frozenset()
-    refunded: frozenset[str] = frozenset()
 
 
 initial = AccountState()
@@ -113,6 +138,16 @@ def decide(command: AccountCommand, state: AccountState) -> Decision:
             return Persist(Opened(owner=owner))
         case _ if state.owner is None:
             return Defer(Rejected(reason="The account is not open"))
+        # A transfer this account sent comes back even when it closed since: money is never
+        # left nowhere. A repeated RefundTransfer (same command id) never gets here.
+        case RefundTransfer(transfer_id=tid, target=target, amount=amount):
+            return Persist(TransferRefunded(transfer_id=tid, target=target, amount=amount))
+        case _ if state.closed:
+            return Defer(Rejected(reason="The account is closed"))
+        case Close() if state.balance != 0:
+            return Defer(Rejected(reason=f"Only an empty account closes: {state.balance} left"))
+        case Close():
+            return Persist(Closed())
         case Deposit(amount=amount) | Withdraw(amount=amount) | SendTransfer(
             amount=amount
         ) if amount <= 0:
@@ -127,13 +162,10 @@ def decide(command: AccountCommand, state: AccountState) -> Decision:
             return Defer(Rejected(reason=f"Transfer {tid} was already sent"))
         case SendTransfer(transfer_id=tid, target=target, amount=amount):
             return Persist(TransferSent(transfer_id=tid, target=target, amount=amount))
-        # A repeated delivery gets the first answer; no money moves.
+        # Only the saga sends this, with a stable command id: a resend is a repeated command
+        # id, answered with the first verdict before decide is called.
         case ReceiveTransfer(transfer_id=tid, source=source, amount=amount):
-            event = TransferReceived(transfer_id=tid, source=source, amount=amount)
-            return Defer(event) if tid in state.received else Persist(event)
-        case RefundTransfer(transfer_id=tid, target=target, amount=amount):
-            refunded = TransferRefunded(transfer_id=tid, target=target, amount=amount)
-            return Defer(refunded) if tid in state.refunded else Persist(refunded)
+            return Persist(TransferReceived(transfer_id=tid, source=source, amount=amount))
     raise TypeError(f"not an account command: {command!r}")
 
 
@@ -150,18 +182,10 @@ def fold(event: AccountEvent, state: AccountState) -> AccountState:
             return state.model_copy(
                 update={"balance": state.balance - amount, "sent": state.sent | {tid}}
             )
-        case TransferReceived(transfer_id=tid) if tid in state.received:
-            return state
-        case TransferReceived(transfer_id=tid, amount=amount):
-            return state.model_copy(
-                update={"balance": state.balance + amount, "received": state.received | {tid}}
-            )
-        case TransferRefunded(transfer_id=tid) if tid in state.refunded:
-            return state
-        case TransferRefunded(transfer_id=tid, amount=amount):
-            return state.model_copy(
-                update={"balance": state.balance + amount, "refunded": state.refunded | {tid}}
-            )
+        case TransferReceived(amount=amount) | TransferRefunded(amount=amount):
+            return state.model_copy(update={"balance": state.balance + amount})
+        case Closed():
+            return state.model_copy(update={"closed": True})
         case Rejected():
             return state
     raise TypeError(f"not an account event: {event!r}")

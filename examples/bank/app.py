@@ -1,4 +1,4 @@
-"""The bank app: the Account aggregate and a balances projection, declared on an App.
+"""The bank app: the Account aggregate, the transfer saga and a balances projection.
 
 Run a worker with ``tidings worker examples.bank.app:app``.
 """
@@ -9,7 +9,7 @@ from decimal import Decimal
 
 from tidings import App, ProjectedEvent, View
 
-from . import account
+from . import account, transfer
 
 app = App("bank")
 
@@ -21,6 +21,9 @@ accounts = app.aggregate(
     command=account.AccountCommand,
     event=account.AccountEvent,
 )
+
+# TransferSent starts it: it credits the target, or refunds the source (transfer.py).
+transfers = transfer.declare(app, accounts)
 
 
 def project_balance(event: ProjectedEvent, view: View) -> None:

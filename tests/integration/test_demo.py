@@ -27,6 +27,15 @@ def test_the_demo_runs_both_acts_and_leaves_no_worker_running(kafka_bootstrap: s
     assert "no gaps: True" in out
     assert '{"reason":"Insufficient funds: 170 available"}' in out
     assert "{'owner': 'Alice', 'balance': '100', 'events': 104}" in out
+    # The transfer saga: one transfer credited, one refunded, a reused correlation id refused.
+    assert re.search(r'seq 3 stop   ended \{"step":"credited"', out), out
+    assert re.search(r'seq 2 handle \{"step":"refunding".*"reason":"The account is not open"\}  '
+                     r'sends RefundTransfer to alice-\w+', out), out
+    assert re.search(r'seq 4 stop   ended \{"step":"refunded"', out), out
+    assert re.search(r"bob-\w+ +v3 +TransferReceived", out), out
+    assert re.search(r"alice-\w+ +v107 +TransferRefunded", out), out
+    assert "SagaAlreadyStarted: account 'alice-" in out
+    assert re.search(r"before and after: 107 and 107: nothing stored", out), out
     # The shop act: each enrich finished with its points after one call of its activity.
     points = re.findall(r"(order-1[789])-\w+  Finished \{\"points\":(\d+),", out)
     assert sorted(points) == [("order-17", "30"), ("order-18", "50"), ("order-19", "20")], out

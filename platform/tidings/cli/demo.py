@@ -42,7 +42,9 @@ Run the examples end to end on a local Apache Kafka broker (or the one in
 $TIDINGS_BOOTSTRAP), from the repository root, in well under a minute:
 
   bank (examples/bank): the Account aggregate in a worker process, commands from a
-  client, a SIGKILL of the worker and its restart, the journal and the balances projection.
+  client, a SIGKILL of the worker and its restart, the journal and the balances projection;
+  then the transfer saga: a transfer that reaches its target, one to an account that does
+  not exist, refunded, and a reused correlation id refused with SagaAlreadyStarted.
 
   shop (examples/shop): enrich workflows killed with their worker while they sleep finish
   after its restart with one call of their activity each; their journal; an approve
@@ -210,9 +212,78 @@ def _bank_act(bootstrap: str, workdir: Path, run_id: str, started: _Started) -> 
             show(f"{key:<13} {store.view.get(key)}")
     finally:
         store.close()
+    _transfer_scene(bootstrap, client, send, alice, bob, run_id)
     started.close_clients()
     worker.stop()
     say("Stopped the bank worker")
+
+
+def _transfer_scene(bootstrap: str, client: Client, send: Any, alice: str, bob: str, run_id: str) -> None:
+    from examples.bank import account
+    from examples.bank.app import accounts, transfers
+
+    nobody = f"nobody-{run_id}"
+    delivered, refunded = f"t-{run_id}-1", f"t-{run_id}-2"
+    say("Transfers (examples/bank/transfer.py): TransferSent starts the transfer saga, which "
+        "sends ReceiveTransfer to the target, or RefundTransfer to the source when it refuses")
+
+    async def transfer() -> None:
+        # The transfer id is the correlation id: it names the saga.
+        await send(alice, account.SendTransfer(transfer_id=delivered, target=bob, amount=Decimal(25)),
+                   correlation_id=delivered)
+        await send(alice, account.SendTransfer(transfer_id=refunded, target=nobody, amount=Decimal(10)),
+                   correlation_id=refunded)
+
+    began = time.perf_counter()
+    asyncio.run(transfer())
+    journals = _wait_for(lambda: _sagas_ended(bootstrap, transfers.topics.journal, {delivered, refunded}),
+                         60, "transfer sagas ended")
+    show(f"both sagas ended {(time.perf_counter() - began) * 1000:.0f} ms after the first SendTransfer")
+    for saga_id in (delivered, refunded):
+        say(f"The saga journal of {saga_id} (topic {transfers.topics.journal}, compacted)")
+        for entry in journals[saga_id]:
+            state = entry.state.decode() if entry.state is not None else "-"
+            sent = ", ".join(f"{c.type} to {c.aggregate_id} (command id {c.command_id})"
+                             for c in entry.commands)
+            show(f"seq {entry.seq} {entry.transition:<6} {'ended ' if entry.ended else ''}{state}"
+                 + (f"  sends {sent}" if sent else ""))
+    say("What the accounts stored for them (the source's, then the target's journal)")
+    for record in read_topic(bootstrap, accounts.topics.events):
+        event = avro.decode_as(record.value or b"", EventEnvelope)
+        if event.correlation_id in (delivered, refunded):
+            show(f"{event.aggregate_id:<13} v{event.version:<4} {event.type} {event.payload.decode()}")
+    show(f"({nobody} stored nothing: it refused ReceiveTransfer with a deferred Rejected)")
+
+    say("A second SendTransfer with the correlation id of a started saga")
+
+    async def again() -> None:
+        from ..errors import SagaAlreadyStarted
+
+        before = await client.send_envelope(accounts, alice, account.Withdraw(amount=Decimal(10**6)), 60)
+        try:
+            await client.send(accounts, alice, account.SendTransfer(
+                transfer_id=f"t-{run_id}-3", target=bob, amount=Decimal(5)), 60,
+                correlation_id=delivered)
+        except SagaAlreadyStarted as exc:
+            show(f"SagaAlreadyStarted: {str(exc).removeprefix('SagaAlreadyStarted: ')}")
+        after = await client.send_envelope(accounts, alice, account.Withdraw(amount=Decimal(10**6)), 60)
+        show(f"alice's version before and after: {before.version} and {after.version}: nothing stored")
+
+    asyncio.run(again())
+
+
+def _sagas_ended(bootstrap: str, topic: str, saga_ids: set[str]) -> dict[str, list[Any]] | None:
+    """Each saga's journal entries, in seq order, once every one of ``saga_ids`` has ended."""
+    from ..core.saga_records import SagaJournalEntry
+
+    journals: dict[str, list[Any]] = {saga_id: [] for saga_id in saga_ids}
+    for stored in read_topic(bootstrap, topic):
+        entry = avro.decode_as(stored.value or b"", SagaJournalEntry)
+        if entry.saga_id in journals:
+            journals[entry.saga_id].append(entry)
+    if not all(any(e.ended for e in entries) for entries in journals.values()):
+        return None
+    return {saga_id: sorted(entries, key=lambda e: e.seq) for saga_id, entries in journals.items()}
 
 
 #: The shop worker's approval window (seconds): short, so the demo shows a window closing.

@@ -12,6 +12,9 @@ Rules (SPEC §3):
 - A command whose ``command_id`` was seen gets its first verdict again; decide is not called.
 - A command whose ``expected_version`` differs from the persisted version is refused with
   status ``conflict``; the caller raises ``AggregateVersionConflict``.
+- A command whose stored events would start a saga this instance already started for the
+  command's correlation id (or start one saga twice) is refused with status ``rejected``
+  and a reason starting ``SagaAlreadyStarted:``; nothing is stored (``saga_starts.py``).
 - When rebuilding, an event whose version is not exactly n+1 is skipped, so a journal read
   in offset order yields one deterministic history even if a record was written twice.
 """
@@ -21,12 +24,13 @@ from __future__ import annotations
 import hashlib
 import re
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
 from ..errors import DefinitionError
 from .records import CommandEnvelope, EventEnvelope, ReplyEnvelope
+from .saga_starts import SagaRefusal, SagaStarter, StartedLookup, check_saga_starts
 
 C = TypeVar("C")
 E = TypeVar("E")
@@ -127,6 +131,8 @@ class Handled(Generic[S]):
 
     ``forget`` lists command ids that fell out of the de-duplication window.
     ``duplicate`` is true when the command id was seen before (reply comes from storage).
+    ``sagas`` lists the (saga name, correlation id) pairs the stored events start, to be
+    remembered with them.
     """
 
     instance: AggregateInstance[S]
@@ -134,6 +140,7 @@ class Handled(Generic[S]):
     reply: ReplyEnvelope | None
     forget: tuple[str, ...] = ()
     duplicate: bool = False
+    sagas: tuple[tuple[str, str], ...] = ()
 
 
 EncodePayload = Callable[[Any], tuple[str, bytes]]
@@ -160,6 +167,8 @@ def handle(
     *,
     now_ms: int,
     encode: EncodePayload,
+    starters: Sequence[SagaStarter] = (),
+    started: StartedLookup | None = None,
 ) -> Handled[S]:
     """Decide one command against ``instance``.
 
@@ -170,6 +179,8 @@ def handle(
         value: The decoded command payload given to ``decide``.
         now_ms: Timestamp for the new events and the reply.
         encode: Turns an event value into ``(type name, JSON bytes)``.
+        starters: The sagas subscribed to this aggregate (``App.sagas_of``).
+        started: Whether this instance already started a saga for a correlation id.
 
     Returns:
         A ``Handled``. When the command id was seen before, ``duplicate`` is true,
@@ -181,11 +192,12 @@ def handle(
         reply = _reply(command, instance.version, now_ms, "conflict")
         return _remember(instance, reply, ())
     decision = definition.decide(value, instance.live)
+    saga_check = _SagaCheck(starters, started or _never_started)
     match decision:
         case Persist(event=event):
-            return _persist(definition, instance, command, (event,), now_ms, encode)
+            return _persist(definition, instance, command, (event,), now_ms, encode, saga_check)
         case PersistAll(events=events):
-            return _persist(definition, instance, command, events, now_ms, encode)
+            return _persist(definition, instance, command, events, now_ms, encode, saga_check)
         case Defer(event=event):
             type_name, payload = encode(event)
             envelope = _event(command, instance.version, 0, type_name, payload, now_ms, True)
@@ -238,6 +250,16 @@ def reply_for_stored(events: Iterable[EventEnvelope]) -> ReplyEnvelope:
     )
 
 
+def _never_started(saga: str, correlation_id: str) -> bool:
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class _SagaCheck:
+    starters: Sequence[SagaStarter]
+    started: StartedLookup
+
+
 def _persist(
     definition: AggregateDefinition[Any, Any, S],
     instance: AggregateInstance[S],
@@ -245,6 +267,7 @@ def _persist(
     events: tuple[Any, ...],
     now_ms: int,
     encode: EncodePayload,
+    saga_check: _SagaCheck,
 ) -> Handled[S]:
     if not events:
         return _remember(instance, _reply(command, instance.version, now_ms, "ignored"), ())
@@ -258,19 +281,34 @@ def _persist(
         state = definition.fold(event, state)
         # Without a deferred fold pending, live and persisted are one value: fold once.
         live = definition.fold(event, live) if diverged else state
+    sagas: tuple[tuple[str, str], ...] = ()
+    if saga_check.starters:
+        # Before anything is stored: a refused command changes nothing but its verdict,
+        # which a repeat of the command gets again like any first verdict.
+        verdict = check_saga_starts(
+            saga_check.starters, zip(stored, events), saga_check.started,
+            aggregate=definition.name,
+        )
+        if isinstance(verdict, SagaRefusal):
+            refusal = _reply(command, instance.version, now_ms, "rejected", reason=verdict.reason)
+            return _remember(instance, refusal, ())
+        sagas = verdict.pairs
     reply = _reply(command, version, now_ms, "accepted", tuple(stored))
     updated = AggregateInstance(instance.aggregate_id, version, state, live, instance.recent)
-    return _remember(updated, reply, tuple(stored))
+    return _remember(updated, reply, tuple(stored), sagas)
 
 
 def _remember(
-    instance: AggregateInstance[S], reply: ReplyEnvelope, stored: tuple[EventEnvelope, ...]
+    instance: AggregateInstance[S],
+    reply: ReplyEnvelope,
+    stored: tuple[EventEnvelope, ...],
+    sagas: tuple[tuple[str, str], ...] = (),
 ) -> Handled[S]:
     recent = instance.recent + (reply.command_id,)
     forget: tuple[str, ...] = ()
     if len(recent) > RECENT_COMMANDS:
         forget, recent = recent[:-RECENT_COMMANDS], recent[-RECENT_COMMANDS:]
-    return Handled(replace(instance, recent=recent), stored, reply, forget)
+    return Handled(replace(instance, recent=recent), stored, reply, forget, sagas=sagas)
 
 
 def _event(
@@ -302,6 +340,8 @@ def _reply(
     now_ms: int,
     status: Any,
     events: tuple[EventEnvelope, ...] = (),
+    *,
+    reason: str | None = None,
 ) -> ReplyEnvelope:
     return ReplyEnvelope(
         command_id=command.command_id,
@@ -312,6 +352,7 @@ def _reply(
         timestamp_ms=now_ms,
         events=events,
         expected_version=command.expected_version,
+        reason=reason,
     )
 
 

@@ -48,11 +48,12 @@ class AggregateHandle(Generic[C, E, S]):
         *,
         expected_version: int | None = None,
         command_id: str | None = None,
+        correlation_id: str | None = None,
     ) -> E:
         """Send ``command`` to ``aggregate_id`` and return the reply event.
 
         Uses a client bound to ``TIDINGS_BOOTSTRAP`` (or the app's bootstrap); see
-        ``Client.send`` for the errors it raises.
+        ``Client.send`` for the errors it raises (``SagaAlreadyStarted`` among them).
         """
         client = self.app.client()
         result: E = await client.send(
@@ -62,6 +63,7 @@ class AggregateHandle(Generic[C, E, S]):
             timeout,
             expected_version=expected_version,
             command_id=command_id,
+            correlation_id=correlation_id,
         )
         return result
 
@@ -76,10 +78,17 @@ class AggregateHandle(Generic[C, E, S]):
         ]
 
     def open(self, runtime: Runtime) -> AggregateAgent:
-        """Open the store and return the agent that runs this aggregate in a worker."""
+        """Open the store and return the agent that runs this aggregate in a worker.
+
+        The agent is given the sagas subscribed to this aggregate, to refuse a command
+        whose event would start one a second time (``core/saga_starts.py``).
+        """
+        starters = self.app.sagas_of(self.name)
         store: AggregateStore[S] = AggregateStore(
             runtime.store_path(self.kind, self.name),
             type(self.definition.initial),
             definition_name=self.name,
+            sagas=[starter.name for starter in starters],
         )
-        return AggregateAgent(self.definition, topics=self.topics, store=store, runtime=runtime)
+        return AggregateAgent(self.definition, topics=self.topics, store=store, runtime=runtime,
+                              starters=starters)

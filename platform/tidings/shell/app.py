@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..codec.payloads import type_registry
 from ..core.aggregate import AggregateDefinition, Decision
+from ..core.saga_starts import SagaStarter
 from ..errors import BrokerError, DefinitionError
 from .agents.aggregate import AggregateTopics
 from .agents.projection import Handler, ProjectionSource
@@ -84,6 +85,8 @@ class App:
         # Every definition the worker runs, in declaration order, by (kind, name).
         self._hosted: dict[tuple[str, str], Hosted] = {}
         self._clients: dict[str, Client] = {}
+        # aggregate name -> starters registered beside the declared sagas (``sagas_of``).
+        self.saga_starters: dict[str, list[SagaStarter]] = {}
 
     # -- declaring -------------------------------------------------------------------
 
@@ -253,6 +256,37 @@ class App:
             )
         self._hosted[key] = definition
 
+    def register_saga_starter(self, aggregate: str, starter: SagaStarter) -> None:
+        """Tell aggregate ``aggregate`` that ``starter`` may start from its stored events.
+
+        A saga declared with ``app.saga(subscribe=[...])`` needs no registering
+        (``sagas_of`` lists it); this is for a starter that is no declared saga, e.g. a
+        test's. The aggregate then refuses a command whose event would start it twice for
+        one correlation id.
+
+        Raises:
+            DefinitionError: a starter of that name is already registered there, or a saga
+                of that name subscribes to the aggregate.
+        """
+        registered = self.saga_starters.setdefault(aggregate, [])
+        if any(known.name == starter.name for known in self.sagas_of(aggregate)):
+            raise DefinitionError(f"saga {starter.name!r}", [
+                f"it already subscribes to aggregate {aggregate!r}"
+            ])
+        registered.append(starter)
+
+    def sagas_of(self, aggregate_name: str) -> list[SagaStarter]:
+        """The sagas that subscribe to aggregate ``aggregate_name``, as it asks them.
+
+        Those declared with ``app.saga(subscribe=[...])``, then those registered with
+        ``register_saga_starter``.
+        """
+        from .saga_starters import SubscribedSaga
+
+        declared: list[SagaStarter] = [SubscribedSaga(saga, aggregate_name) for saga in self.sagas
+                                       if saga.subscribes_to(aggregate_name)]
+        return declared + list(self.saga_starters.get(aggregate_name, ()))
+
     # -- what the shell reads ----------------------------------------------------------
 
     @property
@@ -278,9 +312,6 @@ class App:
         """The handles of the app's sagas, in declaration order."""
         return tuple(h for h in self._hosted.values() if h.kind == "saga")  # type: ignore[misc]
 
-    def sagas_of(self, aggregate_name: str) -> tuple[SagaHandle, ...]:
-        """The sagas that subscribe to the stored events of aggregate ``aggregate_name``."""
-        return tuple(saga for saga in self.sagas if saga.subscribes_to(aggregate_name))
 
     def workflow_handle(self, name: str) -> WorkflowHandle:
         """Return the handle of the workflow ``name``.

@@ -24,7 +24,14 @@ from ..codec.payloads import load_payload, payload_of
 from ..core.limits import check_command, check_id
 from ..core.records import CommandEnvelope, ReplyEnvelope
 from ..core.workflow import Outcome, WorkflowStatus
-from ..errors import AggregateVersionConflict, RecordError, ReplyTimeout, SchemaError
+from ..core.saga_starts import REFUSAL_PREFIX
+from ..errors import (
+    AggregateVersionConflict,
+    RecordError,
+    ReplyTimeout,
+    SagaAlreadyStarted,
+    SchemaError,
+)
 from .agents.workflow_codec import decode_outcome
 from .follower import TopicFollower
 from .requester import Requester
@@ -91,6 +98,8 @@ class Client:
             LimitError: An id or the payload breaks a limit of ``tidings.core.limits``
                 (raised before producing; a ``SchemaError`` and a ``ValueError``).
             AggregateVersionConflict: ``expected_version`` did not match.
+            SagaAlreadyStarted: an event of the command would start a saga that this
+                instance already started for the correlation id; nothing was stored.
             SchemaError: the worker could not use the command (it is dead-lettered).
             ReplyTimeout: no reply in time (the command may still be processed).
             BrokerError: the command could not be produced, or the replies topic read.
@@ -107,6 +116,8 @@ class Client:
                 reply.version,
             )
         if reply.status == "rejected":
+            if (reply.reason or "").startswith(REFUSAL_PREFIX):
+                raise SagaAlreadyStarted(reply.reason)
             raise SchemaError(f"the worker rejected the command: {reply.reason}")
         if reply.status == "ignored" or not reply.events:
             return None

@@ -9,7 +9,9 @@ Keys:
     ``i/{aggregate_id}``            instance: version, recent command ids, persisted state
     ``r/{aggregate_id}/{command}``  the encoded first reply to a command
     ``o/{partition}``               next events offset applied for that partition
-    ``meta/schema``                 fingerprint of the state type; a change wipes the store
+    ``s/["id","saga","corr"]``      this instance started that saga for that correlation id
+    ``meta/schema``                 fingerprint of the state type and the subscribed sagas;
+                                    a change wipes the store (rebuilt from the journal)
 """
 
 from __future__ import annotations
@@ -32,11 +34,24 @@ S = TypeVar("S")
 class AggregateStore(Generic[S]):
     """Instances, first replies and applied offsets of one aggregate, in RocksDB."""
 
-    def __init__(self, path: Path, state_type: type[S], *, definition_name: str) -> None:
+    def __init__(
+        self,
+        path: Path,
+        state_type: type[S],
+        *,
+        definition_name: str,
+        sagas: Iterable[str] = (),
+    ) -> None:
         self._path = path
         self._adapter: TypeAdapter[S] = TypeAdapter(state_type)
         schema = json.dumps(self._adapter.json_schema(), sort_keys=True)
-        fingerprint = hashlib.sha256(f"{definition_name}\n{schema}".encode()).digest()
+        # The started sagas are known only for the sagas subscribed when the events were
+        # applied: a saga subscribed since must see the whole journal, so the store is
+        # rebuilt from it (the catch-up runs every starter over every stored event).
+        subscribed = json.dumps(sorted(set(sagas)))
+        fingerprint = hashlib.sha256(
+            f"{definition_name}\n{schema}\nsagas {subscribed}".encode()
+        ).digest()
         self._options = Options(raw_mode=True)
         path.parent.mkdir(parents=True, exist_ok=True)
         self._db = Rdict(str(path), self._options)
@@ -61,6 +76,10 @@ class AggregateStore(Generic[S]):
         """Return the encoded first reply to ``command_id``, if stored."""
         return self._db.get(_reply_key(aggregate_id, command_id))
 
+    def saga_started(self, aggregate_id: str, saga: str, correlation_id: str) -> bool:
+        """Whether ``aggregate_id`` has started ``saga`` for ``correlation_id`` (stored)."""
+        return self._db.get(_saga_key(aggregate_id, saga, correlation_id)) is not None
+
     def offset(self, partition: int) -> int | None:
         """Return the next events offset applied for ``partition``, or None if never."""
         raw = self._db.get(b"o/%d" % partition)
@@ -72,9 +91,15 @@ class AggregateStore(Generic[S]):
         replies: Mapping[tuple[str, str], bytes],
         forget: Iterable[tuple[str, str]],
         offsets: Mapping[int, int],
+        sagas: Iterable[tuple[str, str, str]] = (),
     ) -> None:
-        """Write instances, replies, forgotten replies and offsets atomically."""
+        """Write instances, replies, forgotten replies, started sagas and offsets atomically.
+
+        ``sagas`` holds ``(aggregate id, saga name, correlation id)`` of each start.
+        """
         batch = WriteBatch(raw_mode=True)
+        for aggregate_id, saga, correlation_id in sagas:
+            batch.put(_saga_key(aggregate_id, saga, correlation_id), b"1")
         for instance in instances:
             head = json.dumps([instance.version, list(instance.recent)]).encode()
             body = self._adapter.dump_json(instance.state)
@@ -94,6 +119,13 @@ class AggregateStore(Generic[S]):
 
 def _reply_key(aggregate_id: str, command_id: str) -> bytes:
     return f"r/{aggregate_id}/{command_id}".encode()
+
+
+def _saga_key(aggregate_id: str, saga: str, correlation_id: str) -> bytes:
+    # JSON, not '/'-joined: ids may hold '/', and ("a/b", "c") must not meet ("a", "b/c").
+    # surrogatepass: the core accepts any str; an id the codec would refuse cannot crash here.
+    text = json.dumps([aggregate_id, saga, correlation_id], ensure_ascii=False)
+    return b"s/" + text.encode("utf-8", "surrogatepass")
 
 
 

@@ -10,12 +10,16 @@ One ``process`` call handles one batch of command records from the commands topi
    ``fold`` raises or whose events are too large to store, becomes a dead letter (and, if
    it named a usable ``reply_to``, a ``rejected`` reply); a command on the wrong
    partition is forwarded to its home partition;
-3. decide every command in order with the pure core (``tidings.core.aggregate``);
+3. decide every command in order with the pure core (``tidings.core.aggregate``), which
+   also refuses a command whose events would start a saga this instance already started
+   for its correlation id (``tidings.core.saga_starts``; the started pairs live in RocksDB
+   and are rebuilt from the journal by running the same starters over stored events);
 4. produce the new events and wait until the broker has them all; only then produce the
    replies (without waiting: a lost reply is re-sent when the caller retries) and the
    dead letters (waiting: they must not be lost), so no reply ever acknowledges an event
    that could be lost;
-5. write instances, replies and the applied events offset in one RocksDB batch.
+5. write instances, replies, started sagas and the applied events offset in one RocksDB
+   batch.
 
 The caller acks the batch's offsets only after ``process`` returns, so a crash at any
 point re-delivers commands whose effects are either stored (the command id is then known
@@ -42,6 +46,7 @@ from ...core.aggregate import (
     restore,
 )
 from ...core.records import CommandEnvelope, EventEnvelope, ReplyEnvelope
+from ...core.saga_starts import SagaStarter, started_by
 from ...errors import HandlerFailed, RecordError, SchemaError
 from ..hosting import Input, Runtime, TopicPartition
 from ..io import Incoming, Outgoing
@@ -65,6 +70,7 @@ class _Decided:
     dirty: dict[str, AggregateInstance[Any]] = field(default_factory=dict)
     replies: dict[tuple[str, str], bytes] = field(default_factory=dict)
     forget: list[tuple[str, str]] = field(default_factory=list)
+    sagas: list[tuple[str, str, str]] = field(default_factory=list)  # (id, saga, correlation)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,8 +93,10 @@ class AggregateAgent:
         store: AggregateStore[Any],
         runtime: Runtime,
         cache_size: int = 100_000,
+        starters: Sequence[SagaStarter] = (),
     ) -> None:
         self.definition = definition
+        self._starters = tuple(starters)
         self.topics = topics
         self._store = store
         self._runtime = runtime
@@ -109,6 +117,7 @@ class AggregateAgent:
         # Live instances per partition; a partition's entries go when it is revoked.
         self._cache: dict[int, OrderedDict[str, AggregateInstance[Any]]] = {}
         self._unwritten: dict[tuple[str, str], bytes] = {}  # replies not in RocksDB yet
+        self._unwritten_sagas: set[tuple[str, str, str]] = set()  # starts not in RocksDB yet
 
     # -- the hosting seam ----------------------------------------------------------------
 
@@ -154,9 +163,11 @@ class AggregateAgent:
                 self._publisher.publish_later(decided.notices)
             if decided.after:
                 await self._publisher.publish(decided.after)
-            self._store.write(decided.dirty.values(), decided.replies, decided.forget, offsets)
+            self._store.write(decided.dirty.values(), decided.replies, decided.forget, offsets,
+                              decided.sagas)
             for key in decided.replies:
                 self._unwritten.pop(key, None)
+            self._unwritten_sagas.difference_update(decided.sagas)
 
         return finish
 
@@ -208,15 +219,31 @@ class AggregateAgent:
         # Until RocksDB has it, a repeat of this command finds its reply here.
         self._unwritten[key] = encoded_reply
         decided.forget.extend((command.aggregate_id, gone) for gone in handled.forget)
+        for saga, correlation_id in handled.sagas:
+            # Until RocksDB has it, the next command (this batch or a pipelined one) sees it here.
+            start = (command.aggregate_id, saga, correlation_id)
+            decided.sagas.append(start)
+            self._unwritten_sagas.add(start)
         if reply_to:
             decided.notices.append(Outgoing(reply_to, command.reply_record_key.encode(), encoded_reply))
 
     def _handle(
         self, instance: AggregateInstance[Any], command: CommandEnvelope, value: Any, now_ms: int
     ) -> Handled[Any]:
-        """Run ``decide``/``fold`` (user code) on one command; what they raise is the record's."""
+        """Run ``decide``, ``fold`` and ``start_on`` (user code) on one command.
+
+        What they raise is the record's: it becomes a ``HandlerFailed`` (dead-lettered).
+        """
+        aggregate_id = instance.aggregate_id
+
+        def started(saga: str, correlation_id: str) -> bool:
+            return (aggregate_id, saga, correlation_id) in self._unwritten_sagas or (
+                self._store.saga_started(aggregate_id, saga, correlation_id)
+            )
+
         try:
-            return handle(self.definition, instance, command, value, now_ms=now_ms, encode=payload_of)
+            return handle(self.definition, instance, command, value, now_ms=now_ms,
+                          encode=payload_of, starters=self._starters, started=started)
         except RecordError:
             raise
         except Exception as exc:
@@ -233,6 +260,7 @@ class AggregateAgent:
     def _restore_chunk(self, partition: int, chunk: list[Incoming]) -> None:
         dirty: dict[str, AggregateInstance[Any]] = {}
         replies: dict[tuple[str, str], bytes] = {}
+        sagas: list[tuple[str, str, str]] = []
         group: list[EventEnvelope] = []
 
         def close_group() -> None:
@@ -266,9 +294,25 @@ class AggregateAgent:
             group.append(event)
             dirty[event.aggregate_id] = restored
             self._cache_put(partition, restored)
+            sagas.extend(self._restored_starts(event, value))
         close_group()
         end = chunk[-1].offset + 1 if chunk else None
-        self._store.write(dirty.values(), replies, (), {} if end is None else {partition: end})
+        self._store.write(dirty.values(), replies, (), {} if end is None else {partition: end},
+                          sagas)
+
+    def _restored_starts(self, event: EventEnvelope, value: Any) -> list[tuple[str, str, str]]:
+        """The sagas a stored event started, so a refusal still holds after a restart."""
+        if not self._starters:
+            return []
+        try:
+            pairs = started_by(self._starters, event, value)
+        except Exception as exc:  # noqa: BLE001 - start_on (user code) raising on a stored event
+            # The event is stored and folded regardless; only its saga start is unknown here.
+            log.error("aggregate %s: a saga's start_on raised on stored event %s of %r (version "
+                      "%d): %s: %s", self.definition.name, event.type, event.aggregate_id[:100],
+                      event.version, type(exc).__name__, exc)
+            return []
+        return [(event.aggregate_id, saga, correlation_id) for saga, correlation_id in pairs]
 
     def _instance(self, partition: int, aggregate_id: str) -> AggregateInstance[Any]:
         cache = self._cache.get(partition)
