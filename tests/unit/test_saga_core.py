@@ -148,11 +148,13 @@ def test_no_saga_starts_from_a_deferred_event_or_one_start_on_refuses() -> None:
     assert feed(None, event("Other", {"x": 1})).records == ()
 
 
-def test_a_starting_event_that_handle_leaves_in_initial_starts_nothing() -> None:
+def test_a_starting_event_that_handle_leaves_alone_starts_the_saga_in_initial() -> None:
+    # start_on alone decides a start, as the aggregate's SagaAlreadyStarted check does: a
+    # correlation id the aggregate refuses a second start for must have its saga.
     definition = SagaDefinition("lazy", start_on=lambda e: True, initial=Transfer(),
                                 handle=lambda e, s: None, on_enter=on_enter)
     step = feed(None, event("Sent", SENT), definition=definition)
-    assert step.saga is None and not step.records and step.note
+    assert step.saga is not None and step.saga.state == Transfer() and len(step.records) == 1
 
 
 # -- events --------------------------------------------------------------------------------
@@ -383,3 +385,4 @@ def test_command_ids_are_stable_distinct_and_within_the_id_limit() -> None:
     hashed = saga_command_id("s", long_id, 12, 3)
     assert len(hashed.encode()) <= 255 and hashed == saga_command_id("s", long_id, 12, 3)
     assert hashed != saga_command_id("s", long_id + "x", 12, 3)
+

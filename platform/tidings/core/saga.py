@@ -348,7 +348,8 @@ def feed(
     """Give ``event`` to saga ``saga_id`` (``saga`` None: it has not started).
 
     A saga that has not started starts when the event is stored (not deferred) and
-    ``start_on`` accepts it and ``handle(event, initial)`` gives a state. An ended saga
+    ``start_on`` accepts it, in the state ``handle(event, initial)`` gives (``initial``
+    when it gives None). An ended saga
     and an event it handled already (by event id) change nothing.
 
     Raises:
@@ -362,7 +363,9 @@ def feed(
             return SagaStep(None, note="start_on did not accept the event")
         new = _call(definition, "handle", definition.handle, event, definition.initial)
         if new is None:
-            return SagaStep(None, note="handle left the starting event in the initial state")
+            # start_on alone decides a start, as the aggregate's SagaAlreadyStarted check
+            # does (core/saga_starts.py): the saga starts in its initial state.
+            new = definition.initial
         return _enter(definition, None, saga_id, new, transition="start", cause=event.event_id,
                       events=(event.event_id,), now_ms=now_ms, encode=encode, replies_topic=replies_topic)
     if saga.ended:
