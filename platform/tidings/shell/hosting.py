@@ -25,7 +25,7 @@ from ..core.limits import check_reply_to
 from ..errors import RecordError
 from .deadletters import DEAD_LETTER_VALUE_BYTES, dead_letter
 from .io import Incoming, Outgoing, PartitionReader, Publisher
-from .kafka import KafkaPartitionReader
+from .kafka import KafkaPartitionReader, TopicCheck
 from .pipeline import Start
 from .topics import TopicSpec
 
@@ -136,6 +136,12 @@ class Runtime:
         reader = KafkaPartitionReader(self.bootstrap)
         self._closers.append(reader.close)
         return reader
+
+    def topic_check(self) -> TopicCheck:
+        """Return a new ``TopicCheck`` (is a topic named by a record there?), closed when the worker stops."""
+        check = TopicCheck(self.bootstrap)
+        self._closers.append(check.close)
+        return check
 
     def on_close(self, close: Callable[[], None]) -> None:
         """Call ``close`` when the worker stops."""

@@ -86,6 +86,59 @@ def topic_partitions(consumer: Consumer, topic: str, timeout: float = 30.0) -> l
     return sorted(described.partitions)
 
 
+class TopicCheck:
+    """Answers "does this topic exist?" from the cluster's metadata, remembering answers.
+
+    For a name taken from a record (e.g. the inbox of a child's parent workflow): a record
+    to a topic nobody made would be refused only after librdkafka's metadata propagation
+    wait (~30 s) while the agent's commits wait for it. A topic that exists is remembered
+    for good; a missing one for ``forget_missing_s``, so a topic created meanwhile (a new
+    workflow deployed by a rolling update) is found.
+    """
+
+    def __init__(self, bootstrap: str, *, forget_missing_s: float = 60.0, timeout: float = 10.0) -> None:
+        self._bootstrap = bootstrap
+        self._forget_missing_s = forget_missing_s
+        self._timeout = timeout
+        self._present: set[str] = set()
+        self._missing: dict[str, float] = {}
+        self._consumer: Consumer | None = None
+
+    def exists(self, topic: str) -> bool:
+        """Whether ``topic`` exists. Blocks for one metadata request when not remembered.
+
+        Raises:
+            BrokerError: Kafka did not answer.
+        """
+        if topic in self._present:
+            return True
+        checked = self._missing.get(topic)
+        if checked is not None and time.monotonic() - checked < self._forget_missing_s:
+            return False
+        if self._consumer is None:
+            self._consumer = Consumer({
+                "bootstrap.servers": self._bootstrap, "group.id": f"tidings-topics-{uuid.uuid4()}",
+                "allow.auto.create.topics": False,
+            })
+        try:
+            topic_partitions(self._consumer, topic, self._timeout)
+        except BrokerError as exc:
+            if isinstance(exc.__cause__, KafkaException):
+                raise
+            self._missing[topic] = time.monotonic()
+            if len(self._missing) > 10_000:  # a flood of invented names: forget the oldest
+                self._missing.pop(next(iter(self._missing)))
+            return False
+        self._present.add(topic)
+        self._missing.pop(topic, None)
+        return True
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+
 class ConfluentPublisher:
     """Produces with confluent-kafka (librdkafka) and resolves asyncio futures on acks.
 
