@@ -8,10 +8,8 @@ partition ``murmur2(correlation id)``. It keeps no state; its offsets are commit
 the forwarded copies are acknowledged, and a re-delivered event is forwarded again (the
 saga drops the copy by event id).
 
-``SagaAgent`` consumes the inbox and ``{app}.saga.{name}.replies`` (co-partitioned) in
-pipelined batches: batch n+1 is decided while batch n's commit waits for its acks (its
-decisions read the sagas from memory, which holds every saga whose commit is not yet
-stored), under one lock shared with its timers:
+``SagaAgent`` consumes the inbox and ``{app}.saga.{name}.replies`` (co-partitioned), one
+batch at a time, under one lock shared with its timers:
 
 1. a partition is caught up from the journal before its first record (``PartitionOwner``):
    records this worker's RocksDB lacks are stored, the commands of those that are not a
@@ -261,13 +259,9 @@ class SagaAgent:
     def inputs(self, router: SagaRouter) -> list[Input]:
         return [
             Input(f"saga-{self.name}-router", tuple(router.source_topics), router.start),
-            # Two batches in flight: the next batch is decided while this one's journal
-            # records and commands are acknowledged. Its decisions need nothing this one
-            # writes to RocksDB: a saga stays in memory until its last commit is stored
-            # (``_dirty``), and the single committer keeps the journal -> commands ->
-            # RocksDB order of every commit, commits in decision order.
+            # One batch in flight: the next batch's decisions read what this one stored.
             Input(f"saga-{self.name}", (self.topics.inbox, self.topics.replies), self.start,
-                  partitions=self._partitions, max_in_flight=2),
+                  partitions=self._partitions, max_in_flight=1),
         ]
 
     async def assign(self, partitions: Collection[TopicPartition]) -> None:
