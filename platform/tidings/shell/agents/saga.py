@@ -127,7 +127,14 @@ class SagaStore:
             key = _id_key(record.saga_id)
             running = b"r/%d/" % partition + record.saga_id.encode("utf-8", "surrogatepass")
             if record.ended:
-                batch.delete_range(b"j/" + key, b"j/" + key + b"\xff" * 9)
+                # Point deletes, not delete_range: every range tombstone in the memtable is
+                # re-fragmented by the first read after each write, so with one per ended
+                # saga a read cost grew with the ends since the last flush (0.3 ms after
+                # 10,000 transfers, 1.7 ms after 10,000 ends in isolation). The records of
+                # a saga are seqs 1..seq; deleting each also drops those put earlier in
+                # this batch.
+                for seq in range(1, record.seq + 1):
+                    batch.delete(b"j/" + key + seq.to_bytes(8, "big"))
                 batch.put(b"e/" + key, value)
                 batch.delete(running)
             else:
