@@ -62,6 +62,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: Ended sagas whose final state memory keeps after it is stored. Each of an aggregate's
+#: answers reaches a saga twice (in the reply, and routed from the events topic), and the
+#: second copy mostly comes after the saga ended: it is dropped without a RocksDB read.
+ENDED_IN_MEMORY = 8192
+
 
 @dataclass(frozen=True, slots=True)
 class SagaTopics:
@@ -122,7 +127,14 @@ class SagaStore:
             key = _id_key(record.saga_id)
             running = b"r/%d/" % partition + record.saga_id.encode("utf-8", "surrogatepass")
             if record.ended:
-                batch.delete_range(b"j/" + key, b"j/" + key + b"\xff" * 9)
+                # Point deletes, not delete_range: every range tombstone in the memtable is
+                # re-fragmented by the first read after each write, so with one per ended
+                # saga a read cost grew with the ends since the last flush (0.3 ms after
+                # 10,000 transfers, 1.7 ms after 10,000 ends in isolation). The records of
+                # a saga are seqs 1..seq; deleting each also drops those put earlier in
+                # this batch.
+                for seq in range(1, record.seq + 1):
+                    batch.delete(b"j/" + key + seq.to_bytes(8, "big"))
                 batch.put(b"e/" + key, value)
                 batch.delete(running)
             else:
@@ -247,6 +259,10 @@ class SagaAgent:
         )
         self._lock = asyncio.Lock()
         self._sagas: dict[str, SagaState] = {}  # running sagas, and ended ones until stored
+        # The most recently stored ends, oldest first. An end is final whoever owns the
+        # partition later, so an entry is never wrong; it is dropped with its partition only
+        # to bound what a worker keeps of partitions it no longer owns.
+        self._ended: dict[str, SagaState] = {}
         self._dirty: Counter[str] = Counter()  # sagas in a commit not yet stored
         self._timers: dict[str, dict[tuple[int, int, str], asyncio.TimerHandle]] = {}
         self._tails: dict[int, list[SagaJournalEntry]] = {}  # journal records the store lacked
@@ -415,16 +431,24 @@ class SagaAgent:
         return type_name, payload
 
     def _saga(self, saga_id: str) -> SagaState | None:
-        found = self._sagas.get(saga_id)
+        found = self._sagas.get(saga_id) or self._ended.get(saga_id)
         if found is not None:
             return found
         records = self._store.records(saga_id)
         if not records:
             return None
         restored = core.restore(self.definition, records)
-        if restored is not None and not restored.ended:
-            self._sagas[saga_id] = restored
+        if restored is not None:
+            if restored.ended:
+                self._remember_end(restored)
+            else:
+                self._sagas[saga_id] = restored
         return restored
+
+    def _remember_end(self, saga: SagaState) -> None:
+        self._ended[saga.saga_id] = saga
+        if len(self._ended) > ENDED_IN_MEMORY:
+            del self._ended[next(iter(self._ended))]
 
     # -- timers --------------------------------------------------------------------------
 
@@ -508,9 +532,11 @@ class SagaAgent:
                     del self._dirty[saga_id]
                     saga = self._sagas.get(saga_id)
                     if saga is not None and saga.ended:
-                        # Stored now: an ended saga answers from RocksDB and needs no memory.
+                        # Stored now: an ended saga answers from RocksDB and needs no
+                        # running state; its end stays in the bounded memory of ends.
                         del self._sagas[saga_id]
                         self._cancel_timers(saga_id)
+                        self._remember_end(saga)
             if not done.done():
                 done.set_result(None)
 
@@ -521,6 +547,8 @@ class SagaAgent:
         for saga_id in [s for s in self._sagas if self.owner.home(s) == partition]:
             del self._sagas[saga_id]
             self._cancel_timers(saga_id)
+        for saga_id in [s for s in self._ended if self.owner.home(s) == partition]:
+            del self._ended[saga_id]
         self._tails[partition] = []
 
     def _drop(self, partitions: set[int]) -> None:
