@@ -1,9 +1,9 @@
 """The workflow agent: inbox topic -> ``WorkflowInstance.advance`` -> journal, effects.
 
 Every input of an instance is decided one at a time, under one lock per agent: inbox
-records (start, signal, cancel, query) in pipelined batches from Faust, and the shell's
-own inputs (an activity's result, a due timer) from a queue. Each decision becomes a
-*commit*:
+records (start, signal, cancel, query) in pipelined batches from Faust, replies to sends
+in batches from their own reader (``workflow_replies.py``), and the shell's own inputs (an
+activity's result, a due timer) from a queue. Each decision becomes a *commit*:
 
 1. the decision's journal records are produced at once (key ``{instance_id}/{seq}``, the
    instance's partition), in decision order;
