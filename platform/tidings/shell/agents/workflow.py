@@ -1,9 +1,9 @@
 """The workflow agent: inbox topic -> ``WorkflowInstance.advance`` -> journal, effects.
 
 Every input of an instance is decided one at a time, under one lock per agent: inbox
-records (start, signal, cancel, query) in pipelined batches from Faust, and the shell's
-own inputs (an activity's result, a due timer) from a queue. Each decision becomes a
-*commit*:
+records (start, signal, cancel, query) in pipelined batches from Faust, replies to sends
+in batches from their own reader (``workflow_replies.py``), and the shell's own inputs (an
+activity's result, a due timer) from a queue. Each decision becomes a *commit*:
 
 1. the decision's journal records are produced at once (key ``{instance_id}/{seq}``, the
    instance's partition), in decision order;
@@ -68,6 +68,7 @@ from ..owner import PartitionOwner
 from ..pipeline import stop_worker, stop_worker_on_failure
 from ...core.workflow.sends import SendCommand, StopSend
 from .workflow_activities import run_attempt
+from .workflow_replies import RepliesReader
 from .workflow_sends import WorkflowSends
 from .workflow_children import CHILD_EFFECTS, ChildLinks
 from .workflow_codec import (
@@ -170,29 +171,29 @@ class WorkflowAgent:
         self._commits: asyncio.Queue[tuple[_Commit, Awaitable[list[Delivered]], asyncio.Future[None]]] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._sends = WorkflowSends(self, bootstrap=runtime.bootstrap, command_timeout=command_timeout)
+        # Replies to sends are read outside Faust, in batches (workflow_replies.py).
+        self._replies = RepliesReader(runtime.bootstrap, topics.replies, self._replied)
+        self._reply_batches: asyncio.Queue[list[Incoming]] | None = None
 
     # -- the hosting seam ----------------------------------------------------------------
 
     @property
     def inputs(self) -> Sequence[Input]:
-        # The replies topic is co-partitioned with the inbox (replies to sends, keyed by
-        # instance id); Faust assigns co-subscribed topics of one partition count together.
-        return [Input(f"workflow-{self.definition.name}", (self.topics.inbox, self.topics.replies), self.start,
+        # The replies topic (co-partitioned with the inbox) is read by self._replies for
+        # the inbox partitions this worker owns: see workflow_replies.py.
+        return [Input(f"workflow-{self.definition.name}", (self.topics.inbox,), self.start,
                       partitions=self._partitions)]
 
     async def start(self, batch: Sequence[Incoming]) -> Callable[[], Awaitable[None]]:
         """Decide a batch of inbox records; return what waits for it to be committed."""
         self._ensure_tasks()
         async with self._lock:
-            await self.owner.ensure_ready({record.partition for record in batch})
+            await self._ready({record.partition for record in batch})
             commit = _Commit()
             now_ms = self._now_ms()
             for record in batch:
                 try:
-                    if record.topic == self.topics.replies:
-                        self._sends.reply_record(record, commit, now_ms)
-                    else:
-                        self._inbox_record(record, commit, now_ms)
+                    self._inbox_record(record, commit, now_ms)
                 except Exception as exc:  # noqa: BLE001 - the backstop: no record stops the agent
                     log.error("workflow %s failed on %s/%d@%d", self.definition.name,
                               record.topic, record.partition, record.offset, exc_info=True)
@@ -200,8 +201,6 @@ class WorkflowAgent:
                         f"the workflow agent failed on this record: {type(exc).__name__}: {exc}")
                     commit.dead.append(self._runtime.dead_letter(record, error))
             for record in batch:
-                if record.topic == self.topics.replies:
-                    continue  # the inbox offsets only skip inbox records already journaled
                 offsets = commit.write.inbox_offsets
                 offsets[record.partition] = max(record.offset, offsets.get(record.partition, -1))
             done = self._submit(commit)
@@ -220,11 +219,52 @@ class WorkflowAgent:
         self._ensure_tasks()
         for partition in sorted(p for topic, p in partitions if topic == self.topics.inbox):
             async with self._lock:
-                await self.owner.ensure_ready([partition])
+                await self._ready([partition])
 
     def revoke(self, partitions: Collection[TopicPartition]) -> None:
         """Stop everything of revoked inbox partitions: another worker owns their instances."""
-        self._drop({p for topic, p in partitions if topic == self.topics.inbox})
+        gone = {p for topic, p in partitions if topic == self.topics.inbox}
+        self._replies.unfollow(gone)
+        self._drop(gone)
+
+    async def _ready(self, partitions: Collection[int]) -> None:
+        """Read the partitions' replies from their end, then catch them up (under the lock).
+
+        In this order: recovery sends the pending commands again, and their replies must
+        come after the position the replies reader starts from.
+        """
+        await self._replies.follow(p for p in partitions if not self.owner.is_ready(p))
+        await self.owner.ensure_ready(partitions)
+
+    def _replied(self, records: list[Incoming]) -> None:
+        assert self._reply_batches is not None
+        self._reply_batches.put_nowait(records)
+
+    async def _decide_replies(self) -> None:
+        """Decide each batch of replies to sends as one commit (see workflow_replies.py)."""
+        assert self._reply_batches is not None
+        while True:
+            records = await self._reply_batches.get()
+            while not self._reply_batches.empty():
+                records += self._reply_batches.get_nowait()
+            async with self._lock:
+                self._decide_reply_batch(records)
+
+    def _decide_reply_batch(self, records: list[Incoming]) -> None:
+        commit = _Commit()
+        now_ms = self._now_ms()
+        for record in records:
+            if not self.owner.is_ready(record.partition):
+                continue  # revoked, or recovering: the pending command is sent again
+            try:
+                self._sends.reply_record(record, commit, now_ms)
+            except Exception as exc:  # noqa: BLE001 - the backstop: no record stops the agent
+                log.error("workflow %s failed on %s/%d@%d", self.definition.name,
+                          record.topic, record.partition, record.offset, exc_info=True)
+                error = exc if isinstance(exc, RecordError) else DecodeError(
+                    f"the workflow agent failed on this record: {type(exc).__name__}: {exc}")
+                commit.dead.append(self._runtime.dead_letter(record, error))
+        self._submit(commit)
 
     def _drop(self, gone: set[int]) -> None:
         """Stop everything of ``gone`` partitions and forget them."""
@@ -253,6 +293,7 @@ class WorkflowAgent:
             task.cancel()
         self._drop(set(range(self._partitions)))
         self._sends.close()
+        self._replies.close()
         self._executor.shutdown(wait=False, cancel_futures=True)
         self._store.close()
 
@@ -586,7 +627,7 @@ class WorkflowAgent:
 
         async def recover() -> None:
             async with self._lock:
-                await self.owner.ensure_ready([partition])
+                await self._ready([partition])
 
         task = asyncio.ensure_future(recover())
         task.add_done_callback(stop_worker_on_failure(f"recovering workflow {self.definition.name}"))
@@ -703,6 +744,8 @@ class WorkflowAgent:
             return
         self._inputs = asyncio.Queue()
         self._commits = asyncio.Queue()
-        self._tasks = [asyncio.ensure_future(self._feed()), asyncio.ensure_future(self._commit())]
+        self._reply_batches = asyncio.Queue()
+        self._tasks = [asyncio.ensure_future(self._feed()), asyncio.ensure_future(self._commit()),
+                       asyncio.ensure_future(self._decide_replies())]
         for task in self._tasks:
             task.add_done_callback(stop_worker_on_failure(f"a task of workflow {self.definition.name}"))
