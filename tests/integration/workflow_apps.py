@@ -107,8 +107,10 @@ def build(app_id: str, calls_dir: Path) -> App:
         return await wait_until_shipped(ctx, 0)
 
     def slow_charge(attempt: Attempt, amount: int) -> str:
-        # Watches its cancellation so a cancel ends the attempt early, charging nothing.
-        if attempt.cancellation.wait(1.0):
+        # Watches its cancellation so a cancel ends the attempt early, charging nothing. Every
+        # test of it cancels; the wait is long so that a busy CI machine delivering the cancel
+        # late cannot make it charge first.
+        if attempt.cancellation.wait(30.0):
             raise RuntimeError("cancelled before charging")
         calls.record("charge", attempt, amount)
         return "paid"
