@@ -64,6 +64,7 @@ from .shell.app import ProjectionHandle as ProjectionHandle
 from .shell.client import Client as Client
 from .shell.sagas import SagaHandle as SagaHandle
 from .shell.sagas import SagaStatus as SagaStatus
+from .shell.flow import WorkflowFlow as WorkflowFlow
 from .shell.views import View as View
 from .shell.workflows import WorkflowHandle as WorkflowHandle
 
@@ -117,6 +118,7 @@ __all__ = [
     "WorkflowContext",
     "WorkflowEnded",
     "WorkflowFaulted",
+    "WorkflowFlow",
     "WorkflowHandle",
     "WorkflowNotFound",
     "WorkflowStatus",

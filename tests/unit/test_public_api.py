@@ -59,6 +59,7 @@ def test_the_root_exports_are_locked() -> None:
         "WorkflowContext",
         "WorkflowEnded",
         "WorkflowFaulted",
+        "WorkflowFlow",
         "WorkflowHandle",
         "WorkflowNotFound",
         "WorkflowStatus",
