@@ -55,8 +55,11 @@ class FakeHandle:
             future.set_result(self.auto[instance_id])
         elif self.delay_of is not None:
             delay = self.delay_of(instance_id)
-            asyncio.get_running_loop().call_later(
-                delay, lambda: future.done() or future.set_result(Finished(input)))
+            def finish() -> None:
+                if not future.done():
+                    future.set_result(Finished(input))
+
+            asyncio.get_running_loop().call_later(delay, finish)
 
     async def result(self, instance_id: str, timeout: float | None = None) -> Outcome:
         try:
