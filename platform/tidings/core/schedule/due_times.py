@@ -11,9 +11,10 @@ instant of the fire; the dispatcher calls ``next_due`` to know when to wake. The
 - no due time at or before the anchor is due (a change never runs a due time it predates);
 - nothing inside a pause (from the pause to the resume, both included) runs;
 - a fire more than ``EARLY_TOLERANCE`` before the due time it names is refused;
-- of the due times not yet handled, ``CatchUp.LATEST`` runs the most recent, ``ALL`` runs
-  each, oldest first, at most the ``MAX_CATCH_UP_RUNS`` most recent, and ``NONE`` runs the
-  most recent only when it is at most ``ON_TIME_GRACE`` late.
+- a fire is on time when the oldest due time it serves is at most ``ON_TIME_GRACE`` old;
+  it then runs each due time it serves, whatever the policy. Later than that, the due times
+  were missed: ``CatchUp.LATEST`` runs the most recent, ``ALL`` runs each, oldest first, at
+  most the ``MAX_CATCH_UP_RUNS`` most recent, and ``NONE`` runs none.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ EARLY_TOLERANCE: Final = timedelta(seconds=1)
 in a dispatcher (or a clock) cannot start a run more than a second early."""
 
 ON_TIME_GRACE: Final = timedelta(minutes=1)
-"""How late a due time may be fired and still count as on time under ``CatchUp.NONE``."""
+"""How late a fire may be and still count as on time: its due times are not missed, so they
+run whatever the catch-up policy (this is what lets ``CatchUp.NONE`` run a fire 50 s late)."""
 
 MAX_CATCH_UP_RUNS: Final = 1000
 """Most runs ``CatchUp.ALL`` starts for missed due times: the most recent ones."""
@@ -244,7 +246,8 @@ def decide_fire(
 
     The dispatcher fires for the due time its index holds, which is only a hint: the due
     times that run are those of ``rule`` after ``anchor`` and ``handled_through``, up to
-    the later of ``now`` and ``due``, outside every pause, chosen by ``catch_up``. A fire
+    the later of ``now`` and ``due``, outside every pause; when the oldest of them is more
+    than ``ON_TIME_GRACE`` old they were missed, and ``catch_up`` chooses among them. A fire
     for a due time already handled (a repeated or stale fire) decides no run.
 
     Args:
@@ -280,12 +283,23 @@ def decide_fire(
     horizon = max(now, due)
     if horizon <= floor:
         return FireDecision((), floor, next_due(rule, floor, anchor=anchor, pauses=pauses))
-    limit = MAX_CATCH_UP_RUNS if catch_up is CatchUp.ALL else 1
-    newest_first = _latest_due_times(
-        rule, anchor=anchor, floor=floor, horizon=horizon, pauses=pauses, limit=limit
-    )
-    if catch_up is CatchUp.NONE:
-        newest_first = [d for d in newest_first if now - d <= ON_TIME_GRACE]
+    oldest = next_due(rule, floor, anchor=anchor, pauses=pauses)
+    if oldest is None or oldest > horizon:
+        newest_first: list[datetime] = []
+    else:
+        # A fire is on time when the oldest due time it serves is at most a minute old: a
+        # dispatcher that fell a little behind runs each due time. Later than that, the due
+        # times were missed (the worker was down) and the policy chooses among them.
+        on_time = now - oldest <= ON_TIME_GRACE
+        if on_time or catch_up is CatchUp.ALL:
+            limit = MAX_CATCH_UP_RUNS
+        elif catch_up is CatchUp.LATEST:
+            limit = 1
+        else:
+            limit = 0
+        newest_first = _latest_due_times(
+            rule, anchor=anchor, floor=floor, horizon=horizon, pauses=pauses, limit=limit
+        )
     return FireDecision(
         tuple(reversed(newest_first)), horizon, next_due(rule, horizon, anchor=anchor, pauses=pauses)
     )
