@@ -14,7 +14,7 @@ second start of an id stores nothing), the outcome is awaited and written to
 
     {"id": "score-17", "workflow": "score", "outcome": "finished", "value": 289}
     {"id": "score-27", "workflow": "score", "outcome": "faulted",
-     "error": {"kind": "non_retryable", "message": "...", "type": "RuntimeError"}}
+     "error": {"kind": "not_retryable", "message": "...", "type": "RuntimeError"}}
     {"id": "score-33", "workflow": "score", "outcome": "cancelled"}
 
 Durability comes from the order of effects: a source record's offset is committed only
