@@ -81,8 +81,9 @@ class Reader:
         while not done(self.records):
             assert time.monotonic() < deadline, f"{what} within {seconds} s; got {self.records!r}\n{log()}"
             for message in self.consumer.consume(500, timeout=0.5):
-                if message.error() is None:
-                    self.records.append((message.key(), message.value()))
+                value = message.value()
+                if message.error() is None and value is not None:
+                    self.records.append((message.key(), value))
 
     def close(self) -> None:
         self.consumer.close()
