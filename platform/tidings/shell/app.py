@@ -10,6 +10,7 @@ import os
 import types
 import typing
 from collections.abc import Callable, Iterable
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -27,6 +28,7 @@ from .topics import ApplyReport, TopicSpec, apply_topics, deadletter_topic, spec
 
 if TYPE_CHECKING:
     from .client import Client
+    from .flow_stage import WorkflowFlowStage
     from .sagas import SagaHandle
     from .worker import Worker
     from .workflows import WorkflowHandle
@@ -239,6 +241,29 @@ class App:
 
         return declare_saga(self, name, subscribe=subscribe, start_on=start_on, initial=initial,
                             handle=handle, on_enter=on_enter, state=state)
+
+    def workflow_flow(
+        self,
+        name: str,
+        source_topic: str,
+        handle: WorkflowHandle | str,
+        id_of: Callable[[Any], str],
+        sink_topic: str,
+        parallelism: int,
+        timeout: float | timedelta,
+    ) -> WorkflowFlowStage:
+        """Deploy ``WorkflowFlow.run`` topic to topic in the workers (SPEC §7, docs/workflows.md).
+
+        Each JSON record of ``source_topic`` starts ``handle``'s workflow with id
+        ``id_of(element)``; its outcome is written to ``sink_topic`` keyed by that id, and
+        the source offset is committed only then. See ``tidings.shell.flow_stage``.
+
+        Raises:
+            DefinitionError: listing every problem with the arguments.
+        """
+        from .flow_stage import declare_flow
+
+        return declare_flow(self, name, source_topic, handle, id_of, sink_topic, parallelism, timeout)
 
     def host(self, definition: Hosted) -> None:
         """Register a definition to run in this app's workers (``hosting.Hosted``).
