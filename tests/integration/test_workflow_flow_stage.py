@@ -195,7 +195,12 @@ def test_a_worker_killed_mid_stream_and_restarted_gives_every_element_an_outcome
 
         ends = Counter(int(line.split()[2]) for line in (calls_dir / "score.log").read_text().splitlines()
                        if line.startswith("end"))
-        assert ends == Counter(numbers), "each workflow's activity completed exactly once"
+        # An activity runs at least once: a kill between its end and its journal record runs
+        # it again (the journal keeps one result). Replaying elements into the instances they
+        # started must not add runs beyond that: at most one extra run per element for the
+        # one kill.
+        assert set(ends) == set(numbers), "every element's activity completed"
+        assert max(ends.values()) <= 2, f"activities ran again beyond the kill: {ends}"
         handle = stage_app.workflow_handle("flow-score")
 
         async def starts() -> dict[int, int]:
