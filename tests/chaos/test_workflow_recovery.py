@@ -180,7 +180,9 @@ def test_retry_forever_stops_at_the_deadline_from_the_stored_start_across_a_rest
     # Measured from the restart it could not end before restart + deadline.
     assert restarted - started > 3.0
     assert deadline - 1.0 <= ended - started <= deadline + 3.0, workflow_workers.log_tail()
-    assert all(at - started < deadline for _, at in attempts)
+    # Every attempt was scheduled before the deadline; one may begin a little late on a busy
+    # machine (an attempt deadline-anchored to the restart would run until about +12 s).
+    assert all(at - started < deadline + 1.0 for _, at in attempts), attempts
     assert any(number == 1 for number, at in attempts if at > restarted - 1)  # counting began again
 
 
