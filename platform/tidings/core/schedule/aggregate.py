@@ -62,28 +62,26 @@ class _Model(BaseModel):
 # -- commands -------------------------------------------------------------------------------
 
 
-class CreateSchedule(_Model):
+class _Content(_Model):
+    """What a create or a change sets: the workflow, its input, the rule and the catch-up."""
+
+    workflow: str
+    input: Any = None
+    rule: dict[str, Any]
+    catch_up: CatchUp = CatchUp.LATEST
+    at: datetime
+
+    check_rule = field_validator("rule", mode="before")(_rule_data)
+    check_at = field_validator("at")(utc)
+
+
+# Siblings, not parent and child: ``case CreateSchedule()`` must not match a change.
+class CreateSchedule(_Content):
     __tidings_type__: ClassVar[str] = "schedule.create"
-    workflow: str
-    input: Any = None
-    rule: dict[str, Any]
-    catch_up: CatchUp = CatchUp.LATEST
-    at: datetime
-
-    check_rule = field_validator("rule", mode="before")(_rule_data)
-    check_at = field_validator("at")(utc)
 
 
-class ChangeSchedule(_Model):
+class ChangeSchedule(_Content):
     __tidings_type__: ClassVar[str] = "schedule.change"
-    workflow: str
-    input: Any = None
-    rule: dict[str, Any]
-    catch_up: CatchUp = CatchUp.LATEST
-    at: datetime
-
-    check_rule = field_validator("rule", mode="before")(_rule_data)
-    check_at = field_validator("at")(utc)
 
 
 class PauseSchedule(_Model):

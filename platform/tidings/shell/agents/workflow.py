@@ -61,7 +61,7 @@ from ...core.workflow.inbox_rules import (
     decide_request,
 )
 from ...core.workflow_records import WorkflowInbox, WorkflowJournalEntry, WorkflowStatusRecord
-from ...errors import DecodeError, RecordError, SchemaError
+from ...errors import DecodeError, RecordError, RecordRejected, SchemaError
 from ..hosting import Input, Runtime, TopicPartition
 from ..io import Delivered, Incoming, Outgoing
 from ..owner import PartitionOwner
@@ -689,7 +689,11 @@ class WorkflowAgent:
             # Ended while this store was behind: its outcome (and a child's report to its
             # parent) may never have been published. Acknowledged before the store moves
             # past the end, or a crash in between would lose them for good.
-            await self._children.send(self._publisher, after)
+            try:
+                await self._publisher.send(after)
+            except RecordRejected as exc:  # e.g. a report to a parent workflow's missing inbox
+                log.warning("workflow %s: a record caught up from the journal was refused, dropped: %s",
+                            self.definition.name, exc)
         self._store.write(change)
 
     def _caught_up(self, partition: int, end: int) -> None:
