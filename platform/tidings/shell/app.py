@@ -28,6 +28,7 @@ from .topics import ApplyReport, TopicSpec, apply_topics, deadletter_topic, spec
 if TYPE_CHECKING:
     from .client import Client
     from .sagas import SagaHandle
+    from .schedules import ScheduleHandle
     from .worker import Worker
     from .workflows import WorkflowHandle
 
@@ -239,6 +240,30 @@ class App:
 
         return declare_saga(self, name, subscribe=subscribe, start_on=start_on, initial=initial,
                             handle=handle, on_enter=on_enter, state=state)
+
+    def schedules(self, workflows: Iterable[Any]) -> ScheduleHandle:
+        """Declare the schedule aggregate (SPEC §6, docs/schedules.md); returns its handle.
+
+        ``workflows`` lists the workflow handles (or names) a schedule may start. The
+        schedules are the aggregate ``schedule``, hosted like any other aggregate.
+
+        Raises:
+            DefinitionError: the app declares schedules already.
+        """
+        from ..core.schedule import aggregate as schedule
+        from .schedules import ScheduleHandle, workflow_names
+
+        if ("aggregate", schedule.SCHEDULE_AGGREGATE) in self._hosted:
+            raise DefinitionError(f"App {self.name!r}.schedules", [
+                f"an aggregate named {schedule.SCHEDULE_AGGREGATE!r} is already declared: "
+                "call app.schedules once, listing every workflow a schedule may start",
+            ])
+        names = workflow_names(workflows)
+        aggregate = self.aggregate(
+            schedule.SCHEDULE_AGGREGATE, schedule.INITIAL_STATE, schedule.decide, schedule.fold,
+            command=schedule.COMMAND_TYPES, event=schedule.EVENT_TYPES,
+        )
+        return ScheduleHandle(aggregate, names)
 
     def host(self, definition: Hosted) -> None:
         """Register a definition to run in this app's workers (``hosting.Hosted``).
