@@ -369,7 +369,7 @@ def fold(event: ScheduleEvent, state: ScheduleState) -> ScheduleState:
 
 COMMAND_TYPES: Final = (
     CreateSchedule, ChangeSchedule, PauseSchedule, ResumeSchedule, DeleteSchedule, FireSchedule,
-    ReportStart,
+    ReportStart, ReadSchedule,
 )
 EVENT_TYPES: Final = (
     ScheduleCreated, ScheduleChanged, SchedulePaused, ScheduleResumed, ScheduleDeleted,
