@@ -25,6 +25,10 @@ from .core.workflow import WorkflowContext as WorkflowContext
 from .core.workflow import WorkflowStatus as WorkflowStatus
 from .core.workflow import subroutine as subroutine
 from .core.aggregate import Defer as Defer
+from .core.schedule import CatchUp as CatchUp
+from .core.schedule import ScheduledRun as ScheduledRun
+from .core.schedule import ScheduleRule as ScheduleRule
+from .core.schedule import Weekday as Weekday
 from .core.saga import Expect as Expect
 from .core.saga import ExpectationExhausted as ExpectationExhausted
 from .core.saga import Goto as Goto
@@ -77,6 +81,7 @@ __all__ = [
     "Backoff",
     "BrokerError",
     "Cancelled",
+    "CatchUp",
     "Client",
     "DecodeError",
     "Defer",
@@ -107,6 +112,8 @@ __all__ = [
     "SagaEvent",
     "SagaHandle",
     "SagaStatus",
+    "ScheduleRule",
+    "ScheduledRun",
     "SchemaError",
     "Send",
     "Stay",
@@ -114,6 +121,7 @@ __all__ = [
     "Stop",
     "TidingsError",
     "View",
+    "Weekday",
     "WorkflowCancelled",
     "WorkflowContext",
     "WorkflowEnded",

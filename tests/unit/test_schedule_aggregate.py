@@ -260,3 +260,14 @@ def test_hosted_as_an_ordinary_aggregate_its_journal_rebuilds_the_state() -> Non
     # The state round-trips through the JSON the aggregate store keeps in RocksDB.
     adapter = TypeAdapter(ScheduleState)
     assert adapter.validate_json(adapter.dump_json(rebuilt.state)) == rebuilt.state
+
+
+def test_a_read_answers_the_state_and_stores_nothing() -> None:
+    from tidings.core.aggregate import Defer
+    from tidings.core.schedule.aggregate import ReadSchedule, ScheduleRead
+
+    state = created()
+    decision = decide(ReadSchedule(), state)
+    assert decision == Defer(ScheduleRead(state=state))
+    assert fold(decision.event, state) is state
+    assert ReadSchedule in COMMAND_TYPES and ScheduleRead in EVENT_TYPES

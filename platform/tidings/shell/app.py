@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from .client import Client
     from .flow_stage import WorkflowFlowStage
     from .sagas import SagaHandle
+    from .schedules import ScheduleHandle
     from .worker import Worker
     from .workflows import WorkflowHandle
 
@@ -264,6 +265,30 @@ class App:
         from .flow_stage import declare_flow
 
         return declare_flow(self, name, source_topic, handle, id_of, sink_topic, parallelism, timeout)
+
+    def schedules(self, workflows: Iterable[Any]) -> ScheduleHandle:
+        """Declare the schedule aggregate (SPEC §6, docs/schedules.md); returns its handle.
+
+        ``workflows`` lists the workflow handles (or names) a schedule may start. The
+        schedules are the aggregate ``schedule``, hosted like any other aggregate.
+
+        Raises:
+            DefinitionError: the app declares schedules already.
+        """
+        from ..core.schedule import aggregate as schedule
+        from .schedules import ScheduleHandle, workflow_names
+
+        if ("aggregate", schedule.SCHEDULE_AGGREGATE) in self._hosted:
+            raise DefinitionError(f"App {self.name!r}.schedules", [
+                f"an aggregate named {schedule.SCHEDULE_AGGREGATE!r} is already declared: "
+                "call app.schedules once, listing every workflow a schedule may start",
+            ])
+        names = workflow_names(workflows)
+        aggregate = self.aggregate(
+            schedule.SCHEDULE_AGGREGATE, schedule.INITIAL_STATE, schedule.decide, schedule.fold,
+            command=schedule.COMMAND_TYPES, event=schedule.EVENT_TYPES,
+        )
+        return ScheduleHandle(aggregate, names)
 
     def host(self, definition: Hosted) -> None:
         """Register a definition to run in this app's workers (``hosting.Hosted``).

@@ -32,7 +32,7 @@ from typing import Any, ClassVar, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
-from tidings.core.aggregate import Decision, Ignore, Persist
+from tidings.core.aggregate import Decision, Defer, Ignore, Persist
 from tidings.core.schedule.due_times import FireRefused, Pause, decide_fire, next_due
 from tidings.core.schedule.rules import CatchUp, ScheduleRule
 from tidings.core.schedule.runs import utc
@@ -120,9 +120,15 @@ class ReportStart(_Model):
     check_due = field_validator("due")(utc)
 
 
+class ReadSchedule(_Model):
+    """Ask for the schedule's state: answered with a deferred ``ScheduleRead``, never stored."""
+
+    __tidings_type__: ClassVar[str] = "schedule.read"
+
+
 ScheduleCommand = (
     CreateSchedule | ChangeSchedule | PauseSchedule | ResumeSchedule | DeleteSchedule
-    | FireSchedule | ReportStart
+    | FireSchedule | ReportStart | ReadSchedule
 )
 
 # -- events ---------------------------------------------------------------------------------
@@ -177,9 +183,17 @@ class RunStarted(_Model):
     due: datetime
 
 
+class ScheduleRead(_Model):
+    """The answer to ``ReadSchedule``: the schedule's state. Deferred, so never stored, and
+    its fold changes nothing."""
+
+    __tidings_type__: ClassVar[str] = "schedule.read-reply"
+    state: ScheduleState
+
+
 ScheduleEvent = (
     ScheduleCreated | ScheduleChanged | SchedulePaused | ScheduleResumed | ScheduleDeleted
-    | RunsDecided | RunStarted
+    | RunsDecided | RunStarted | ScheduleRead
 )
 
 # -- state ----------------------------------------------------------------------------------
@@ -238,6 +252,8 @@ class ScheduleState(_Model):
         return tuple(Pause(span.start, span.end) for span in self.pauses)
 
 
+ScheduleRead.model_rebuild()
+
 INITIAL_STATE: Final = ScheduleState()
 
 # -- decide and fold --------------------------------------------------------------------------
@@ -272,6 +288,8 @@ def decide(command: ScheduleCommand, state: ScheduleState) -> Decision:
             return Persist(ScheduleDeleted(at=command.at))
         case FireSchedule():
             return _fire(command, state)
+        case ReadSchedule():
+            return Defer(ScheduleRead(state=state))
         case ReportStart():
             if not any(run.due == command.due for run in state.pending):
                 return Ignore()  # a repeated report, or one for a run never decided
@@ -341,17 +359,19 @@ def fold(event: ScheduleEvent, state: ScheduleState) -> ScheduleState:
             return state.model_copy(update={
                 "pending": tuple(run for run in state.pending if run.due != event.due),
             })
+        case ScheduleRead():
+            return state  # the same object: the live state does not diverge from the stored
         case _:
             raise TypeError(f"not a schedule event: {event!r}")
 
 
 COMMAND_TYPES: Final = (
     CreateSchedule, ChangeSchedule, PauseSchedule, ResumeSchedule, DeleteSchedule, FireSchedule,
-    ReportStart,
+    ReportStart, ReadSchedule,
 )
 EVENT_TYPES: Final = (
     ScheduleCreated, ScheduleChanged, SchedulePaused, ScheduleResumed, ScheduleDeleted,
-    RunsDecided, RunStarted,
+    RunsDecided, RunStarted, ScheduleRead,
 )
 
 __all__ = [
@@ -366,6 +386,7 @@ __all__ = [
     "PauseSchedule",
     "PauseSpan",
     "PendingRun",
+    "ReadSchedule",
     "ReportStart",
     "ResumeSchedule",
     "RunStarted",
@@ -376,6 +397,7 @@ __all__ = [
     "ScheduleDeleted",
     "ScheduleEvent",
     "SchedulePaused",
+    "ScheduleRead",
     "ScheduleResumed",
     "ScheduleState",
     "decide",
