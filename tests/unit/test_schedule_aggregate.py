@@ -124,11 +124,21 @@ def test_a_fire_more_than_a_second_early_is_refused() -> None:
 
 def test_the_report_of_a_start_clears_the_pending_run_once() -> None:
     state, _ = fire(created(), at(10), at(10))
-    decision = decide(ReportStart(due=at(10)), state)
-    assert decision == Persist(RunStarted(due=at(10)))
+    decision = decide(ReportStart(dues=(at(10),)), state)
+    assert decision == Persist(RunStarted(dues=(at(10),)))
     state = fold(decision.event, state)
     assert state.pending == ()
-    assert decide(ReportStart(due=at(10)), state) == Ignore()
+    assert decide(ReportStart(dues=(at(10),)), state) == Ignore()
+
+
+def test_one_report_clears_many_runs_and_only_those_pending() -> None:
+    state = apply(INITIAL_STATE, create(catch_up=CatchUp.ALL))
+    state, runs = fire(state, at(10), at(15_005))
+    assert len(runs) == 1_000
+    decision = decide(ReportStart(dues=(runs[0], runs[0], runs[1], at(3))), state)
+    assert decision == Persist(RunStarted(dues=(runs[0], runs[1])))
+    state = fold(decision.event, state)
+    assert [run.due for run in state.pending] == list(runs[2:])
 
 
 def test_catch_up_latest_runs_only_the_most_recent_missed_due_time() -> None:
@@ -198,7 +208,7 @@ def test_a_run_decided_before_a_change_pause_or_delete_keeps_what_was_stored() -
     )
     assert state.status == "deleted"
     assert [(run.due, run.workflow, run.input) for run in state.pending] == [(at(10), "remind", "Drink water")]
-    assert isinstance(decide(ReportStart(due=at(10)), state), Persist)
+    assert isinstance(decide(ReportStart(dues=(at(10),)), state), Persist)
 
 
 def test_a_change_while_paused_stays_paused() -> None:

@@ -270,13 +270,14 @@ class App:
         """Declare the schedule aggregate (SPEC §6, docs/schedules.md); returns its handle.
 
         ``workflows`` lists the workflow handles (or names) a schedule may start. The
-        schedules are the aggregate ``schedule``, hosted like any other aggregate.
+        schedules are the aggregate ``schedule``, hosted like any other aggregate, and every
+        worker also runs their dispatcher (``ScheduleDispatch``) for the partitions it owns.
 
         Raises:
             DefinitionError: the app declares schedules already.
         """
         from ..core.schedule import aggregate as schedule
-        from .schedules import ScheduleHandle, workflow_names
+        from .schedules import ScheduleDispatch, ScheduleHandle, workflow_names
 
         if ("aggregate", schedule.SCHEDULE_AGGREGATE) in self._hosted:
             raise DefinitionError(f"App {self.name!r}.schedules", [
@@ -288,6 +289,7 @@ class App:
             schedule.SCHEDULE_AGGREGATE, schedule.INITIAL_STATE, schedule.decide, schedule.fold,
             command=schedule.COMMAND_TYPES, event=schedule.EVENT_TYPES,
         )
+        self.host(ScheduleDispatch(self, aggregate))
         return ScheduleHandle(aggregate, names)
 
     def host(self, definition: Hosted) -> None:

@@ -31,9 +31,14 @@ from ..core.schedule.aggregate import (
     ScheduleRead,
     ScheduleState,
 )
+from .agents.schedule_dispatcher import ScheduleDispatcher
 from .aggregates import AggregateHandle
+from .hosting import Runtime
+from .schedule_store import ScheduleStore
+from .topics import TopicSpec
 
 if TYPE_CHECKING:
+    from .app import App
     from .workflows import WorkflowHandle
 
 
@@ -155,6 +160,35 @@ class ScheduleHandle:
         return name
 
 
+@dataclass(frozen=True)
+class ScheduleDispatch:
+    """The dispatcher as a hosted kind: it fires the schedules of the journal partitions a
+    worker owns and starts their runs (``agents/schedule_dispatcher.py``).
+
+    It declares no topic of its own: it reads the schedule aggregate's journal and writes
+    to its commands topic and to the inboxes of the workflows the schedules start.
+    """
+
+    app: App
+    aggregate: AggregateHandle[Any, Any, ScheduleState]
+
+    @property
+    def kind(self) -> str:
+        return "schedule-dispatcher"
+
+    @property
+    def name(self) -> str:
+        return self.aggregate.name
+
+    def topic_specs(self) -> list[TopicSpec]:
+        return []
+
+    def open(self, runtime: Runtime) -> ScheduleDispatcher:
+        store = ScheduleStore(runtime.store_path(self.kind, self.name))
+        return ScheduleDispatcher(self.aggregate, workflow=self.app.workflow_handle, store=store,
+                                  runtime=runtime)
+
+
 def _check_schedule_id(schedule_id: str) -> None:
     # Shorter than other ids, so that every run id ``{schedule}@{due}`` fits the id limit.
     check_id(schedule_id, "schedule id", max_bytes=MAX_SCHEDULE_ID_BYTES)
@@ -187,4 +221,4 @@ def workflow_names(workflows: Iterable[WorkflowHandle | str]) -> tuple[str, ...]
     return tuple(dict.fromkeys(names))
 
 
-__all__ = ["ScheduleHandle", "workflow_names"]
+__all__ = ["ScheduleDispatch", "ScheduleHandle", "workflow_names"]

@@ -113,11 +113,16 @@ class FireSchedule(_Model):
 
 
 class ReportStart(_Model):
-    """The dispatcher stored the start of the run for ``due``."""
+    """The dispatcher stored the starts of the runs for ``dues`` (one report for a whole
+    catch-up: a fire under ``CatchUp.ALL`` may decide a thousand runs)."""
 
     __tidings_type__: ClassVar[str] = "schedule.report-start"
-    due: datetime
-    check_due = field_validator("due")(utc)
+    dues: tuple[datetime, ...]
+
+    @field_validator("dues")
+    @classmethod
+    def _check_dues(cls, dues: tuple[datetime, ...]) -> tuple[datetime, ...]:
+        return tuple(utc(due) for due in dues)
 
 
 class ReadSchedule(_Model):
@@ -179,8 +184,10 @@ class RunsDecided(_Model):
 
 
 class RunStarted(_Model):
+    """The runs for ``dues`` were started: no longer pending."""
+
     __tidings_type__: ClassVar[str] = "schedule.run-started"
-    due: datetime
+    dues: tuple[datetime, ...]
 
 
 class ScheduleRead(_Model):
@@ -291,9 +298,10 @@ def decide(command: ScheduleCommand, state: ScheduleState) -> Decision:
         case ReadSchedule():
             return Defer(ScheduleRead(state=state))
         case ReportStart():
-            if not any(run.due == command.due for run in state.pending):
-                return Ignore()  # a repeated report, or one for a run never decided
-            return Persist(RunStarted(due=command.due))
+            pending = {run.due for run in state.pending}
+            # A repeated report, or one for a run never decided, stores nothing.
+            reported = tuple(due for due in dict.fromkeys(command.dues) if due in pending)
+            return Persist(RunStarted(dues=reported)) if reported else Ignore()
         case _:
             raise TypeError(f"not a schedule command: {command!r}")
 
@@ -357,7 +365,7 @@ def fold(event: ScheduleEvent, state: ScheduleState) -> ScheduleState:
             })
         case RunStarted():
             return state.model_copy(update={
-                "pending": tuple(run for run in state.pending if run.due != event.due),
+                "pending": tuple(run for run in state.pending if run.due not in set(event.dues)),
             })
         case ScheduleRead():
             return state  # the same object: the live state does not diverge from the stored
