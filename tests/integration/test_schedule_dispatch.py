@@ -9,81 +9,18 @@ id, so a test counts the runs of each due time.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import json
 import time
-from collections import Counter
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tidings import App, CatchUp, ScheduleRule
-from tidings.codec import avro
-from tidings.core.records import EventEnvelope
-from tidings.core.schedule import parse_run_id
-from tidings.shell.schedules import ScheduleHandle
-from tidings.shell.topics import apply_topics
+from tidings import CatchUp, ScheduleRule
 from tidings.testing import assert_eventually
-from tidings.testing.topics import read_topic
-from tests.integration.schedule_apps import build
-from tests.workers import Workers
+from tests.schedules_kit import SECOND, Scheduled, assert_once_each, decided, run, scheduled
 
-SECOND = ScheduleRule.every(timedelta(seconds=1))
-
-
-@dataclasses.dataclass
-class Scheduled:
-    app: App
-    schedules: ScheduleHandle
-    calls: Path
-    bootstrap: str
-    tmp_path: Path
-    app_id: str
-
-    def workers(self, **env: str) -> Workers:
-        return Workers(self.bootstrap, self.app_id, self.tmp_path, app_spec="tests.integration.schedule_apps:app",
-                       env={"TEST_CALLS_DIR": str(self.calls), **env})
-
-    def runs(self) -> list[tuple[str, datetime, int, dict[str, Any] | str | None]]:
-        """(schedule, due, worker pid, input) of every activity call, in call order."""
-        path = self.calls / "remind.log"
-        found = []
-        for line in (path.read_text(encoding="utf-8").splitlines() if path.exists() else []):
-            run, _attempt, pid, data = line.split(" ", 3)
-            schedule, due = parse_run_id(run)
-            found.append((schedule, due, int(pid), json.loads(data)))
-        return found
-
-    def dues(self, schedule: str) -> list[datetime]:
-        return [due for s, due, _, _ in self.runs() if s == schedule]
-
-
-@pytest.fixture
-def scheduled(kafka_bootstrap: str, app_id: str, tmp_path: Path,
-              monkeypatch: pytest.MonkeyPatch) -> Iterator[Scheduled]:
-    monkeypatch.setenv("TIDINGS_BOOTSTRAP", kafka_bootstrap)
-    app, schedules = build(app_id)
-    apply_topics(kafka_bootstrap, app.topic_specs(), out=lambda line: None)
-    yield Scheduled(app, schedules, tmp_path / "calls", kafka_bootstrap, tmp_path, app_id)
-    for client in list(app._clients.values()):
-        client.close()
-
-
-def run(coroutine: Any) -> Any:
-    return asyncio.run(coroutine)
-
-
-def assert_once_each(dues: list[datetime]) -> None:
-    """No due time ran twice, and none was skipped between the first and the last."""
-    counts = Counter(dues)
-    assert all(n == 1 for n in counts.values()), [d for d, n in counts.items() if n > 1]
-    ordered = sorted(counts)
-    gaps = [(a, b) for a, b in zip(ordered, ordered[1:]) if b - a != timedelta(seconds=1)]
-    assert not gaps, gaps
+__all__ = ["scheduled"]  # the fixture, imported for pytest
 
 
 def test_an_every_second_schedule_runs_each_due_time_once_and_pause_change_delete_hold(
@@ -151,16 +88,6 @@ def test_a_sigkill_inside_decide_start_report_leaves_one_run_per_due_time(
         assert min(dues) <= crashed_at
     finally:
         workers.kill_all()
-
-
-def decided(scheduled: Scheduled, schedule: str) -> list[list[datetime]]:
-    """The runs of each ``RunsDecided`` of ``schedule`` in its journal, in order."""
-    found = []
-    for record in read_topic(scheduled.bootstrap, f"{scheduled.app.name}.aggregate.schedule.events"):
-        event = avro.decode_as(record.value, EventEnvelope)
-        if event.aggregate_id == schedule and event.type == "schedule.runs-decided":
-            found.append([datetime.fromisoformat(due) for due in json.loads(event.payload)["runs"]])
-    return found
 
 
 def test_catch_up_after_1500_missed_due_times_follows_the_policy(scheduled: Scheduled) -> None:

@@ -31,6 +31,7 @@ class AggregateHandle(Generic[C, E, S]):
     app: App
     definition: AggregateDefinition[C, E, S]
     topics: AggregateTopics
+    cache_size: int = 100_000
 
     @property
     def name(self) -> str:
@@ -91,4 +92,4 @@ class AggregateHandle(Generic[C, E, S]):
             sagas=[starter.name for starter in starters],
         )
         return AggregateAgent(self.definition, topics=self.topics, store=store, runtime=runtime,
-                              starters=starters)
+                              starters=starters, cache_size=self.cache_size)

@@ -41,6 +41,8 @@ E = TypeVar("E")
 S = TypeVar("S")
 
 DEFAULT_PARTITIONS = 8
+#: Schedules a worker keeps in memory per partition of the schedule aggregate.
+SCHEDULE_CACHE_SIZE = 1_000
 
 
 class App:
@@ -102,6 +104,7 @@ class App:
         *,
         command: Any,
         event: Any,
+        cache_size: int = 100_000,
     ) -> AggregateHandle[C, E, S]:
         """Declare an aggregate; returns its handle.
 
@@ -112,11 +115,15 @@ class App:
             fold: ``fold(event, state) -> state``.
             command: The command model, a union of models, or an iterable of them.
             event: The event model(s), likewise.
+            cache_size: Instances a worker keeps in memory per partition, most recently
+                used first (the rest are read from RocksDB when a command comes).
 
         Raises:
             DefinitionError: listing every problem with the definition.
         """
         reasons: list[str] = []
+        if not isinstance(cache_size, int) or isinstance(cache_size, bool) or cache_size < 1:
+            reasons.append(f"cache_size must be a positive int, not {cache_size!r}")
         if ("aggregate", name) in self._hosted:
             reasons.append(f"an aggregate named {name!r} is already declared")
         registries = []
@@ -140,7 +147,7 @@ class App:
             events=topic_name(self.name, "aggregate", name, "events"),
             deadletter=deadletter_topic(self.name),
         )
-        handle = AggregateHandle(self, definition, topics)
+        handle = AggregateHandle(self, definition, topics, cache_size)
         self.host(handle)
         return handle
 
@@ -288,6 +295,9 @@ class App:
         aggregate = self.aggregate(
             schedule.SCHEDULE_AGGREGATE, schedule.INITIAL_STATE, schedule.decide, schedule.fold,
             command=schedule.COMMAND_TYPES, event=schedule.EVENT_TYPES,
+            # A schedule gets a few commands per due time: memory per idle schedule matters
+            # more than a RocksDB read per command (the dispatcher keeps its own index).
+            cache_size=SCHEDULE_CACHE_SIZE,
         )
         self.host(ScheduleDispatch(self, aggregate))
         return ScheduleHandle(aggregate, names)
