@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -58,16 +58,19 @@ def test_an_operator_runs_a_schedule_through_its_life(cli: tuple[Workers, dict[s
     worker = workers.start("w1")
     daily = ["--input", '"Drink water"', "--daily", "09:00", "--zone", "Europe/Oslo"]
 
-    before = datetime.now(UTC)
     created = json.loads(ok(env, "create", APP, "ada-daily", "reminder", *daily))
-    expected_due = next_due(ScheduleRule.daily("09:00", "Europe/Oslo"), before, anchor=before)
+    # The first due time after the creation, the instant the command carried.
+    anchor = datetime.fromisoformat(json.loads(ok(env, "show", APP, "ada-daily", "--json"))["anchor"])
+    expected_due = next_due(ScheduleRule.daily("09:00", "Europe/Oslo"), anchor, anchor=anchor)
     assert expected_due is not None
     assert created == {"created": "ada-daily", "workflow": "reminder", "rule": "every day at 09:00 in Europe/Oslo",
                        "catch_up": "latest", "next_due": format_due(expected_due)}
     # The same create again stores nothing and succeeds; other content is refused, with the way out.
     assert json.loads(ok(env, "create", APP, "ada-daily", "reminder", *daily))["created"] == "ada-daily"
-    assert "exists with other content" in refused(
+    conflict = refused(
         env, "create", APP, "ada-daily", "reminder", "--input", '"Eat"', "--daily", "09:00", "--zone", "Europe/Oslo")
+    assert "exists with other content" in conflict
+    assert "`tidings schedule change examples.reminder.app:app ada-daily ...` changes it" in conflict
     assert "'backup' is not one app.schedules([...]) lists: ['reminder']" in refused(
         env, "create", APP, "nightly", "backup", "--every", "1h")
     assert "--weekly needs --at" in refused(env, "create", APP, "x", "reminder", "--weekly", "mon", "--zone", "UTC")
@@ -97,7 +100,7 @@ def test_an_operator_runs_a_schedule_through_its_life(cli: tuple[Workers, dict[s
     assert state["input"] == "Drink tea" and state["catch_up"] == "all"
     assert state["rule"] == {"kind": "weekly", "at": "08:30:00", "zone": "Europe/Oslo",
                              "days": ["monday", "tuesday", "wednesday", "thursday", "friday"]}
-    assert state["rule_text"] == "every Monday, Tuesday, Wednesday, Thursday and Friday at 08:30 in Europe/Oslo"
+    assert state["rule_text"] == "every Monday to Friday at 08:30 in Europe/Oslo"
 
     assert json.loads(ok(env, "delete", APP, "ada-daily")) == {"deleted": "ada-daily"}
     assert "was deleted; a deleted schedule cannot be deleted" in refused(env, "delete", APP, "ada-daily")

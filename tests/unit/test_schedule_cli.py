@@ -146,8 +146,11 @@ def test_rules_in_words_and_as_options() -> None:
     weekly = ScheduleRule.weekly(["mon", "wed", "fri"], "17:30:15", "UTC")
     assert rule_words(weekly) == "every Monday, Wednesday and Friday at 17:30:15 in UTC"
     assert rule_options(weekly) == "--weekly mon,wed,fri --at 17:30:15 --zone UTC"
+    workdays = ScheduleRule.weekly(["mon", "tue", "wed", "thu", "fri", "sun"], "09:15", "Europe/Oslo")
+    assert rule_words(workdays) == "every Monday to Friday and Sunday at 09:15 in Europe/Oslo"
+    assert rule_options(workdays) == "--weekly mon-fri,sun --at 09:15 --zone Europe/Oslo"
     assert rule_words(ScheduleRule.every(timedelta(minutes=90))).startswith("every 1h30m, counted from")
-    for rule in (OSLO_9, weekly, ScheduleRule.every(timedelta(seconds=90))):
+    for rule in (OSLO_9, weekly, workdays, ScheduleRule.every(timedelta(seconds=90))):
         # What show prints as options reads back as the same rule.
         words = rule_options(rule).split()
         options = dict(zip((w.lstrip("-") for w in words[::2]), words[1::2], strict=True))
@@ -167,7 +170,7 @@ def test_show_gives_the_next_due_time_in_utc_in_the_zone_and_its_run_id() -> Non
     assert 'input      "Drink water"' in text
     assert "rule       every day at 09:00 in Europe/Oslo   (--daily 09:00 --zone Europe/Oslo)" in text
     assert "catch-up   latest: after missed due times, one run for the most recent" in text
-    assert ("next due   2026-11-15T08:00:00.0000000Z   Sun 2026-11-15 09:00:00 Europe/Oslo (UTC+0100)"
+    assert ("next due   2026-11-15T08:00:00.0000000Z   Sun 2026-11-15 09:00:00 Europe/Oslo (UTC+01:00)"
             in text)
     assert "run id ada-daily@2026-11-15T08:00:00.0000000Z" in text
     assert "overdue" not in text

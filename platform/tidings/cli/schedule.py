@@ -192,9 +192,32 @@ def interval_text(interval: timedelta) -> str:
     return "".join(parts) or "0s"
 
 
-def _day_list(days: Sequence[Weekday]) -> str:
-    names = [day.name.capitalize() for day in days]
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+def _day_runs(days: Sequence[Weekday]) -> list[tuple[Weekday, Weekday]]:
+    """Consecutive days as (first, last) runs: Monday..Friday is one run."""
+    runs: list[tuple[Weekday, Weekday]] = []
+    for day in sorted(days):
+        if runs and day == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], day)
+        else:
+            runs.append((day, day))
+    return runs
+
+
+def _day_words(days: Sequence[Weekday]) -> str:
+    parts: list[str] = []
+    for first, last in _day_runs(days):
+        names = [Weekday(day).name.capitalize() for day in range(first, last + 1)]
+        # Three or more days in a row read better as a range: "Monday to Friday".
+        parts += [f"{names[0]} to {names[-1]}"] if len(names) >= 3 else names
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def _day_options(days: Sequence[Weekday]) -> str:
+    parts: list[str] = []
+    for first, last in _day_runs(days):
+        names = [Weekday(day).name[:3].lower() for day in range(first, last + 1)]
+        parts += [f"{names[0]}-{names[-1]}"] if len(names) >= 3 else names
+    return ",".join(parts)
 
 
 def rule_words(rule: ScheduleRule) -> str:
@@ -203,7 +226,7 @@ def rule_words(rule: ScheduleRule) -> str:
         assert rule.interval is not None
         return f"every {interval_text(rule.interval)}, counted from the creation or last change"
     assert rule.at is not None
-    when = "every day" if rule.kind == "daily" else f"every {_day_list(rule.days)}"
+    when = "every day" if rule.kind == "daily" else f"every {_day_words(rule.days)}"
     at = rule.at.strftime("%H:%M:%S" if rule.at.second else "%H:%M")
     return f"{when} at {at} in {rule.zone}"
 
@@ -217,7 +240,7 @@ def rule_options(rule: ScheduleRule) -> str:
     at = rule.at.strftime("%H:%M:%S" if rule.at.second else "%H:%M")
     if rule.kind == "daily":
         return f"--daily {at} --zone {rule.zone}"
-    return f"--weekly {','.join(day.name[:3].lower() for day in rule.days)} --at {at} --zone {rule.zone}"
+    return f"--weekly {_day_options(rule.days)} --at {at} --zone {rule.zone}"
 
 
 _CATCH_UP_WORDS: Final = {
@@ -231,7 +254,8 @@ def _local(instant: datetime, zone: str | None) -> str:
     if zone is None:
         return ""
     moment = instant.astimezone(load_zone(zone))
-    return f"{moment:%a %Y-%m-%d %H:%M:%S} {zone} (UTC{moment:%z})"
+    offset = f"{moment:%z}"  # +0100; %:z (+01:00) needs Python 3.12
+    return f"{moment:%a %Y-%m-%d %H:%M:%S} {zone} (UTC{offset[:3]}:{offset[3:]})"
 
 
 def _instant(instant: datetime) -> str:
@@ -577,7 +601,9 @@ async def _act(handle: ScheduleHandle, args: argparse.Namespace, rule: ScheduleR
                 print("\n".join(describe(schedule_id, state, datetime.now(UTC))))
             return 0 if state.status != "absent" else 1
     except ValueError as exc:
-        print(f"tidings: {exc}", file=sys.stderr)
+        # The handle speaks to a program; here the way out is a command.
+        message = str(exc).replace("change it with change()", f"`tidings schedule change {args.app} {schedule_id} ...` changes it")
+        print(f"tidings: {message}", file=sys.stderr)
         return 1
     step = {"pause": handle.pause, "resume": handle.resume, "delete": handle.delete}[action]
     if await step(schedule_id):
