@@ -66,26 +66,22 @@ _INTERVAL: Final = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
 _LOCAL_TIME: Final = re.compile(r"([01]?\d|2[0-3]):([0-5]\d)(?::([0-5]\d))?")
 
 
-class RuleSyntaxError(ValueError):
-    """A rule option is wrong; the message says which and what is accepted."""
-
-
 def parse_interval(text: str) -> timedelta:
     """Read ``--every``'s interval: a count and unit per part, largest first (``90s``, ``1h30m``).
 
     Raises:
-        RuleSyntaxError: the text is no such interval, or it is shorter than a second.
+        ValueError: the text is no such interval, or it is shorter than a second.
     """
     match = _INTERVAL.fullmatch(text.strip())
     if not text.strip() or match is None or not any(match.groups()):
-        raise RuleSyntaxError(
+        raise ValueError(
             f"--every {text!r} is not an interval: write a count and a unit, largest unit first, "
             "e.g. 90s, 10m, 1h, 1h30m or 1d (units d, h, m, s)"
         )
     days, hours, minutes, seconds = (int(part or 0) for part in match.groups())
     interval = timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
     if interval < MIN_INTERVAL:
-        raise RuleSyntaxError(f"--every {text!r} is shorter than the shortest interval, 1s")
+        raise ValueError(f"--every {text!r} is shorter than the shortest interval, 1s")
     return interval
 
 
@@ -93,11 +89,11 @@ def parse_local_time(text: str, option: str) -> str:
     """Check a local time ``HH:MM`` or ``HH:MM:SS`` (24 h) and return it as ``ScheduleRule`` takes it.
 
     Raises:
-        RuleSyntaxError: the text is no such time.
+        ValueError: the text is no such time.
     """
     match = _LOCAL_TIME.fullmatch(text.strip())
     if match is None:
-        raise RuleSyntaxError(
+        raise ValueError(
             f"{option} {text!r} is not a local time: write HH:MM or HH:MM:SS on a 24-hour clock, "
             "e.g. 09:00 or 17:30:15"
         )
@@ -109,7 +105,7 @@ def parse_days(text: str) -> tuple[Weekday, ...]:
     """Read ``--weekly``'s days: names (``mon``, ``monday``) or ranges (``mon-fri``), comma-separated.
 
     Raises:
-        RuleSyntaxError: a part names no day, or a range runs backwards.
+        ValueError: a part names no day, or a range runs backwards.
     """
     days: set[Weekday] = set()
     for part in text.split(","):
@@ -118,12 +114,12 @@ def parse_days(text: str) -> tuple[Weekday, ...]:
             start = Weekday.parse(first)
             end = Weekday.parse(last) if dash else start
         except ValueError:
-            raise RuleSyntaxError(
+            raise ValueError(
                 f"--weekly {text!r}: {part.strip()!r} is not a day; write days as mon,tue,wed,thu,fri,sat,sun "
                 "(or full names), comma-separated, or a range such as mon-fri"
             ) from None
         if end < start:
-            raise RuleSyntaxError(
+            raise ValueError(
                 f"--weekly {text!r}: the range {part.strip()!r} runs backwards; weeks start on Monday, "
                 "so write sat,sun,mon rather than sat-mon"
             )
@@ -138,35 +134,35 @@ def parse_rule(
     """Build the rule the options name: exactly one of ``daily``, ``weekly`` (with ``at``) and ``every``.
 
     Raises:
-        RuleSyntaxError: the options name no rule, more than one, or one with a wrong part
+        ValueError: the options name no rule, more than one, or one with a wrong part
             (the message says which part and what is accepted).
     """
     given = [option for option, value in (("--daily", daily), ("--weekly", weekly), ("--every", every))
              if value is not None]
     if len(given) != 1:
         said = "none" if not given else " and ".join(given)
-        raise RuleSyntaxError(f"give exactly one of --daily, --weekly and --every (got {said})\n{RULE_SYNTAX}")
+        raise ValueError(f"give exactly one of --daily, --weekly and --every (got {said})\n{RULE_SYNTAX}")
     if every is not None:
         if zone is not None or at is not None:
-            raise RuleSyntaxError(
+            raise ValueError(
                 "--every counts from the schedule's creation or last change, so it takes no "
                 f"{'--zone' if zone is not None else '--at'}; use --daily or --weekly for local times"
             )
         return ScheduleRule.every(parse_interval(every))
     if daily is not None and at is not None:
-        raise RuleSyntaxError(f"--daily takes its time itself (--daily {at} --zone ...); --at goes with --weekly")
+        raise ValueError(f"--daily takes its time itself (--daily {at} --zone ...); --at goes with --weekly")
     if weekly is not None and at is None:
-        raise RuleSyntaxError("--weekly needs --at, the local time, e.g. --weekly mon,fri --at 09:00 --zone Europe/Oslo")
+        raise ValueError("--weekly needs --at, the local time, e.g. --weekly mon,fri --at 09:00 --zone Europe/Oslo")
     option = "--daily" if daily is not None else "--weekly"
     if zone is None:
-        raise RuleSyntaxError(
+        raise ValueError(
             f"{option} needs --zone, the IANA time zone its local time is in, e.g. --zone Europe/Oslo "
             "(or --zone UTC)"
         )
     try:
         load_zone(zone)
     except ValueError:
-        raise RuleSyntaxError(
+        raise ValueError(
             f"--zone {zone!r} is not a time zone this machine knows: give an IANA name such as "
             "Europe/Oslo, America/New_York or UTC"
         ) from None
