@@ -22,7 +22,7 @@ Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 COMMANDS: tuple[str, ...] = (
     "worker", "send", "topics", "broker", "demo", "start", "signal", "cancel", "result", "status", "outcomes",
     "deadletters", "offsets",
-    "journal", "saga",
+    "journal", "saga", "schedule",
 )
 
 

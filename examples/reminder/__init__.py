@@ -1,0 +1,1 @@
+"""The reminder example: Ada's daily reminder, a workflow started by a schedule."""
