@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 from ...codec import avro
 from ...codec.payloads import load_payload, payload_of
 from ...core.aggregate import AggregateInstance, restore
-from ...core.limits import check_command
+from ...core.limits import check_command, check_id
 from ...core.partitioning import partition_for
 from ...core.records import CommandEnvelope, EventEnvelope
 from ...core.schedule.aggregate import FireSchedule, PendingRun, ReportStart, RunStarted
@@ -336,7 +336,8 @@ class ScheduleDispatcher:
 
     def _start_record(self, schedule_id: str, run: PendingRun) -> Outgoing:
         workflow = self._workflow(run.workflow)
-        instance_id = run_id(schedule_id, run.due)
+        # A schedule created by a raw producer may have an id too long for its run ids.
+        instance_id = check_id(run_id(schedule_id, run.due), "run id")
         try:
             text, _ = workflow.definition.codec.convert(
                 ScheduledRun(schedule_id, run.due, run.input), workflow.definition.input_type
