@@ -80,6 +80,33 @@ def assert_once_each(dues: list[datetime]) -> None:
     assert not gaps, gaps
 
 
+def assert_one_run_each(scheduled: Scheduled, schedule: str, killed_pid: int | None = None, *,
+                        consecutive: bool = True) -> None:
+    """One workflow instance per due time, none skipped, each of whose activities ran.
+
+    The journal's decisions hold each due time once, with no gap between the first and the
+    last (the run id is the due time, so that is one instance each). Every decided run but
+    the newest few has its activity call (``consecutive=False``: gaps allowed, for policies that
+    skip missed due times), and no call is for a due time never decided. An
+    activity runs at least once: a due time's activity was called twice only if the first
+    call was on the worker that was killed (it ran, and its result was not journaled).
+    """
+    dues = [due for runs in decided(scheduled, schedule) for due in runs]
+    if consecutive:
+        assert_once_each(dues)
+    else:
+        assert len(dues) == len(set(dues)), dues
+    calls: dict[datetime, list[int]] = {}
+    for name, due, pid, _ in scheduled.runs():
+        if name == schedule:
+            calls.setdefault(due, []).append(pid)
+    assert set(calls) <= set(dues), sorted(set(calls) - set(dues))
+    assert set(sorted(dues)[:-3]) <= set(calls), sorted(set(dues[:-3]) - set(calls))
+    repeated = {due: pids for due, pids in calls.items()
+                if len(pids) > 1 and not (len(pids) == 2 and killed_pid is not None and pids[0] == killed_pid)}
+    assert not repeated, repeated
+
+
 def decided(scheduled: Scheduled, schedule: str) -> list[list[datetime]]:
     """The runs of each ``RunsDecided`` of ``schedule`` in its journal, in order."""
     found = []

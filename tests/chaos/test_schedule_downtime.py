@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 from tidings import CatchUp
 from tidings.testing import assert_eventually
-from tests.schedules_kit import SECOND, Scheduled, assert_once_each, decided, run, scheduled
+from tests.schedules_kit import SECOND, Scheduled, assert_one_run_each, decided, run, scheduled
 
 __all__ = ["scheduled"]  # the fixture, imported for pytest
 
@@ -32,8 +32,8 @@ def test_a_restart_after_65_s_down_catches_up_all_latest_and_none(scheduled: Sch
         run(create())
         assert_eventually(lambda: all(len(scheduled.dues(p.value)) >= 2 for p in CatchUp), timeout=60,
                           message=workers.log_tail())
+        killed, killed_pid = datetime.now(UTC), worker.pid
         worker.kill()
-        killed = datetime.now(UTC)
         time.sleep(DOWN_S)
         restarted = datetime.now(UTC)
         workers.start("w2", data_dir=worker.data_dir)
@@ -49,7 +49,8 @@ def test_a_restart_after_65_s_down_catches_up_all_latest_and_none(scheduled: Sch
 
         # ALL: every missed due time ran once, oldest first in one decision, none skipped.
         assert len(inside(CatchUp.ALL)) >= DOWN_S - 2
-        assert_once_each(scheduled.dues("all"))
+        for policy in CatchUp:
+            assert_one_run_each(scheduled, policy.value, killed_pid, consecutive=policy is CatchUp.ALL)
         catch_up = next(runs for runs in decided(scheduled, "all") if len(runs) > 10)
         assert catch_up == sorted(catch_up)
         # LATEST: one run for the whole downtime, the most recent missed due time.
@@ -59,8 +60,5 @@ def test_a_restart_after_65_s_down_catches_up_all_latest_and_none(scheduled: Sch
         assert after_kill and after_kill[0] >= restarted - timedelta(seconds=1)
         # NONE: nothing missed ran.
         assert inside(CatchUp.NONE) == []
-        for policy in CatchUp:
-            dues = scheduled.dues(policy.value)
-            assert len(dues) == len(set(dues)), policy  # never one due time twice
     finally:
         workers.kill_all()

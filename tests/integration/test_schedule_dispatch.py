@@ -18,7 +18,7 @@ import pytest
 
 from tidings import CatchUp, ScheduleRule
 from tidings.testing import assert_eventually
-from tests.schedules_kit import SECOND, Scheduled, assert_once_each, decided, run, scheduled
+from tests.schedules_kit import SECOND, Scheduled, assert_once_each, assert_one_run_each, decided, run, scheduled
 
 __all__ = ["scheduled"]  # the fixture, imported for pytest
 
@@ -74,6 +74,7 @@ def test_a_sigkill_inside_decide_start_report_leaves_one_run_per_due_time(
     workers = scheduled.workers(SCHEDULE_CRASH=point)
     try:
         worker = workers.start("w1")
+        killed_pid = worker.pid
         run(scheduled.schedules.create("tick", "remind", "x", SECOND, CatchUp.ALL))
         assert_eventually(lambda: (scheduled.calls / f"crashed-{point}").exists(), timeout=60,
                           message=workers.log_tail())
@@ -82,10 +83,9 @@ def test_a_sigkill_inside_decide_start_report_leaves_one_run_per_due_time(
         workers.start("w2", data_dir=worker.data_dir)
         assert_eventually(lambda: len([d for d in scheduled.dues("tick") if d > crashed_at]) >= 3,
                           timeout=90, message=workers.log_tail())
-        dues = scheduled.dues("tick")
-        assert_once_each(dues)
+        assert_one_run_each(scheduled, "tick", killed_pid)
         # The due time the crash cut was run by the restarted worker (the first one).
-        assert min(dues) <= crashed_at
+        assert min(scheduled.dues("tick")) <= crashed_at
     finally:
         workers.kill_all()
 
@@ -157,7 +157,7 @@ def test_two_workers_share_the_schedules_and_a_sigkill_moves_them_without_a_gap_
                           timeout=90, message=workers.log_tail())
         assert_eventually(lambda: all(len(scheduled.dues(n)) >= 3 for n in names), timeout=60,
                           message=workers.log_tail())
-        killed_at = datetime.now(UTC)
+        killed_at, killed_pid = datetime.now(UTC), first.pid
         first.kill()
         # The survivor takes every partition over and goes on from where the journal says.
         assert_eventually(lambda: dispatched_partitions(second.log_path) >= set(range(4)), timeout=90,
@@ -168,6 +168,6 @@ def test_two_workers_share_the_schedules_and_a_sigkill_moves_them_without_a_gap_
             timeout=90, message=second.log_tail(),
         )
         for name in names:
-            assert_once_each(scheduled.dues(name))
+            assert_one_run_each(scheduled, name, killed_pid)
     finally:
         workers.kill_all()

@@ -112,6 +112,12 @@ class ScheduleDispatcher:
         self._wake: asyncio.Event | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.Task[None] | None = None
+        # Schedules with runs to start, taken by the starter task in one go: the journal's
+        # consumer never waits for a start's acknowledgement, and a burst of runs due
+        # together is started in few produce batches.
+        self._to_start: dict[str, StoredSchedule] = {}
+        self._start_wake: asyncio.Event | None = None
+        self._starter: asyncio.Task[None] | None = None
 
     # -- the hosting seam ----------------------------------------------------------------
 
@@ -138,7 +144,7 @@ class ScheduleDispatcher:
             self._forget(partition)
 
     def close(self) -> None:
-        for task in (*self._tasks, *((self._loop,) if self._loop else ())):
+        for task in (*self._tasks, *(t for t in (self._loop, self._starter) if t is not None)):
             task.cancel()
         self._store.close()
 
@@ -157,6 +163,7 @@ class ScheduleDispatcher:
                 await asyncio.sleep(5.0)
 
     async def _start(self, batch: Sequence[Incoming]) -> Callable[[], Awaitable[None]]:
+        self._ensure_loop()
         await self.owner.ensure_ready({record.partition for record in batch})
         changed: dict[str, StoredSchedule] = {}
         offsets: dict[int, int] = {}
@@ -168,7 +175,7 @@ class ScheduleDispatcher:
             self._next[partition] = offsets[partition] = record.offset + 1
         self._store.write(changed, offsets)
         self._index(changed.values())
-        await self._start_runs(changed.values())
+        self._queue_starts(changed.values())
         return _nothing
 
     def _restore_chunk(self, partition: int, chunk: list[Incoming]) -> None:
@@ -193,7 +200,7 @@ class ScheduleDispatcher:
         log.info("schedule dispatcher: partition %d ready, %d schedules due later, %d with runs to start",
                  partition, len(timers), len(pending))
         self._wakeup()
-        await self._start_runs(pending)
+        self._queue_starts(pending)
 
     def _apply(self, partition: int, record: Incoming, changed: dict[str, StoredSchedule]) -> None:
         """Fold one journal record into ``changed``; a record the aggregate would skip is skipped."""
@@ -256,6 +263,11 @@ class ScheduleDispatcher:
         if self._loop is None or self._loop.done():
             self._wake = asyncio.Event()
             self._loop = asyncio.create_task(self._run_timers())
+        if self._starter is None or self._starter.done():
+            self._start_wake = asyncio.Event()
+            self._starter = asyncio.create_task(self._run_starts())
+            if self._to_start:
+                self._start_wake.set()
 
     async def _run_timers(self) -> None:
         assert self._wake is not None
@@ -303,6 +315,34 @@ class ScheduleDispatcher:
         await self._publisher.publish(records)
 
     # -- runs ------------------------------------------------------------------------------
+
+    def _queue_starts(self, schedules: Iterable[StoredSchedule]) -> None:
+        """Hand the schedules with pending runs to the starter task (stored in RocksDB already:
+        a crash before they start leaves them pending for the next catch-up)."""
+        for schedule in schedules:
+            if schedule.state.pending:
+                self._to_start[schedule.schedule_id] = schedule
+        if self._to_start and self._start_wake is not None:
+            self._start_wake.set()
+
+    async def _run_starts(self) -> None:
+        assert self._start_wake is not None
+        while True:
+            await self._start_wake.wait()
+            self._start_wake.clear()
+            batch, self._to_start = self._to_start, {}
+            mine = [s for s in batch.values() if self.owner.is_ready(s.partition)]
+            try:
+                await self._start_runs(mine)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - Kafka refused: try again; a start is idempotent
+                log.exception("schedule dispatcher: starting %d schedules' runs failed; trying again in 1 s",
+                              len(mine))
+                for schedule in mine:
+                    self._to_start.setdefault(schedule.schedule_id, schedule)
+                await asyncio.sleep(1.0)
+                self._start_wake.set()
 
     async def _start_runs(self, schedules: Iterable[StoredSchedule]) -> None:
         """Start every pending run not started yet, then report them to the aggregate."""
