@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import struct
+from datetime import datetime, timezone
 from io import BytesIO
 from typing import Any
 
@@ -144,3 +145,26 @@ def test_a_bad_schema_is_refused_at_declaration(schema: Any, reason: str) -> Non
 def test_the_declared_fingerprint_is_the_single_object_one() -> None:
     schema = SourceSchema(SCHEMA)
     assert schema.fingerprint == single_object(GOOD)[2:10]
+
+
+class Stamped(BaseModel):
+    id: str
+    at: datetime
+
+
+def test_avro_logical_types_reach_the_input_type_as_python_values() -> None:
+    schema = {"type": "record", "name": "Stamped", "fields": [
+        {"name": "id", "type": "string"},
+        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}}]}
+    app = App("shop", partitions=3)
+
+    @app.workflow("stamp")
+    async def stamp(ctx: WorkflowContext, element: Stamped) -> str:
+        return element.id
+
+    stage = app.workflow_flow("stamps", "shop.stamps", "stamp", lambda s: s.id, "shop.stamped", 1, 30,
+                              source_schema=schema)
+    at = datetime(2026, 11, 15, 8, 0, tzinfo=timezone.utc)
+    decoded = SourceDecoder(app.workflow_handle("stamp").definition, stage.source_schema).element(
+        single_object({"id": "s-1", "at": at}, schema))
+    assert decoded == Stamped(id="s-1", at=at)
