@@ -13,6 +13,10 @@ behind a record shows. Then:
 - every good element, also one with garbage headers, has its outcome in the sink (the
   doubled ``n``) and was not dead-lettered;
 - nothing else was dead-lettered.
+
+Last, two good elements are written again once their outcomes are out (as a producer's retry
+or a replay would): their instances ended before the stage began to watch, so only asking
+the worker finds the outcome, and each gets the same outcome once more.
 """
 
 from __future__ import annotations
@@ -270,3 +274,17 @@ def test_no_source_record_stops_the_flow_and_each_bad_one_is_dead_lettered_once(
     if CRASHED in log:
         problems.insert(0, f"the worker logged {CRASHED!r}")
     assert problems == [], "\n".join(problems) + "\n--- worker log (tail)\n" + worker.log_tail(60)
+
+    again = [Sent(record.partition, record.value, [], n=record.n) for record in goods[:2]]
+    produce(kafka_bootstrap, source_topic(app_id), again)
+
+    def repeated() -> bool:
+        _, outcomes = observe(kafka_bootstrap, app_id)
+        return all(len(outcomes[f"h-good-{record.n}"]) >= 2 for record in again)
+
+    assert_eventually(repeated, timeout=30, interval=0.5, message="the outcome again of each element written again")
+    dead, outcomes = observe(kafka_bootstrap, app_id)
+    for record in again:
+        assert (record.partition, record.offset) not in dead
+        assert outcomes[f"h-good-{record.n}"] == [{"id": f"h-good-{record.n}", "workflow": "double",
+                                                   "outcome": "finished", "value": record.n * 2}] * 2

@@ -44,6 +44,7 @@ import asyncio
 import json
 import logging
 import math
+import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from io import BytesIO
 from typing import TYPE_CHECKING, Any
@@ -57,6 +58,7 @@ from ..core.limits import MAX_ID_BYTES, check_id, load_json
 from ..core.partitioning import partition_for
 from ..core.workflow import Cancelled, Faulted, Finished, Outcome
 from ..errors import BrokerError, DecodeError, DefinitionError, KeyOfFailed, SchemaError
+from .agents.workflow_codec import decode_outcome
 from .deadletters import dead_letter
 from .flow import _check
 from .hosting import Input, Runtime, TopicPartition
@@ -77,6 +79,11 @@ _SINGLE_OBJECT_HEADER = len(_SINGLE_OBJECT) + 8
 #: No JSON text starts with it (nor with 0xC3, which is no JSON token's first byte).
 _CONFLUENT = b"\x00"
 _CONFLUENT_HEADER = len(_CONFLUENT) + 4
+#: Seconds an element waits for its outcome record alone before asking the worker about its
+#: instance (``WorkflowFlowAgent._run``): long enough for most short workflows to end
+#: unasked, short enough that a replayed element whose instance ended before a crash
+#: (its outcome written before the watch began) is answered soon.
+ASK_AFTER_S = 1.0
 _NO_SCHEMA = ("the flow declares no source_schema: pass app.workflow_flow(..., source_schema=<the "
               "producers' Avro schema>) to read Avro values")
 
@@ -356,11 +363,37 @@ class WorkflowFlowAgent:
             await self._runtime.publisher.publish([self._outcome_record(instance_id, outcome)])
 
     async def _run(self, instance_id: str, element: Any) -> Outcome:
+        """Start the element's workflow and return its outcome.
+
+        The outcome record is watched *before* the start, so the outcome of an instance
+        this start creates is seen without asking the worker anything: no query and no
+        reply per element, which would double the inbox records the worker handles and
+        the records this stage waits for. Only an instance that has not ended within
+        ``ASK_AFTER_S`` is asked about (``handle.result``): it may have ended before the
+        watch began (a replayed element whose instance ended before the crash), or it may
+        simply still run.
+        """
         handle, bootstrap, seconds = self.stage.handle, self._runtime.bootstrap, self.stage.timeout
-        await handle.start(instance_id, element, bootstrap=bootstrap)
+        definition = handle.definition
+
+        def read(value: bytes) -> Outcome:
+            ended, outcome = decode_outcome(value, definition)
+            if ended != instance_id:
+                raise SchemaError(f"an outcome of {ended!r} keyed {instance_id!r}")
+            return outcome
+
+        requester = handle.client(bootstrap).requester
+        partition = partition_for(instance_id, self.stage.app.partitions)
+        async with requester.outcome(handle.topics.outcomes, partition, instance_id, read) as ended:
+            await handle.start(instance_id, element, bootstrap=bootstrap)
+            began = time.monotonic()
+            await asyncio.wait((ended,), timeout=min(ASK_AFTER_S, seconds))
+            if ended.done():
+                return ended.result()
+        left = max(0.0, seconds - (time.monotonic() - began))
         # The handle's own deadline answers with its reason (e.g. "it is parked");
         # wait_for bounds it should it not honour the timeout.
-        return await asyncio.wait_for(handle.result(instance_id, seconds, bootstrap=bootstrap), seconds)
+        return await asyncio.wait_for(handle.result(instance_id, left, bootstrap=bootstrap), left)
 
     def _id_of(self, element: Any) -> str:
         try:
