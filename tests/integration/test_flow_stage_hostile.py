@@ -171,8 +171,9 @@ def produce(bootstrap: str, topic: str, records: list[Sent]) -> None:
                 offset = message.offset()
                 record.offset = -1 if offset is None else offset
 
-        producer.produce(topic, record.value, partition=record.partition,
-                         headers=record.headers, on_delivery=delivered)
+        headers: list[tuple[str, str | bytes | None]] = list(record.headers)
+        producer.produce(topic, record.value, partition=record.partition, headers=headers,
+                         on_delivery=delivered)
     assert producer.flush(30) == 0
     assert failures == [], failures
 

@@ -68,7 +68,7 @@ def decoder(schema: Any = SCHEMA) -> SourceDecoder:
     return SourceDecoder(app.workflow_handle("enrich").definition, stage.source_schema)  # type: ignore[attr-defined]
 
 
-GOOD = {"id": "o-1", "n": 17, "note": "hi"}
+GOOD: dict[str, Any] = {"id": "o-1", "n": 17, "note": "hi"}
 
 
 @pytest.mark.parametrize("value", [
