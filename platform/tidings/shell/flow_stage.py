@@ -369,9 +369,9 @@ class WorkflowFlowAgent:
         this start creates is seen without asking the worker anything: no query and no
         reply per element, which would double the inbox records the worker handles and
         the records this stage waits for. Only an instance that has not ended within
-        ``ASK_AFTER_S`` is asked about (``handle.result``): it may have ended before the
-        watch began (a replayed element whose instance ended before the crash), or it may
-        simply still run.
+        ``ASK_AFTER_S`` (or half the timeout, if less) is asked about (``handle.result``):
+        it may have ended before the watch began (a replayed element whose instance ended
+        before the crash), or it may simply still run.
         """
         handle, bootstrap, seconds = self.stage.handle, self._runtime.bootstrap, self.stage.timeout
         definition = handle.definition
@@ -387,7 +387,8 @@ class WorkflowFlowAgent:
         async with requester.outcome(handle.topics.outcomes, partition, instance_id, read) as ended:
             await handle.start(instance_id, element, bootstrap=bootstrap)
             began = time.monotonic()
-            await asyncio.wait((ended,), timeout=min(ASK_AFTER_S, seconds))
+            # At most half the timeout: a short timeout still leaves the question time.
+            await asyncio.wait((ended,), timeout=min(ASK_AFTER_S, seconds / 2))
             if ended.done():
                 return ended.result()
         left = max(0.0, seconds - (time.monotonic() - began))
