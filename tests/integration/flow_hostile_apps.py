@@ -47,10 +47,19 @@ def sink_topic(app_id: str) -> str:
     return f"{app_id}.doubled"
 
 
+class Unprintable(Exception):
+    """An exception whose message cannot even be rendered."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no message")
+
+
 def id_of(element: Element) -> Any:
     """``h-{id}``, unless ``mode`` asks for one of the ways user code gets ids wrong."""
     if element.mode == "raise":
         raise RuntimeError(f"id_of cannot place element {element.id}")
+    if element.mode == "unprintable":
+        raise Unprintable()
     if element.mode == "int":
         return element.n
     if element.mode == "empty":

@@ -114,6 +114,8 @@ CASES: list[Case] = [
          "Confluent wire-format Avro record (schema id 7"),
     Case("Confluent framing, header cut short", b"\x00\x00\x01", "Confluent wire-format Avro record cut short"),
     Case("id_of raises", as_json(element("boom", mode="raise")), "id_of raised RuntimeError"),
+    Case("id_of raises an exception whose message raises", as_json(element("mute", mode="unprintable")),
+         "id_of raised Unprintable: (its message could not be rendered)"),
     Case("id_of returns an int", as_json(element("int", n=5, mode="int")), "must be a string, not int"),
     Case("id_of returns an empty id", confluent(element("empty", mode="empty")), "must not be empty"),
     Case("id_of returns a 400-byte id", single_object(element("long", mode="long")),

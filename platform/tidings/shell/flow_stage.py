@@ -400,7 +400,11 @@ class WorkflowFlowAgent:
         try:
             instance_id = self.stage.id_of(element)
         except Exception as exc:  # noqa: BLE001 - user code: its failure is the record's
-            raise KeyOfFailed(f"id_of raised {type(exc).__name__}: {exc}") from exc
+            try:
+                message = str(exc)
+            except Exception:  # noqa: BLE001 - a user exception's __str__ must not stop the worker
+                message = "(its message could not be rendered)"
+            raise KeyOfFailed(f"id_of raised {type(exc).__name__}: {message}") from exc
         try:
             # Checked before the element takes a slot: the id becomes a Kafka key, a RocksDB
             # key and part of every record of the instance.
