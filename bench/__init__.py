@@ -10,8 +10,9 @@ Modules, one per thing measured:
 - ``aggregates``: aggregate commands end to end through one ``tidings worker`` process;
 - ``apps``: the App the bench worker runs (the bank example's account aggregate);
 - ``faust_stream``: a Faust agent doing nothing, the delivery ceiling the worker sits on;
-- ``workflows``: one-activity and ten-step workflows, idle latency and recovery after
-  SIGKILL through one worker; replay and idle-instance memory in process;
+- ``workflows``: one-activity and ten-step workflows, the flow stage topic to topic, idle
+  latency and recovery after SIGKILL through one worker; replay and idle-instance memory in
+  process;
 - ``workflow_apps``: the App the workflow bench worker runs;
 - ``report``: progress lines, the machine description and the table.
 """

@@ -37,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--in-flight", type=int, help="commands awaiting a reply at once")
     parser.add_argument("--no-aiokafka", action="store_true", help="skip the aiokafka reference")
     parser.add_argument("--no-workflows", action="store_true", help="skip the workflow rows")
+    parser.add_argument("--no-flows", action="store_true",
+                        help="skip the flow throughput row (part of the workflow rows)")
     parser.add_argument("--no-sagas", action="store_true", help="skip the saga transfers row")
     parser.add_argument("--profile", type=Path, metavar="FILE",
                         help="cProfile the worker; write its stats to FILE and print the top")
@@ -117,7 +119,7 @@ def _measure(
                          profile=args.profile)
     wf = None if args.no_workflows else workflows.run(
         bootstrap, workflows.QUICK if args.quick else workflows.DEFAULT, workdir=workdir,
-        stack=stack, progress=progress)
+        stack=stack, progress=progress, flows=not args.no_flows)
     saga = None if args.no_sagas else sagas.run(
         bootstrap, sagas.QUICK if args.quick else sagas.DEFAULT, workdir=workdir, stack=stack,
         progress=progress)

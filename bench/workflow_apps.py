@@ -12,6 +12,12 @@ Workflows:
   lands while instances are in flight;
 - ``one-send``: one ``ctx.send`` of ``Add`` to the ``counter`` aggregate (hosted by the same
   worker), ``counter-{n % 100}``, then returns the reply's amount.
+
+With ``BENCH_WORKFLOW_FLOW=1`` (the bench's flow row) the app also deploys the flow
+``one-activity-flow``: ``{app}.flow-source`` (JSON ints, made by the bench before the worker
+starts) through ``one-activity`` (id ``flow-{n}``) to ``{app}.flow-sink``, parallelism
+``FLOW_PARALLELISM``. ``BENCH_PROFILE=PATH`` profiles the worker's main thread as
+``bench.apps`` does.
 """
 
 from __future__ import annotations
@@ -27,6 +33,15 @@ from tidings.core.workflow import Attempt, Retry, WorkflowContext
 PARTITIONS = 4
 STEPS = 10
 COUNTERS = 100
+FLOW_PARALLELISM = 64
+
+
+def flow_source(app_id: str) -> str:
+    return f"{app_id}.flow-source"
+
+
+def flow_sink(app_id: str) -> str:
+    return f"{app_id}.flow-sink"
 
 
 class Add(BaseModel):
@@ -45,8 +60,8 @@ def _fold(event: Added, total: int) -> int:
     return total + event.amount
 
 
-def build(app_id: str) -> App:
-    """Return the workflow bench App named ``app_id``."""
+def build(app_id: str, *, flow: bool = False) -> App:
+    """Return the workflow bench App named ``app_id``; with ``flow``, with its flow stage."""
     app = App(app_id, partitions=PARTITIONS, command_timeout=120)
 
     @app.workflow("one-activity")
@@ -75,7 +90,15 @@ def build(app_id: str) -> App:
         reply = await ctx.send(counters, f"counter-{n % COUNTERS}", Add(amount=1))
         return int(reply.amount)
 
+    if flow:
+        app.workflow_flow("one-activity-flow", flow_source(app_id), "one-activity", lambda n: f"flow-{n}",
+                          flow_sink(app_id), FLOW_PARALLELISM, 300)
     return app
 
 
-app = build(os.environ.get("BENCH_WORKFLOW_APP_ID", "bench-workflows"))
+app = build(os.environ.get("BENCH_WORKFLOW_APP_ID", "bench-workflows"),
+            flow=os.environ.get("BENCH_WORKFLOW_FLOW") == "1")
+if os.environ.get("BENCH_PROFILE"):
+    from .apps import _profile
+
+    _profile(os.environ["BENCH_PROFILE"])

@@ -10,6 +10,12 @@ One worker subprocess runs ``bench.workflow_apps:app`` (4 partitions). In order:
 
 1. idle latency: one ``one-activity`` instance at a time, start → outcome;
 2. throughput: N ``one-activity`` instances started at once, first start → last outcome;
+2b. flow (skip with ``--no-flows``): the worker also runs ``app.workflow_flow`` from
+   ``{app}.flow-source`` through ``one-activity`` to ``{app}.flow-sink`` with parallelism 64;
+   F JSON elements written at once by a raw producer, first write → last outcome read from
+   the sink (elements/s, next to the row above: SPEC's target is ≥ 80 % of it). For
+   reference, F ``one-activity`` workflows from this process with at most 64 between start
+   and outcome (the flow's bound, without the flow);
 3. ten steps: M ``ten-steps`` instances at once; ten activity steps each, steps/s;
 3b. sends: S ``one-send`` instances at once, each one ``ctx.send`` to an aggregate hosted by
    the same worker, first start → last outcome (send round trips/s);
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import sys
 import tempfile
@@ -50,10 +57,14 @@ from tidings.core.workflow import (
     define_workflow,
     replay,
 )
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
 from tidings.shell.topics import apply_topics
 from tidings.testing.processes import WorkerProcess
 
 from . import workflow_apps
+from .aggregates import Cpu, CpuMeter
 from .report import Row, latency, rate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,12 +81,13 @@ class Workload:
     recovery: int
     recovery_sleep_s: float
     sends: int = 2000
+    flow: int = 2000
     replay_steps: tuple[int, ...] = (1_000, 10_000, 50_000)
 
 
 DEFAULT = Workload(latency_runs=200, one_activity=2000, ten_steps=500, recovery=2000, recovery_sleep_s=0.05)
 QUICK = Workload(latency_runs=50, one_activity=1000, ten_steps=200, recovery=2000, recovery_sleep_s=0.05,
-                 sends=1000)
+                 sends=1000, flow=1000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +104,10 @@ class WorkflowFigures:
     first_after_restart_s: float
     replay_s: dict[int, float]
     idle_bytes: float
+    flow_s: float | None = None
+    bounded_s: float | None = None
+    one_activity_cpu: Cpu | None = None
+    flow_cpu: Cpu | None = None
 
 
 def run(
@@ -101,8 +117,12 @@ def run(
     workdir: Path,
     stack: ExitStack,
     progress: Callable[[str], None],
+    flows: bool = True,
 ) -> WorkflowFigures:
-    """Start a worker, drive it, SIGKILL and restart it, stop it; measure replay and memory."""
+    """Start a worker, drive it, SIGKILL and restart it, stop it; measure replay and memory.
+
+    With ``flows``, the worker also runs the flow stage and the flow row is measured.
+    """
     progress("workflows: replay of " + " / ".join(f"{n:,}" for n in workload.replay_steps)
              + "-step journals (in-process)")
     replay_s = replay_seconds(workload.replay_steps)
@@ -110,8 +130,16 @@ def run(
     idle_bytes = idle_instance_bytes()
 
     app_id = f"benchwf{uuid.uuid4().hex[:10]}"
-    app = workflow_apps.build(app_id)
+    app = workflow_apps.build(app_id, flow=flows)
     apply_topics(bootstrap, app.topic_specs(), out=lambda _: None)
+    if flows:
+        # The flow's source is a producer's topic, not the app's: made here, before the
+        # worker checks that it exists.
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        for future in admin.create_topics([NewTopic(workflow_apps.flow_source(app_id),
+                                                    num_partitions=workflow_apps.PARTITIONS,
+                                                    replication_factor=1)]).values():
+            future.result(30)
     handles = {h.name: h for h in app.workflows}
     for handle in handles.values():
         stack.callback(handle.close)
@@ -122,6 +150,7 @@ def run(
         process = WorkerProcess("bench.workflow_apps:app", bootstrap=bootstrap,
                                 data_dir=workdir / "wf-worker", log_path=workdir / f"{name}.log",
                                 env={"BENCH_WORKFLOW_APP_ID": app_id,
+                                     "BENCH_WORKFLOW_FLOW": "1" if flows else "0",
                                      "TIDINGS_INSTANCE_ID": "wf-worker"}, cwd=ROOT)
         stack.callback(process.stop)
         return process
@@ -136,7 +165,8 @@ def run(
         return started[-1]
 
     try:
-        figures = asyncio.run(_drive(bootstrap, handles, workload, first, another, progress))
+        figures = asyncio.run(_drive(bootstrap, handles, workload, first, another, progress,
+                                     app_id if flows else None))
     except BaseException:
         progress(f"the workflow worker's log ends with:\n{started[-1].log_tail(30)}")
         raise
@@ -153,6 +183,7 @@ async def _drive(
     first: WorkerProcess,
     worker: Callable[[str], WorkerProcess],
     progress: Callable[[str], None],
+    flow_app: str | None,
 ) -> dict[str, Any]:
     one, ten, slow = handles["one-activity"], handles["ten-steps"], handles["slow-activity"]
     sends = handles["one-send"]
@@ -164,6 +195,19 @@ async def _drive(
                                for n in range(count)))
         await asyncio.gather(*(handle.value(f"{prefix}-{n}", TIMEOUT_S, bootstrap=bootstrap)
                                for n in range(count)))
+        return time.perf_counter() - began
+
+    async def bounded(handle: Any, prefix: str, count: int, at_most: int) -> float:
+        # As the flow stage does from its worker: start, await the outcome, next.
+        slots = asyncio.Semaphore(at_most)
+
+        async def one_element(n: int) -> None:
+            async with slots:
+                await handle.start(f"{prefix}-{n}", n, bootstrap=bootstrap)
+                await handle.value(f"{prefix}-{n}", TIMEOUT_S, bootstrap=bootstrap)
+
+        began = time.perf_counter()
+        await asyncio.gather(*(one_element(n) for n in range(count)))
         return time.perf_counter() - began
 
     progress("workflows: warming up (first outcome once the worker has joined)")
@@ -180,7 +224,21 @@ async def _drive(
         latencies.append(time.perf_counter() - began)
 
     progress(f"workflows: {w.one_activity:,} one-activity workflows at once")
+    assert first.pid is not None
+    meter = CpuMeter(first.pid)
+    before = meter.read()
     one_s = await all_at_once(one, "thr", w.one_activity, lambda n: n)
+    one_cpu = meter.since(before)
+    flow_s = flow_cpu = bounded_s = None
+    if flow_app is not None:
+        progress(f"workflows: flow: {w.flow:,} elements at once through one-activity, parallelism "
+                 f"{workflow_apps.FLOW_PARALLELISM}, topic to topic")
+        before = meter.read()
+        flow_s = await asyncio.to_thread(flow_seconds, bootstrap, flow_app, w.flow)
+        flow_cpu = meter.since(before)
+        progress(f"workflows: {w.flow:,} one-activity workflows from this client, at most "
+                 f"{workflow_apps.FLOW_PARALLELISM} in flight (the flow's bound, for reference)")
+        bounded_s = await bounded(one, "bound", w.flow, workflow_apps.FLOW_PARALLELISM)
     progress(f"workflows: {w.ten_steps:,} ten-step workflows at once")
     ten_s = await all_at_once(ten, "ten", w.ten_steps, lambda n: n)
     progress(f"workflows: {w.sends:,} one-send workflows at once (workflow → aggregate round trips)")
@@ -208,8 +266,56 @@ async def _drive(
     await asyncio.gather(*(outcome(n) for n in range(w.recovery)))
     recovery_s = max(ended)
     progress(f"workflows: all {w.recovery:,} finished {recovery_s:.2f} s after the restart")
-    return dict(latencies_s=latencies, one_activity_s=one_s, ten_steps_s=ten_s, sends_s=sends_s,
+    return dict(latencies_s=latencies, one_activity_s=one_s, one_activity_cpu=one_cpu, flow_s=flow_s,
+                flow_cpu=flow_cpu, bounded_s=bounded_s, ten_steps_s=ten_s, sends_s=sends_s,
                 kill_after_s=kill_after_s, recovery_s=recovery_s, first_after_restart_s=min(ended))
+
+
+def flow_seconds(bootstrap: str, app_id: str, count: int) -> float:
+    """Seconds from writing ``count`` elements to the flow's source to reading their last outcome.
+
+    A raw producer writes JSON ints spread evenly over the source's partitions, as any
+    producer could; a raw consumer reads the sink. One element goes through first, so the
+    worker's flow consumer has joined before the clock starts.
+
+    Raises:
+        RuntimeError: An outcome is not the ``finished`` ``n + 1`` of its element.
+    """
+    source, sink = workflow_apps.flow_source(app_id), workflow_apps.flow_sink(app_id)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-flow-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(sink, p, 0) for p in range(workflow_apps.PARTITIONS)])
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
+
+    def write(numbers: range) -> None:
+        for n in numbers:
+            producer.produce(source, str(n).encode(), partition=n % workflow_apps.PARTITIONS)
+        producer.flush(30)
+
+    def outcomes(numbers: range) -> None:
+        waiting = {f"flow-{n}": n for n in numbers}
+        deadline = time.monotonic() + TIMEOUT_S
+        while waiting:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"flow: {len(waiting):,} outcomes missing after {TIMEOUT_S:.0f} s")
+            for message in consumer.consume(1000, 0.1):
+                value = message.value()
+                if message.error() is not None or value is None:
+                    continue
+                body = json.loads(value)
+                n = waiting.pop(body["id"], None)
+                if n is not None and (body["outcome"], body.get("value")) != ("finished", n + 1):
+                    raise RuntimeError(f"flow: element {n} ended {body}")
+
+    try:
+        write(range(10**9, 10**9 + 1))  # the warm-up element
+        outcomes(range(10**9, 10**9 + 1))
+        began = time.perf_counter()
+        write(range(count))
+        outcomes(range(count))
+        return time.perf_counter() - began
+    finally:
+        consumer.close()
 
 
 # -- pure measurements ------------------------------------------------------------------
@@ -278,6 +384,11 @@ def rows(f: WorkflowFigures, raw_e2e: str = "—", raw_latency: str = "—") -> 
     return [
         Row(f"one-activity workflows, start → outcome ({w.one_activity:,} at once)",
             rate(w.one_activity, f.one_activity_s), "≥ 1,000 /s", raw_e2e),
+        *([] if f.flow_s is None else [flow_row(f.flow_s, w, f.one_activity_s)]),
+        *([] if f.bounded_s is None else [
+            Row(f"one-activity workflows from a client, at most {workflow_apps.FLOW_PARALLELISM} in flight "
+                f"(the flow's bound; {w.flow:,} workflows)", rate(w.flow, f.bounded_s), "—",
+                rate(w.one_activity, f.one_activity_s))]),
         Row(f"ten-step workflows ({w.ten_steps:,} at once, 10 activities each)",
             rate(w.ten_steps * workflow_apps.STEPS, f.ten_steps_s, "steps/s"), "≥ 2,000 steps/s", raw_e2e),
         Row(f"workflow → aggregate send round trips ({w.sends:,} workflows at once, one ctx.send each, "
@@ -293,6 +404,15 @@ def rows(f: WorkflowFigures, raw_e2e: str = "—", raw_latency: str = "—") -> 
     ]
 
 
+def flow_row(flow_s: float, w: Workload, one_activity_s: float) -> Row:
+    """The flow throughput row, with its share of the one-activity row."""
+    share = (w.flow / flow_s) / (w.one_activity / one_activity_s) if flow_s > 0 and one_activity_s > 0 else 0
+    return Row(f"flow throughput: elements/s through a one-activity workflow, parallelism "
+               f"{workflow_apps.FLOW_PARALLELISM}, topic to topic ({w.flow:,} elements)",
+               f"{rate(w.flow, flow_s, 'elements/s')} ({share:.0%} of one-activity)",
+               "≥ 80 % of one-activity", rate(w.one_activity, one_activity_s))
+
+
 def notes(f: WorkflowFigures) -> list[str]:
     """Lines printed under the table about the workflow runs."""
     w = f.workload
@@ -301,6 +421,22 @@ def notes(f: WorkflowFigures) -> list[str]:
         f"recovery: {w.recovery:,} started, SIGKILL {f.kill_after_s:.2f} s after the first start, "
         f"first outcome {f.first_after_restart_s:.2f} s after the restart (worker start + group "
         f"join + recovery), last {f.recovery_s:.2f} s.",
+    ] + _flow_notes(f)
+
+
+def _flow_notes(f: WorkflowFigures) -> list[str]:
+    """Where the flow row's time goes: the worker's CPU per element against the one-activity row's."""
+    w = f.workload
+    if f.flow_s is None or f.flow_cpu is None or f.one_activity_cpu is None:
+        return []
+    one, flow = f.one_activity_cpu, f.flow_cpu
+    return [
+        f"flow run: {w.flow:,} JSON elements written at once by a raw producer to 4 partitions; the stage "
+        f"runs in the same worker process as the workflow, so its client side (start, outcome watch, "
+        f"sink write) shares that process's core. Worker CPU per element: flow "
+        f"{flow.worker_s / w.flow * 1e3:.2f} ms ({flow.worker_s / f.flow_s:.0%} of a core), one-activity "
+        f"{one.worker_s / w.one_activity * 1e3:.2f} ms ({one.worker_s / f.one_activity_s:.0%} of a core) plus "
+        f"{one.client_s / w.one_activity * 1e3:.2f} ms in the bench process, its client.",
     ]
 
 
@@ -308,6 +444,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.workflows", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="smaller counts")
+    parser.add_argument("--no-flows", action="store_true", help="skip the flow throughput row")
     args = parser.parse_args(argv)
     from tidings.broker import LocalBroker
 
@@ -322,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
             bootstrap = broker.start()
             stack.callback(broker.stop)
         figures = run(bootstrap, QUICK if args.quick else DEFAULT, workdir=workdir, stack=stack,
-                      progress=progress)
+                      progress=progress, flows=not args.no_flows)
         progress("stopping what the bench started")
     print(table(rows(figures)))
     for line in notes(figures):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import types
 import typing
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -259,10 +259,13 @@ class App:
         sink_topic: str,
         parallelism: int,
         timeout: float | timedelta,
+        *,
+        source_schema: Mapping[str, Any] | str | None = None,
     ) -> WorkflowFlowStage:
         """Deploy ``WorkflowFlow.run`` topic to topic in the workers (SPEC §7, docs/workflows.md).
 
-        Each JSON record of ``source_topic`` starts ``handle``'s workflow with id
+        Each record of ``source_topic`` (JSON, or Avro written with ``source_schema``:
+        single-object or Confluent wire format) starts ``handle``'s workflow with id
         ``id_of(element)``; its outcome is written to ``sink_topic`` keyed by that id, and
         the source offset is committed only then. See ``tidings.shell.flow_stage``.
 
@@ -271,7 +274,8 @@ class App:
         """
         from .flow_stage import declare_flow
 
-        return declare_flow(self, name, source_topic, handle, id_of, sink_topic, parallelism, timeout)
+        return declare_flow(self, name, source_topic, handle, id_of, sink_topic, parallelism, timeout,
+                            source_schema)
 
     def schedules(self, workflows: Iterable[Any]) -> ScheduleHandle:
         """Declare the schedule aggregate (SPEC §6, docs/schedules.md); returns its handle.
