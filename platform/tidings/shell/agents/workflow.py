@@ -75,6 +75,7 @@ from .workflow_codec import (
     INBOX_OFFSET_HEADER,
     answer_of,
     decode_inbox,
+    is_json_request,
     outcome_fields,
     outcome_fields_of,
     outcome_record,
@@ -166,7 +167,8 @@ class WorkflowAgent:
         # (anything but Started and StepStarted): while an instance has some, its new
         # activities wait for the acks (see _submit).
         self._unsettled: Counter[str] = Counter()
-        self._waiters: dict[str, list[tuple[str, str]]] = {}
+        # Queries waiting for the end: (request id, reply_to, answer in JSON).
+        self._waiters: dict[str, list[tuple[str, str, bool]]] = {}
         self._inputs: asyncio.Queue[tuple[str, InboxMessage]] | None = None
         self._commits: asyncio.Queue[tuple[_Commit, Awaitable[list[Delivered]], asyncio.Future[None]]] | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -329,14 +331,16 @@ class WorkflowAgent:
         if request.kind == "start" and request.parent_id is not None and known is not None:
             # A parent that restarted mid-start waits for the acknowledgement again.
             commit.links.extend(self._children.repeated_start(request, known, self._store, self.definition.name, now_ms))
+        as_json = is_json_request(record)  # a JSON request is answered in JSON
         if isinstance(verdict, AwaitEnd):
             if request.reply_to:
-                self._waiters.setdefault(request.instance_id, []).append((request.request_id, request.reply_to))
+                self._waiters.setdefault(request.instance_id, []).append(
+                    (request.request_id, request.reply_to, as_json))
             return
         if isinstance(verdict, Refuse):
             error = SchemaError(verdict.reason)
             commit.dead.append(self._runtime.dead_letter(record, error))
-        self._reply(commit, request, verdict.reply)
+        self._reply(commit, request, verdict.reply, as_json)
 
     def _decode(self, record: Incoming) -> WorkflowInbox:
         """Decode an inbox record; its ``reply_to`` must be a topic a reply may go to."""
@@ -441,9 +445,9 @@ class WorkflowAgent:
             )
             commit.write.running[instance_id] = (partition, False)
             commit.after.append(self._outcome_record(instance_id, stored["outcome"], now_ms))
-            for request_id, reply_to in self._waiters.pop(instance_id, ()):
+            for request_id, reply_to, as_json in self._waiters.pop(instance_id, ()):
                 commit.after.append(reply_record(reply_to, request_id, instance_id, "status", now_ms,
-                                                 **answer_of(stored)))
+                                                 as_json=as_json, **answer_of(stored)))
         else:
             commit.write.running[instance_id] = (partition, True)
         if reason is not None:
@@ -464,11 +468,11 @@ class WorkflowAgent:
             self._status_changed(instance, decision, commit, now_ms)
         return instance
 
-    def _reply(self, commit: _Commit, request: WorkflowInbox, reply: InboxReply) -> None:
+    def _reply(self, commit: _Commit, request: WorkflowInbox, reply: InboxReply, as_json: bool) -> None:
         if request.reply_to:
             commit.after.append(reply_record(
                 request.reply_to, request.request_id, request.instance_id, reply.answer, self._now_ms(),
-                **reply.fields(),
+                as_json=as_json, **reply.fields(),
             ))
 
     _refusal: str | None = None
@@ -727,7 +731,8 @@ class WorkflowAgent:
 
     def _outcome_record(self, instance_id: str, fields: dict[str, Any], now_ms: int) -> Outgoing:
         topic, partition = self.topics.outcomes, self._partition(instance_id)
-        return outcome_record(topic, partition, self.definition.name, instance_id, fields, now_ms)
+        return outcome_record(topic, partition, self.definition.name, instance_id, fields, now_ms,
+                              as_json=self._runtime.json_outcomes)
 
     def _status_record(self, instance_id: str, status: str, at: int, reason: str | None = None) -> Outgoing:
         record = WorkflowStatusRecord(instance_id, self.definition.name, status, at, reason)
