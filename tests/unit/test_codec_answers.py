@@ -161,3 +161,15 @@ def test_a_stored_avro_verdict_is_given_to_a_json_repeat_as_json() -> None:
     stored = avro.encode(COMMAND_REPLY)
     assert decode_reply(reply_as_json(stored)) == COMMAND_REPLY
     assert reply_as_json(stored).startswith(b"{")
+
+
+def test_a_json_command_may_name_the_key_of_its_reply() -> None:
+    from tidings.codec import decode_json
+    from tidings.core.records import CommandEnvelope
+
+    value = json.dumps({"command_id": "c-9", "aggregate_id": "a", "type": "Add", "payload": {},
+                        "reply_to": "mine.replies", "reply_key": "caller-7"}).encode()
+    command = decode_json(value, CommandEnvelope, timestamp_ms=1)
+    assert command.reply_key == "caller-7" and command.reply_record_key == "caller-7"
+    with pytest.raises(SchemaError, match="reply_key"):
+        decode_json(value.replace(b'"caller-7"', b"7"), CommandEnvelope, timestamp_ms=1)
