@@ -1,7 +1,8 @@
 """The App the kcat test drives from outside Python: an aggregate, a workflow and a flow stage.
 
 A worker subprocess imports ``tests.integration.kcat_apps:app``; ``TEST_APP_ID`` names it.
-Its outcomes are JSON (``App(json_outcomes=True)``), so kcat can read them.
+A JSON start's outcome record is JSON; ``TEST_JSON_OUTCOMES=1`` makes every outcome record
+JSON (``App(json_outcomes=True)``).
 
 - aggregate ``tally``: command ``Add {"amount": n}`` stores ``Added {"amount": n}``;
 - workflow ``greet``: input a name, waits for the signal ``approve`` (a bool) and returns
@@ -51,9 +52,9 @@ def tally_fold(event: Added, state: int) -> int:
     return state + event.amount
 
 
-def build(app_id: str) -> App:
+def build(app_id: str, json_outcomes: bool = False) -> App:
     """Return the kcat test App named ``app_id``."""
-    app = App(app_id, partitions=PARTITIONS, json_outcomes=True)
+    app = App(app_id, partitions=PARTITIONS, json_outcomes=json_outcomes)
     app.aggregate("tally", 0, tally_decide, tally_fold, command=Add, event=Added)
 
     @app.workflow("greet")
@@ -70,4 +71,5 @@ def build(app_id: str) -> App:
     return app
 
 
-app = build(os.environ["TEST_APP_ID"]) if "TEST_APP_ID" in os.environ else None
+app = (build(os.environ["TEST_APP_ID"], os.environ.get("TEST_JSON_OUTCOMES") == "1")
+       if "TEST_APP_ID" in os.environ else None)

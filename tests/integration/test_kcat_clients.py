@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from unittest.mock import ANY
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -90,9 +91,14 @@ def kcat_app(kafka_bootstrap: str, app_id: str, monkeypatch: pytest.MonkeyPatch)
         handle.close()
 
 
+def kcat_workers(bootstrap: str, app_id: str, tmp_path: Path, json_outcomes: bool = False) -> Workers:
+    return Workers(bootstrap, app_id, tmp_path, app_spec="tests.integration.kcat_apps:app",
+                   env={"TEST_JSON_OUTCOMES": "1" if json_outcomes else "0"})
+
+
 @pytest.fixture
 def worker(kafka_bootstrap: str, app_id: str, tmp_path: Path) -> Iterator[Workers]:
-    started = Workers(kafka_bootstrap, app_id, tmp_path, app_spec="tests.integration.kcat_apps:app")
+    started = kcat_workers(kafka_bootstrap, app_id, tmp_path)
     started.start()
     yield started
     started.kill_all()
@@ -178,13 +184,27 @@ def test_kcat_starts_signals_commands_and_reads_json_answers(
     assert [(int(p), k) for p, k in command_lines] == [(partition_for("t-1", PARTITIONS), "t-1")] * 2
 
 
-def test_kcat_feeds_a_flow_and_reads_its_sink(kafka_bootstrap: str, app_id: str, kcat_app: App,
-                                             worker: Workers) -> None:
-    for name in ("ada", "bob"):
-        kcat_produce(kafka_bootstrap, source_topic(app_id), name, json.dumps(name))
-    sink = until(lambda: kcat_read(kafka_bootstrap, sink_topic(app_id)),
-                 lambda ls: keyed_json(ls, "shout-ada") and keyed_json(ls, "shout-bob") and ls,
-                 "both flow outcomes on the sink", worker.log_tail)
+def test_kcat_feeds_a_flow_and_reads_its_sink_and_json_outcomes(
+    kafka_bootstrap: str, app_id: str, kcat_app: App, tmp_path: Path
+) -> None:
+    # App(json_outcomes=True): the stage's starts are the Python handle's (Avro), and
+    # still every outcome record of the workflow is JSON.
+    worker = kcat_workers(kafka_bootstrap, app_id, tmp_path, json_outcomes=True)
+    try:
+        worker.start()
+        for name in ("ada", "bob"):
+            kcat_produce(kafka_bootstrap, source_topic(app_id), name, json.dumps(name))
+        sink = until(lambda: kcat_read(kafka_bootstrap, sink_topic(app_id)),
+                     lambda ls: keyed_json(ls, "shout-ada") and keyed_json(ls, "shout-bob") and ls,
+                     "both flow outcomes on the sink", worker.log_tail)
+        outcomes = kcat_read(kafka_bootstrap, f"{app_id}.workflow.shout.outcomes")
+    finally:
+        worker.kill_all()
+    assert sorted(line[1] for line in outcomes) == ["shout-ada", "shout-bob"]
+    assert keyed_json(outcomes, "shout-ada") == {"instance_id": "shout-ada", "workflow": "shout",
+                                                 "outcome": "finished", "at": ANY, "result": "ADA",
+                                                 "error": None}
+    assert keyed_json(outcomes, "shout-bob") is not None
     assert keyed_json(sink, "shout-ada") == {"id": "shout-ada", "workflow": "shout", "outcome": "finished",
                                              "value": "ADA"}
     assert keyed_json(sink, "shout-bob") == {"id": "shout-bob", "workflow": "shout", "outcome": "finished",
@@ -227,3 +247,58 @@ def test_kcat_garbage_on_an_inbox_is_dead_lettered_and_the_worker_goes_on(
     answer = until(lambda: keyed_json(kcat_read(kafka_bootstrap, replies), "start-eve"), lambda r: r,
                    "the answer to the start behind the garbage", worker.log_tail)
     assert answer["answer"] == "accepted"
+
+
+def raw_outcomes(bootstrap: str, topic: str) -> list[tuple[str, bytes, list[tuple[str, bytes]]]]:
+    """Every record of an outcomes topic as (key, value, headers), with a plain consumer."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-reader", "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+        return [((m.key() or b"").decode(), m.value() or b"", list(m.headers() or []))
+                for m in consumer.consume(100, timeout=2) if m.error() is None]
+    finally:
+        consumer.close()
+
+
+def test_a_json_start_gets_a_json_outcome_and_keeps_it_when_another_worker_catches_up(
+    kafka_bootstrap: str, app_id: str, kcat_app: App, tmp_path: Path
+) -> None:
+    inbox = f"{app_id}.workflow.greet.inbox"
+    outcomes = f"{app_id}.workflow.greet.outcomes"
+    greet = kcat_app.workflows[0]
+    workers = kcat_workers(kafka_bootstrap, app_id, tmp_path)  # no json_outcomes: per request
+    try:
+        workers.start("w1")
+        # "ada" is started and signalled by kcat in JSON, "bob" by the Python client in Avro.
+        kcat_produce(kafka_bootstrap, inbox, "ada", json.dumps({"kind": "start", "instance_id": "ada", "payload": "Ada"}))
+        kcat_produce(kafka_bootstrap, inbox, "ada", json.dumps(
+            {"kind": "signal", "instance_id": "ada", "signal": "approve", "payload": False}))
+
+        async def python_side() -> list[Any]:
+            await greet.start("bob", "Bob")
+            await greet.signal("bob", "approve", True)
+            return [await greet.result(i, timeout=WAIT) for i in ("ada", "bob")]
+
+        # The Python client reads both forms.
+        assert asyncio.run(python_side()) == [Finished(Greeting(greeting="hello Ada", approved=False)),
+                                              Finished(Greeting(greeting="hello Bob", approved=True))]
+        first = until(lambda: raw_outcomes(kafka_bootstrap, outcomes), lambda rs: len(rs) == 2 and rs,
+                      "two outcome records", workers.log_tail)
+        by_key = {key: (value, headers) for key, value, headers in first}
+        assert json.loads(by_key["ada"][0])["result"] == {"greeting": "hello Ada", "approved": False}
+        assert by_key["ada"][1] == [("content-type", b"application/json")]
+        assert by_key["bob"][0][:2] == b"\xc3\x01" and by_key["bob"][1] == []
+
+        # A worker with empty RocksDB catches the partitions up from the journal and writes
+        # each ended instance's outcome again: in the form its journaled start asked for.
+        workers.kill_all()
+        workers.start("w2")
+        again = until(lambda: raw_outcomes(kafka_bootstrap, outcomes), lambda rs: len(rs) >= 4 and rs,
+                      "the outcome records written again on catch-up", workers.log_tail)
+    finally:
+        workers.kill_all()
+    for key, value, headers in again:
+        if key == "ada":
+            assert json.loads(value)["outcome"] == "finished" and headers == [("content-type", b"application/json")]
+        else:
+            assert key == "bob" and value[:2] == b"\xc3\x01" and headers == []

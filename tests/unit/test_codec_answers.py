@@ -173,3 +173,23 @@ def test_a_json_command_may_name_the_key_of_its_reply() -> None:
     assert command.reply_key == "caller-7" and command.reply_record_key == "caller-7"
     with pytest.raises(SchemaError, match="reply_key"):
         decode_json(value.replace(b'"caller-7"', b"7"), CommandEnvelope, timestamp_ms=1)
+
+
+def test_a_json_start_is_journaled_and_replayed_so_its_outcome_is_json_after_a_restart() -> None:
+    from tidings.core.workflow import Start, Started, WorkflowInstance, define_workflow
+
+    async def body(ctx: WorkflowContext, name: str) -> str:
+        return await ctx.wait_signal("go", type=str)
+
+    definition = define_workflow("w", body)
+    json_started = WorkflowInstance(definition, "j")
+    started = json_started.advance(Start("Ada", outcome_json=True), 1).records[0]
+    assert isinstance(started, Started) and started.outcome_json is True and json_started.outcome_json
+    # An Avro start stores null (its journal record's bytes are what they were before v3).
+    avro_started = WorkflowInstance(definition, "a")
+    plain = avro_started.advance(Start("Ada"), 1).records[0]
+    assert isinstance(plain, Started) and plain.outcome_json is None and not avro_started.outcome_json
+    # Another worker replays the journal: the flag comes back with the Started record.
+    replayed, _ = WorkflowInstance.replay(definition, "j", [started], 2)
+    assert replayed.outcome_json
+    assert not WorkflowInstance.replay(definition, "a", [plain], 2)[0].outcome_json
