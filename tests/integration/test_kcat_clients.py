@@ -249,7 +249,7 @@ def test_kcat_garbage_on_an_inbox_is_dead_lettered_and_the_worker_goes_on(
     assert answer["answer"] == "accepted"
 
 
-def raw_outcomes(bootstrap: str, topic: str) -> list[tuple[str, bytes, list[tuple[str, bytes]]]]:
+def raw_outcomes(bootstrap: str, topic: str) -> list[tuple[str, bytes, Any]]:
     """Every record of an outcomes topic as (key, value, headers), with a plain consumer."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-reader", "enable.auto.commit": False})
     try:
