@@ -37,6 +37,7 @@ from confluent_kafka.admin import AdminClient
 
 from tidings import App, RecordError
 from tidings.codec import avro
+from tidings.codec.answers import decode_outcome_record, decode_reply
 from tidings.core.orchestration_records import OrchestrationEvent, OrchestrationOutcome
 from tidings.core.records import DeadLetter, EventEnvelope, ReplyEnvelope
 from tidings.core.workflow.journal import Started
@@ -145,6 +146,11 @@ def produce(bootstrap: str, table: Table) -> list[Sent]:
 
 def _decoded(value: bytes | None, record_type: type) -> object | None:
     try:
+        # A JSON request's reply and a JSON start's outcome are JSON (codec/answers.py).
+        if record_type is ReplyEnvelope:
+            return decode_reply(value or b"")
+        if record_type is WorkflowOutcomeRecord:
+            return decode_outcome_record(value or b"")
         return avro.decode_as(value or b"", record_type)
     except RecordError:
         return None  # a hostile record the test wrote there, or a reply that should not be there

@@ -48,9 +48,10 @@ from confluent_kafka.admin import AdminClient
 
 from tidings import App, RecordError
 from tidings.codec import avro
+from tidings.codec.answers import decode_outcome_record, decode_reply
 from tidings.core.limits import MAX_VALUE_BYTES
 from tidings.core.partitioning import partition_for
-from tidings.core.records import CommandEnvelope, DeadLetter, EventEnvelope
+from tidings.core.records import CommandEnvelope, DeadLetter, EventEnvelope, ReplyEnvelope
 from tidings.core.saga_records import SagaRouted
 from tidings.core.workflow.journal import SignalReceived, Started
 from tidings.core.workflow_records import WorkflowJournalEntry, WorkflowOutcomeRecord
@@ -617,6 +618,11 @@ def produce(bootstrap: str, phases: list[list[Link]]) -> None:
 
 def _decoded(value: bytes | None, record_type: type) -> Any:
     try:
+        # A JSON request's reply and a JSON start's outcome are JSON (codec/answers.py).
+        if record_type is ReplyEnvelope:
+            return decode_reply(value or b"")
+        if record_type is WorkflowOutcomeRecord:
+            return decode_outcome_record(value or b"")
         return avro.decode_as(value or b"", record_type)
     except RecordError:
         return None

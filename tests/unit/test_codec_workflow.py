@@ -38,7 +38,9 @@ from tidings.errors import DecodeError, SchemaError
 
 GOLDEN_V1 = Path(__file__).resolve().parents[1] / "golden" / "avro" / "workflow_records.v1.json"
 # v2: the inbox and journal schemas of child workflows (workflowinbox.v2, workflowjournal.v2).
-GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "avro" / "workflow_records.v2.json"
+GOLDEN_V2 = Path(__file__).resolve().parents[1] / "golden" / "avro" / "workflow_records.v2.json"
+# v3: the journal remembers a JSON start, whose outcome record is JSON (workflowjournal.v3).
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "avro" / "workflow_records.v3.json"
 BOOM = StepError(ErrorKind.ATTEMPTS_EXHAUSTED, "RuntimeError: boom", "RuntimeError")
 
 RECORDS: dict[str, object] = {
@@ -81,6 +83,7 @@ RECORDS: dict[str, object] = {
     "journal child started": WorkflowJournalEntry("o-1:3", Started(1, '"ABC"', 10, "parent", "o-1", "3")),
     "journal child ended": WorkflowJournalEntry("o-1", ChildOutcome(14, "3", "enrich", "finished", 18, result="7")),
     "journal child faulted": WorkflowJournalEntry("o-1", ChildOutcome(15, "4", "enrich", "faulted", 19, error=BOOM)),
+    "journal json started": WorkflowJournalEntry("o-4", Started(1, '"ABC"', 10, outcome_json=True)),
 }
 
 
@@ -89,7 +92,7 @@ def golden(path: Path = GOLDEN) -> dict[str, bytes]:
 
 
 def test_every_workflow_record_encodes_to_its_golden_bytes() -> None:
-    # Written with workflowinbox.v2 / workflowjournal.v2 (signal ids, child workflows).
+    # Written with workflowinbox.v2 / workflowjournal.v3 (a JSON start's outcome in JSON).
     stored = golden()
     assert stored.keys() == RECORDS.keys()
     for name, record in RECORDS.items():
@@ -98,6 +101,15 @@ def test_every_workflow_record_encodes_to_its_golden_bytes() -> None:
 
 def test_every_golden_workflow_record_decodes_to_its_record() -> None:
     for name, data in golden().items():
+        assert avro.decode_as(data, type(RECORDS[name])) == RECORDS[name], name  # type: ignore[type-var]
+
+
+def test_every_v2_golden_workflow_record_still_decodes_to_its_record() -> None:
+    # Written with workflowjournal.v2, before JSON starts were remembered: a start reads
+    # with outcome_json null (its outcome record is Avro).
+    stored = golden(GOLDEN_V2)
+    assert len(stored) == len(RECORDS) - 1
+    for name, data in stored.items():
         assert avro.decode_as(data, type(RECORDS[name])) == RECORDS[name], name  # type: ignore[type-var]
 
 

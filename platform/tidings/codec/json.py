@@ -7,7 +7,8 @@ the difference from an Avro envelope. Rules for a command::
 
     {"command_id": "c-1", "aggregate_id": "acct-7", "type": "Deposit",
      "payload": {"amount": 10}, "correlation_id": "...", "timestamp_ms": 1700000000000,
-     "expected_version": 3, "reply_to": "...", "causation_id": "...", "metadata": {}}
+     "expected_version": 3, "reply_to": "...", "causation_id": "...", "metadata": {},
+     "reply_key": "..."}
 
 - ``command_id`` (and ``event_id`` for events) is required: it is the idempotency key,
   and inventing one would make a resent JSON command run twice.
@@ -160,6 +161,7 @@ def _command(fields: _Fields, timestamp_ms: int | None) -> CommandEnvelope:
         reply_to=fields.optional_text("reply_to"),
         causation_id=fields.optional_text("causation_id"),
         metadata=fields.strings("metadata"),
+        reply_key=fields.optional_text("reply_key"),
     ))
 
 

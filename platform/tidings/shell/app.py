@@ -57,6 +57,9 @@ class App:
         command_timeout: Seconds a command waits for its reply (``App(command_timeout=30)``).
         deadletter_value_limit: Bytes of a bad record's value its dead letter keeps; the
             rest is cut and the original size recorded (docs/limits.md).
+        json_outcomes: Write workflow outcome records as JSON instead of Avro, for
+            outcome readers that are not Python (``docs/kafka-clients.md``); Python
+            readers take either.
     """
 
     def __init__(
@@ -68,6 +71,7 @@ class App:
         data_dir: str | os.PathLike[str] | None = None,
         command_timeout: float = 30.0,
         deadletter_value_limit: int = DEAD_LETTER_VALUE_BYTES,
+        json_outcomes: bool = False,
     ) -> None:
         reasons = []
         if not name or not all(ch.isalnum() or ch in "_-" for ch in name):
@@ -83,6 +87,7 @@ class App:
             raise DefinitionError(f"App {name!r}", reasons)
         self.name = name
         self.deadletter_value_limit = deadletter_value_limit
+        self.json_outcomes = json_outcomes
         self.partitions = partitions
         self.command_timeout = command_timeout
         self._bootstrap = bootstrap

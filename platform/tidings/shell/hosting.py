@@ -115,6 +115,7 @@ class Runtime:
         own_topics: Every topic the app declares that no reply may be sent to (journals,
             inboxes, commands, outcomes, status, dead letters).
         deadletter_value_limit: Bytes of a bad record's value a dead letter keeps.
+        json_outcomes: Write workflow outcome records as JSON (``App(json_outcomes=True)``).
     """
 
     bootstrap: str
@@ -124,6 +125,7 @@ class Runtime:
     deadletter_topic: str
     own_topics: frozenset[str] = frozenset()
     deadletter_value_limit: int = DEAD_LETTER_VALUE_BYTES
+    json_outcomes: bool = False
     clock: Callable[[], float] = time.time
     _closers: list[Callable[[], None]] = field(default_factory=list)
 

@@ -36,6 +36,7 @@ from typing import Any, Generic, TypeVar, overload
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from ..codec import avro
+from ..codec.answers import decode_reply
 from ..core.records import CommandEnvelope, ReplyEnvelope
 from ..core.workflow_records import WorkflowInbox, WorkflowReply
 from ..errors import BrokerError
@@ -263,7 +264,8 @@ def _answer_key(request: CommandEnvelope | WorkflowInbox) -> str:
 
 
 def _decode_answer(value: bytes) -> tuple[str, Answer] | None:
-    answer = avro.decode(value)
+    # Avro, or JSON when another client's JSON request shares this replies topic.
+    answer = decode_reply(value)
     if isinstance(answer, ReplyEnvelope):
         return f"command/{answer.command_id}", answer
     if isinstance(answer, WorkflowReply):

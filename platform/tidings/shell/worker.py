@@ -101,6 +101,7 @@ class Worker:
             deadletter_topic=deadletter_topic(self.app.name),
             own_topics=self.app.own_topics(),
             deadletter_value_limit=self.app.deadletter_value_limit,
+            json_outcomes=self.app.json_outcomes,
         )
         runtime.on_close(publisher.close)  # closed last: the agents' last writes go out
         self._runtime = runtime

@@ -19,10 +19,12 @@ class Start:
     """Start the instance with ``input``. Idempotent: a second start changes nothing.
 
     ``parent`` names the workflow step that started this instance as its child.
+    ``outcome_json``: the start came as JSON; its outcome record is to be JSON too.
     """
 
     input: Any = None
     parent: ParentRef | None = None
+    outcome_json: bool = False
 
 
 @dataclass(frozen=True, slots=True)

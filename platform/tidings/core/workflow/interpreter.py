@@ -107,6 +107,7 @@ class WorkflowInstance:
         "_signal_ids",
         "_waiters",
         "_cancel_requested",
+        "_outcome_json",
         "_next_seq",
         "_out",
         "_effects",
@@ -139,6 +140,7 @@ class WorkflowInstance:
         self._now = 0
         self._children: dict[str, Any] | None = None  # path -> children._Child, once one started
         self._parent: Any = None  # a ParentRef when this instance is a child
+        self._outcome_json = False  # from Started: write the outcome record as JSON
 
     # ----------------------------------------------------------------------------- public
 
@@ -151,6 +153,11 @@ class WorkflowInstance:
     def outcome(self) -> Outcome | None:
         """How the instance ended, once it has."""
         return self._outcome
+
+    @property
+    def outcome_json(self) -> bool:
+        """Whether its start came as JSON, so its outcome record is written as JSON."""
+        return self._outcome_json
 
     @property
     def pending_paths(self) -> tuple[str, ...]:
@@ -320,10 +327,12 @@ class WorkflowInstance:
         except Exception as exc:  # noqa: BLE001 - a validator of the input type is user code
             return f"the input cannot be stored or read back: {type(exc).__name__}: {exc}"
         parent = message.parent
+        as_json = True if message.outcome_json else None  # null, not false: Avro records stay as they were
         if parent is None:
-            started = Started(self._next_seq, text, self._now)
+            started = Started(self._next_seq, text, self._now, outcome_json=as_json)
         else:
-            started = Started(self._next_seq, text, self._now, parent.workflow, parent.instance_id, parent.path)
+            started = Started(self._next_seq, text, self._now, parent.workflow, parent.instance_id, parent.path,
+                              as_json)
         self._apply_stored(self._record(started))
         children.ack_parent(self)
         return None
@@ -436,6 +445,7 @@ class WorkflowInstance:
             self._parent = children.parent_of_started(
                 record.parent_workflow, record.parent_id, record.parent_path  # type: ignore[union-attr]
             )
+            self._outcome_json = bool(record.outcome_json)  # type: ignore[union-attr]
             self._root = Fiber(ROOT_PREFIX, self.definition.body(_CONTEXT, value))
             self._ready.append((self._root, None, None))
         else:

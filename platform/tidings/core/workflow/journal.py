@@ -43,6 +43,8 @@ class Started:
 
     A child workflow's start also names its parent (workflow, instance id, and the path
     of the step that started it), so the child can report its end to the parent.
+    ``outcome_json``: the start was a JSON request, so the outcome record is written as
+    JSON for its non-Python sender (None: Avro; since ``workflowjournal.v3``).
     """
 
     seq: int
@@ -51,6 +53,7 @@ class Started:
     parent_workflow: str | None = None
     parent_id: str | None = None
     parent_path: str | None = None
+    outcome_json: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,7 +35,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...codec import avro
-from ...codec.content import decode_record
+from ...codec.answers import JSON_HEADERS, encode_answer, reply_as_json
+from ...codec.content import content_type, decode_record
+from ...codec.json import CONTENT_TYPE
 from ...codec.payloads import load_payload, payload_of
 from ...core.aggregate import (
     AggregateDefinition,
@@ -194,6 +196,7 @@ class AggregateAgent:
             decided.after.append(forward)
             return
         reply_to = self._runtime.reply_topic(command.reply_to)
+        as_json = content_type(record.headers) == CONTENT_TYPE  # a JSON command is answered in JSON
         key = (command.aggregate_id, command.command_id)
         partition = record.partition
         try:
@@ -203,12 +206,14 @@ class AggregateAgent:
         except RecordError as exc:
             # The command named where to answer: say why it was refused (it is dead-lettered too).
             if reply_to:
-                decided.notices.append(self._rejection(command, reply_to, str(exc), now_ms))
+                decided.notices.append(self._rejection(command, reply_to, str(exc), now_ms, as_json))
             raise
         if handled.duplicate:
             first = self._unwritten.get(key) or self._store.reply(*key)
             if first is not None and reply_to:
-                decided.notices.append(Outgoing(reply_to, command.reply_record_key.encode(), first))
+                # Stored as Avro whatever the first request was: the repeat gets its own form.
+                value = reply_as_json(first) if as_json else first
+                decided.notices.append(_answer(reply_to, command, value, as_json))
             return
         self._cache_put(partition, handled.instance)
         decided.dirty[command.aggregate_id] = handled.instance
@@ -225,7 +230,8 @@ class AggregateAgent:
             decided.sagas.append(start)
             self._unwritten_sagas.add(start)
         if reply_to:
-            decided.notices.append(Outgoing(reply_to, command.reply_record_key.encode(), encoded_reply))
+            value = encode_answer(handled.reply, as_json=True) if as_json else encoded_reply
+            decided.notices.append(_answer(reply_to, command, value, as_json))
 
     def _handle(
         self, instance: AggregateInstance[Any], command: CommandEnvelope, value: Any, now_ms: int
@@ -344,7 +350,9 @@ class AggregateAgent:
             )
         return Outgoing(self.topics.events, key, value, partition)
 
-    def _rejection(self, command: CommandEnvelope, reply_to: str, reason: str, now_ms: int) -> Outgoing:
+    def _rejection(
+        self, command: CommandEnvelope, reply_to: str, reason: str, now_ms: int, as_json: bool
+    ) -> Outgoing:
         reply = ReplyEnvelope(
             command_id=command.command_id,
             correlation_id=command.correlation_id,
@@ -354,5 +362,9 @@ class AggregateAgent:
             timestamp_ms=now_ms,
             reason=reason,
         )
-        return Outgoing(reply_to, command.reply_record_key.encode(), avro.encode(reply))
+        return _answer(reply_to, command, encode_answer(reply, as_json=as_json), as_json)
 
+
+def _answer(reply_to: str, command: CommandEnvelope, value: bytes, as_json: bool) -> Outgoing:
+    """The reply record to ``command``, with the JSON header when it is JSON."""
+    return Outgoing(reply_to, command.reply_record_key.encode(), value, None, JSON_HEADERS if as_json else ())

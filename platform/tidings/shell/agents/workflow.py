@@ -29,7 +29,7 @@ import concurrent.futures
 import logging
 from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ...codec import avro
@@ -60,6 +60,7 @@ from ...core.workflow.inbox_rules import (
     answer_fed,
     decide_request,
 )
+from ...core.workflow.inbox import Start
 from ...core.workflow_records import WorkflowInbox, WorkflowJournalEntry, WorkflowStatusRecord
 from ...errors import DecodeError, RecordError, RecordRejected, SchemaError
 from ..hosting import Input, Runtime, TopicPartition
@@ -75,6 +76,7 @@ from .workflow_codec import (
     INBOX_OFFSET_HEADER,
     answer_of,
     decode_inbox,
+    is_json_request,
     outcome_fields,
     outcome_fields_of,
     outcome_record,
@@ -166,7 +168,8 @@ class WorkflowAgent:
         # (anything but Started and StepStarted): while an instance has some, its new
         # activities wait for the acks (see _submit).
         self._unsettled: Counter[str] = Counter()
-        self._waiters: dict[str, list[tuple[str, str]]] = {}
+        # Queries waiting for the end: (request id, reply_to, answer in JSON).
+        self._waiters: dict[str, list[tuple[str, str, bool]]] = {}
         self._inputs: asyncio.Queue[tuple[str, InboxMessage]] | None = None
         self._commits: asyncio.Queue[tuple[_Commit, Awaitable[list[Delivered]], asyncio.Future[None]]] | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -319,24 +322,29 @@ class WorkflowAgent:
             return  # journaled before a crash; the inbox offset was not committed yet
         known = self._known(request.instance_id, commit, now_ms)
         verdict = decide_request(request, known)
+        as_json = is_json_request(record)  # a JSON request is answered in JSON
         if isinstance(verdict, Feed):
             if isinstance(known, WorkflowInstance):
                 instance = known
             else:
                 instance = WorkflowInstance(self.definition, request.instance_id)
-            decided = self._advance(instance, verdict.message, commit, now_ms, record.offset)
+            message = verdict.message
+            if as_json and isinstance(message, Start):
+                message = replace(message, outcome_json=True)  # journaled: its outcome is JSON too
+            decided = self._advance(instance, message, commit, now_ms, record.offset)
             verdict = answer_fed(request, instance, None if decided is not None else self._refusal)
         if request.kind == "start" and request.parent_id is not None and known is not None:
             # A parent that restarted mid-start waits for the acknowledgement again.
             commit.links.extend(self._children.repeated_start(request, known, self._store, self.definition.name, now_ms))
         if isinstance(verdict, AwaitEnd):
             if request.reply_to:
-                self._waiters.setdefault(request.instance_id, []).append((request.request_id, request.reply_to))
+                self._waiters.setdefault(request.instance_id, []).append(
+                    (request.request_id, request.reply_to, as_json))
             return
         if isinstance(verdict, Refuse):
             error = SchemaError(verdict.reason)
             commit.dead.append(self._runtime.dead_letter(record, error))
-        self._reply(commit, request, verdict.reply)
+        self._reply(commit, request, verdict.reply, as_json)
 
     def _decode(self, record: Incoming) -> WorkflowInbox:
         """Decode an inbox record; its ``reply_to`` must be a topic a reply may go to."""
@@ -440,12 +448,14 @@ class WorkflowAgent:
                 outcome_fields(ended) if ended is not None else outcome_fields_of(instance.outcome, self.definition)
             )
             commit.write.running[instance_id] = (partition, False)
-            commit.after.append(self._outcome_record(instance_id, stored["outcome"], now_ms))
-            for request_id, reply_to in self._waiters.pop(instance_id, ()):
+            commit.after.append(self._outcome_record(instance_id, stored["outcome"], now_ms, instance.outcome_json))
+            for request_id, reply_to, as_json in self._waiters.pop(instance_id, ()):
                 commit.after.append(reply_record(reply_to, request_id, instance_id, "status", now_ms,
-                                                 **answer_of(stored)))
+                                                 as_json=as_json, **answer_of(stored)))
         else:
             commit.write.running[instance_id] = (partition, True)
+        if instance.outcome_json:
+            stored["outcome_json"] = True  # for a catch-up that reads only the Ended record
         if reason is not None:
             stored["reason"] = reason
             log.warning("workflow %s instance %r is parked: %s", self.definition.name, instance_id, reason)
@@ -464,11 +474,11 @@ class WorkflowAgent:
             self._status_changed(instance, decision, commit, now_ms)
         return instance
 
-    def _reply(self, commit: _Commit, request: WorkflowInbox, reply: InboxReply) -> None:
+    def _reply(self, commit: _Commit, request: WorkflowInbox, reply: InboxReply, as_json: bool) -> None:
         if request.reply_to:
             commit.after.append(reply_record(
                 request.reply_to, request.request_id, request.instance_id, reply.answer, self._now_ms(),
-                **reply.fields(),
+                as_json=as_json, **reply.fields(),
             ))
 
     _refusal: str | None = None
@@ -714,20 +724,29 @@ class WorkflowAgent:
         if isinstance(record, Started):
             change.running[instance_id] = (partition, True)
             change.statuses[instance_id] = {"status": WorkflowStatus.RUNNING.value}
+            if record.outcome_json:
+                change.statuses[instance_id]["outcome_json"] = True
         elif isinstance(record, Ended):
             change.running[instance_id] = (partition, False)
             fields = outcome_fields(record)
             status = {"finished": "FINISHED", "faulted": "FAULTED", "cancelled": "CANCELLED"}[record.outcome]
+            # Its Started is in this chunk or stored before: either way the status has the flag.
+            before = change.statuses.get(instance_id) or self._store.status(instance_id) or {}
+            as_json = bool(before.get("outcome_json"))
             change.statuses[instance_id] = {"status": status, "outcome": fields}
-            after.append(self._outcome_record(instance_id, fields, record.at))
+            if as_json:
+                change.statuses[instance_id]["outcome_json"] = True
+            after.append(self._outcome_record(instance_id, fields, record.at, as_json))
             after.append(self._status_record(instance_id, status, record.at))
             after.extend(self._children.restored_end(instance_id, record, change.records, self._store, self.definition.name))
 
     # -- small things ------------------------------------------------------------------
 
-    def _outcome_record(self, instance_id: str, fields: dict[str, Any], now_ms: int) -> Outgoing:
+    def _outcome_record(self, instance_id: str, fields: dict[str, Any], now_ms: int, as_json: bool) -> Outgoing:
+        """The outcome record: JSON when the start was JSON or the app writes JSON outcomes."""
         topic, partition = self.topics.outcomes, self._partition(instance_id)
-        return outcome_record(topic, partition, self.definition.name, instance_id, fields, now_ms)
+        return outcome_record(topic, partition, self.definition.name, instance_id, fields, now_ms,
+                              as_json=as_json or self._runtime.json_outcomes)
 
     def _status_record(self, instance_id: str, status: str, at: int, reason: str | None = None) -> Outgoing:
         record = WorkflowStatusRecord(instance_id, self.definition.name, status, at, reason)

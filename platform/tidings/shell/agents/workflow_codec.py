@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...codec import avro
+from ...codec.answers import JSON_HEADERS, decode_outcome_record, encode_answer
 from ...codec.content import content_type
 from ...codec.json import CONTENT_TYPE
 from ...core.workflow import Ended, Outcome, StepError, WorkflowDefinition
@@ -23,6 +24,11 @@ from ..io import Incoming, Outgoing
 #: Header on journal records written for an inbox record: that record's offset. After a
 #: crash it tells which inbox records are already journaled, so none is applied twice.
 INBOX_OFFSET_HEADER = "tidings-inbox-offset"
+
+
+def is_json_request(record: Incoming) -> bool:
+    """Return whether an inbox record was sent as JSON: its answers are JSON too."""
+    return content_type(record.headers) == CONTENT_TYPE
 
 
 def decode_inbox(record: Incoming) -> WorkflowInbox:
@@ -64,13 +70,15 @@ def decode_outcome(value: bytes | None, definition: WorkflowDefinition) -> tuple
     The result is read as the workflow's declared result type, so a reader of the topic
     gets the same ``Outcome`` that ``handle.result`` returns.
 
+    Reads both forms a worker writes (Avro, or JSON under ``App(json_outcomes=True)``).
+
     Raises:
-        DecodeError: A tombstone, or bytes that are not an Avro record.
+        DecodeError: A tombstone, or bytes that are neither an Avro record nor a JSON object.
         SchemaError: Another record type, or a result that does not read as the result type.
     """
     if value is None:
         raise DecodeError("a tombstone (null value) is not a workflow outcome")
-    record = avro.decode_as(value, WorkflowOutcomeRecord)
+    record = decode_outcome_record(value)
     if record.workflow != definition.name:
         raise SchemaError(f"an outcome of workflow {record.workflow!r}, not {definition.name!r}")
     try:
@@ -90,9 +98,10 @@ def answer_of(stored: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def reply_record(
-    reply_to: str, request_id: str, instance_id: str, answer: str, now_ms: int, **fields: Any
+    reply_to: str, request_id: str, instance_id: str, answer: str, now_ms: int, *, as_json: bool = False,
+    **fields: Any,
 ) -> Outgoing:
-    """Return the reply to ``request_id`` (keyed by it) on ``reply_to``."""
+    """Return the reply to ``request_id`` (keyed by it) on ``reply_to``; JSON for a JSON request."""
     error = fields.get("error")
     reply = WorkflowReply(
         request_id=request_id,
@@ -105,13 +114,18 @@ def reply_record(
         error=StepError.from_json(error) if isinstance(error, dict) else error,
         reason=fields.get("reason"),
     )
-    return Outgoing(reply_to, request_id.encode(), avro.encode(reply))
+    headers = JSON_HEADERS if as_json else ()
+    return Outgoing(reply_to, request_id.encode(), encode_answer(reply, as_json=as_json), None, headers)
 
 
 def outcome_record(
-    topic: str, partition: int, workflow: str, instance_id: str, fields: dict[str, Any], at: int
+    topic: str, partition: int, workflow: str, instance_id: str, fields: dict[str, Any], at: int,
+    *, as_json: bool = False,
 ) -> Outgoing:
-    """Return the outcome record of ``instance_id`` (keyed by it) from stored outcome fields."""
+    """Return the outcome record of ``instance_id`` (keyed by it) from stored outcome fields.
+
+    ``as_json``: the JSON form, for apps whose outcomes non-Python clients read.
+    """
     error = fields.get("error")
     record = WorkflowOutcomeRecord(
         instance_id=instance_id,
@@ -121,4 +135,5 @@ def outcome_record(
         result=fields.get("result"),
         error=None if error is None else StepError.from_json(error),
     )
-    return Outgoing(topic, instance_id.encode(), avro.encode(record), partition)
+    headers = JSON_HEADERS if as_json else ()
+    return Outgoing(topic, instance_id.encode(), encode_answer(record, as_json=as_json), partition, headers)
