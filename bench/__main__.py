@@ -20,7 +20,7 @@ from types import FrameType
 
 from tidings.broker import KAFKA_VERSION, LocalBroker
 
-from . import aggregates, faust_stream, raw_kafka, sagas, workflows
+from . import aggregates, faust_stream, raw_kafka, sagas, schedules, workflows
 from .report import Progress, Row, latency, machine, rate, table
 
 #: (raw confluent records, raw aiokafka records, aggregate workload) per mode.
@@ -40,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-flows", action="store_true",
                         help="skip the flow throughput row (part of the workflow rows)")
     parser.add_argument("--no-sagas", action="store_true", help="skip the saga transfers row")
+    parser.add_argument("--no-schedules", action="store_true",
+                        help="skip the schedule dispatch lag and memory rows")
     parser.add_argument("--profile", type=Path, metavar="FILE",
                         help="cProfile the worker; write its stats to FILE and print the top")
     args = parser.parse_args(argv)
@@ -123,6 +125,9 @@ def _measure(
     saga = None if args.no_sagas else sagas.run(
         bootstrap, sagas.QUICK if args.quick else sagas.DEFAULT, workdir=workdir, stack=stack,
         progress=progress)
+    sched = None if args.no_schedules else schedules.run(
+        bootstrap, schedules.QUICK if args.quick else schedules.DEFAULT, workdir=workdir, stack=stack,
+        progress=progress)
 
     raw_e2e = rate(raw.records, raw.end_to_end_s or 0)
     w = workload
@@ -155,6 +160,8 @@ def _measure(
         rows += workflows.rows(wf, raw_e2e, latency(raw.round_trips_s))
     if saga is not None:
         rows += sagas.rows(saga, raw_e2e)
+    if sched is not None:
+        rows += schedules.rows(sched)
     statuses = ", ".join(f"{n:,} {s}" for s, n in sorted(agg.statuses.items()))
     notes = [
         "",
@@ -169,6 +176,8 @@ def _measure(
         notes += workflows.notes(wf)
     if saga is not None:
         notes += sagas.notes(saga)
+    if sched is not None:
+        notes += schedules.notes(sched)
     return rows, notes
 
 
