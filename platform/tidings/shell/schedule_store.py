@@ -32,6 +32,8 @@ from ..core.schedule.aggregate import ScheduleState
 from .state import prefixed
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+#: RocksDB memtable size of the store (the default is 64 MiB).
+WRITE_BUFFER_BYTES = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +78,9 @@ class ScheduleStore:
         schema = json.dumps(self._adapter.json_schema(), sort_keys=True)
         fingerprint = hashlib.sha256(f"schedule-dispatcher\n{schema}".encode()).digest()
         self._options = Options(raw_mode=True)
+        # Small memtables: the store sees a few small writes per due time, and a worker's
+        # memory per idle schedule should not be RocksDB's default 64 MiB buffer spread thin.
+        self._options.set_write_buffer_size(WRITE_BUFFER_BYTES)
         path.parent.mkdir(parents=True, exist_ok=True)
         self._path = path
         self._db = Rdict(str(path), self._options)
