@@ -8,9 +8,12 @@ from __future__ import annotations
 import os
 import platform
 import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,3 +116,34 @@ def _memory() -> str:
         return f"{kib / 1024 / 1024:.0f} GiB RAM"
     except (OSError, ValueError, IndexError):
         return "RAM unknown"
+
+
+@contextmanager
+def alone(prefix: str) -> Iterator[tuple[str, Path, ExitStack, Progress]]:
+    """For a bench module run by itself (``python -m bench.sagas``): a work directory, the
+    broker (``TIDINGS_BOOTSTRAP``, else a local one started here and stopped on the way out),
+    the stack its processes' stops go on, and the progress printer."""
+    progress = Progress()
+    with ExitStack() as stack:
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix)))
+        bootstrap = os.environ.get("TIDINGS_BOOTSTRAP")
+        if not bootstrap:
+            from tidings.broker import LocalBroker
+
+            broker = LocalBroker(workdir / "kafka", on_progress=progress)
+            bootstrap = broker.start()
+            stack.callback(broker.stop)
+        yield bootstrap, workdir, stack, progress
+        progress("stopping what the bench started")
+
+
+def print_report(rows: Sequence[Row], notes: Sequence[str], profile: Path | None = None) -> None:
+    """Print the table, the notes under it, and the worker's profile if one was written."""
+    print(table(rows))
+    for line in notes:
+        print(line)
+    if profile is not None:
+        import pstats
+
+        print(f"\nworker profile (cProfile, main thread), top by own time; stats in {profile}")
+        pstats.Stats(str(profile)).sort_stats("tottime").print_stats(25)

@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -44,7 +42,7 @@ from tidings.testing.processes import WorkerProcess
 
 from . import saga_apps
 from .aggregates import Cpu, CpuMeter
-from .report import Row, rate
+from .report import Row, alone, print_report, rate
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT_S = 300.0
@@ -231,29 +229,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", type=Path, metavar="FILE",
                         help="cProfile the worker; write its stats to FILE and print the top")
     args = parser.parse_args(argv)
-    import pstats
-
-    from tidings.broker import LocalBroker
-
-    from .report import Progress, table
-
-    progress = Progress()
-    with ExitStack() as stack:
-        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tidings-bench-saga-")))
-        bootstrap = os.environ.get("TIDINGS_BOOTSTRAP")
-        if not bootstrap:
-            broker = LocalBroker(workdir / "kafka", on_progress=progress)
-            bootstrap = broker.start()
-            stack.callback(broker.stop)
+    with alone("tidings-bench-saga-") as (bootstrap, workdir, stack, progress):
         figures = run(bootstrap, QUICK if args.quick else DEFAULT, workdir=workdir, stack=stack,
                       progress=progress, profile=args.profile)
-        progress("stopping what the bench started")
-    print(table(rows(figures)))
-    for line in notes(figures):
-        print(line)
-    if args.profile is not None:
-        print(f"\nworker profile (cProfile, main thread), top by own time; stats in {args.profile}")
-        pstats.Stats(str(args.profile)).sort_stats("tottime").print_stats(25)
+    print_report(rows(figures), notes(figures), args.profile)
     return 0
 
 

@@ -33,9 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
-import tempfile
 import time
 import tracemalloc
 import uuid
@@ -65,7 +63,7 @@ from tidings.testing.processes import WorkerProcess
 
 from . import workflow_apps
 from .aggregates import Cpu, CpuMeter
-from .report import Row, latency, rate
+from .report import Row, alone, print_report, latency, rate
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT_S = 300.0
@@ -446,24 +444,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smaller counts")
     parser.add_argument("--no-flows", action="store_true", help="skip the flow throughput row")
     args = parser.parse_args(argv)
-    from tidings.broker import LocalBroker
-
-    from .report import Progress, table
-
-    progress = Progress()
-    with ExitStack() as stack:
-        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tidings-bench-wf-")))
-        bootstrap = os.environ.get("TIDINGS_BOOTSTRAP")
-        if not bootstrap:
-            broker = LocalBroker(workdir / "kafka", on_progress=progress)
-            bootstrap = broker.start()
-            stack.callback(broker.stop)
+    with alone("tidings-bench-wf-") as (bootstrap, workdir, stack, progress):
         figures = run(bootstrap, QUICK if args.quick else DEFAULT, workdir=workdir, stack=stack,
                       progress=progress, flows=not args.no_flows)
-        progress("stopping what the bench started")
-    print(table(rows(figures)))
-    for line in notes(figures):
-        print(line)
+    print_report(rows(figures), notes(figures), None)
     return 0
 
 

@@ -19,17 +19,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from pydantic import TypeAdapter
-from rocksdict import Options, Rdict, WriteBatch
+from rocksdict import Options, WriteBatch
 
 from ..core.schedule.aggregate import ScheduleState
-from .state import prefixed
+from .state import open_cache, prefixed
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 #: RocksDB memtable size of the store (the default is 64 MiB).
@@ -77,18 +76,11 @@ class ScheduleStore:
         self._adapter: TypeAdapter[ScheduleState] = TypeAdapter(ScheduleState)
         schema = json.dumps(self._adapter.json_schema(), sort_keys=True)
         fingerprint = hashlib.sha256(f"schedule-dispatcher\n{schema}".encode()).digest()
-        self._options = Options(raw_mode=True)
+        options = Options(raw_mode=True)
         # Small memtables: the store sees a few small writes per due time, and a worker's
         # memory per idle schedule should not be RocksDB's default 64 MiB buffer spread thin.
-        self._options.set_write_buffer_size(WRITE_BUFFER_BYTES)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._path = path
-        self._db = Rdict(str(path), self._options)
-        if self._db.get(b"meta/schema") not in (None, fingerprint):
-            self._db.close()
-            shutil.rmtree(path)
-            self._db = Rdict(str(path), self._options)
-        self._db[b"meta/schema"] = fingerprint
+        options.set_write_buffer_size(WRITE_BUFFER_BYTES)
+        self._db = open_cache(path, fingerprint, options)
 
     def load(self, schedule_id: str) -> tuple[int, ScheduleState] | None:
         """Return ``(version, state)`` of a schedule the journal holds, or None."""

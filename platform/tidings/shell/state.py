@@ -52,15 +52,7 @@ class AggregateStore(Generic[S]):
         fingerprint = hashlib.sha256(
             f"{definition_name}\n{schema}\nsagas {subscribed}".encode()
         ).digest()
-        self._options = Options(raw_mode=True)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = Rdict(str(path), self._options)
-        if self._db.get(b"meta/schema") not in (None, fingerprint):
-            # The state type changed shape: the cache is unreadable, rebuild from the journal.
-            self._db.close()
-            shutil.rmtree(path)
-            self._db = Rdict(str(path), self._options)
-        self._db[b"meta/schema"] = fingerprint
+        self._db = open_cache(path, fingerprint, Options(raw_mode=True))
 
     def load(self, aggregate_id: str) -> AggregateInstance[S] | None:
         """Return the stored instance, or None when the store has never seen it."""
@@ -127,6 +119,22 @@ def _saga_key(aggregate_id: str, saga: str, correlation_id: str) -> bytes:
     text = json.dumps([aggregate_id, saga, correlation_id], ensure_ascii=False)
     return b"s/" + text.encode("utf-8", "surrogatepass")
 
+
+
+def open_cache(path: Path, fingerprint: bytes, options: Options) -> Rdict:
+    """Open the RocksDB store at ``path``, a cache of a journal marked with ``fingerprint``.
+
+    A store written with another fingerprint (the state type changed shape) is unreadable:
+    it is wiped, and the caller rebuilds it from the journal.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    db = Rdict(str(path), options)
+    if db.get(b"meta/schema") not in (None, fingerprint):
+        db.close()
+        shutil.rmtree(path)
+        db = Rdict(str(path), options)
+    db[b"meta/schema"] = fingerprint
+    return db
 
 
 def prefixed(db: Rdict, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
