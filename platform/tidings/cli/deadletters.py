@@ -27,6 +27,7 @@ from ..shell.admin import KafkaAdmin
 from ..shell.follower import TopicFollower
 from ..shell.io import Incoming
 from ..shell.topics import deadletter_topic
+from .interrupts import interruptible
 from .loading import load_app
 
 _DESCRIPTION = """\
@@ -88,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
     # Says "run tidings topics apply" for a missing topic, and gives up on an unreachable
     # broker in seconds, before the follower's consumer starts retrying.
     KafkaAdmin(bootstrap).partitions(topic)
+    if args.follow:
+        interruptible()
     try:
         asyncio.run(
             print_dead_letters(bootstrap, topic, follow=args.follow, limit=args.limit, since_ms=args.since, out=_print)

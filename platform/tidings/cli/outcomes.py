@@ -14,6 +14,7 @@ from typing import Any
 
 from ..shell.client import Client
 from ..shell.workflows import WorkflowHandle
+from .interrupts import interruptible
 from .result import outcome_json
 from .start import add_workflow_parser, workflow_handle
 
@@ -45,6 +46,8 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     handle = workflow_handle(args)
+    if args.follow:
+        interruptible()
     try:
         asyncio.run(print_outcomes(handle, args.bootstrap or handle.app.bootstrap(), follow=args.follow))
     except KeyboardInterrupt:
