@@ -32,6 +32,8 @@ class AggregateHandle(Generic[C, E, S]):
     definition: AggregateDefinition[C, E, S]
     topics: AggregateTopics
     cache_size: int = 100_000
+    #: RocksDB memtable size of the worker's store (None: RocksDB's 64 MiB default).
+    write_buffer_bytes: int | None = None
 
     @property
     def name(self) -> str:
@@ -90,6 +92,7 @@ class AggregateHandle(Generic[C, E, S]):
             type(self.definition.initial),
             definition_name=self.name,
             sagas=[starter.name for starter in starters],
+            write_buffer_bytes=self.write_buffer_bytes,
         )
         return AggregateAgent(self.definition, topics=self.topics, store=store, runtime=runtime,
                               starters=starters, cache_size=self.cache_size)

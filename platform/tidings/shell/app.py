@@ -6,6 +6,7 @@ returns a handle. ``tidings worker MODULE:APP`` (``App.worker``) does all the I/
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import types
 import typing
@@ -43,6 +44,8 @@ S = TypeVar("S")
 DEFAULT_PARTITIONS = 8
 #: Schedules a worker keeps in memory per partition of the schedule aggregate.
 SCHEDULE_CACHE_SIZE = 1_000
+#: RocksDB memtable size of the schedule aggregate's store on a worker.
+SCHEDULE_WRITE_BUFFER_BYTES = 4 * 1024 * 1024
 
 
 class App:
@@ -308,6 +311,9 @@ class App:
             # more than a RocksDB read per command (the dispatcher keeps its own index).
             cache_size=SCHEDULE_CACHE_SIZE,
         )
+        # Small memtables too: a schedule's store sees a few small writes per due time.
+        aggregate = dataclasses.replace(aggregate, write_buffer_bytes=SCHEDULE_WRITE_BUFFER_BYTES)
+        self._hosted[("aggregate", schedule.SCHEDULE_AGGREGATE)] = aggregate
         self.host(ScheduleDispatch(self, aggregate))
         return ScheduleHandle(aggregate, names)
 

@@ -41,6 +41,7 @@ class AggregateStore(Generic[S]):
         *,
         definition_name: str,
         sagas: Iterable[str] = (),
+        write_buffer_bytes: int | None = None,
     ) -> None:
         self._path = path
         self._adapter: TypeAdapter[S] = TypeAdapter(state_type)
@@ -52,7 +53,10 @@ class AggregateStore(Generic[S]):
         fingerprint = hashlib.sha256(
             f"{definition_name}\n{schema}\nsagas {subscribed}".encode()
         ).digest()
-        self._db = open_cache(path, fingerprint, Options(raw_mode=True))
+        options = Options(raw_mode=True)
+        if write_buffer_bytes is not None:
+            options.set_write_buffer_size(write_buffer_bytes)
+        self._db = open_cache(path, fingerprint, options)
 
     def load(self, aggregate_id: str) -> AggregateInstance[S] | None:
         """Return the stored instance, or None when the store has never seen it."""
