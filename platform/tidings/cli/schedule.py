@@ -40,13 +40,12 @@ from ..core.schedule import (
     load_zone,
     run_id,
 )
-from ..core.schedule.aggregate import SCHEDULE_AGGREGATE, ScheduleState
+from ..core.schedule.aggregate import ScheduleState
 from ..shell.aggregates import AggregateHandle
 from ..shell.client import Client
 from ..shell.follower import TopicFollower
 from ..shell.io import Incoming
 from ..shell.schedules import ScheduleHandle
-from ..shell.workflows import WorkflowHandle
 from .loading import load_app
 
 log = logging.getLogger(__name__)
@@ -437,31 +436,19 @@ def schedule_aggregate(app: Any) -> AggregateHandle[Any, Any, ScheduleState]:
     Raises:
         SystemExit: the app declares no schedules, with what to add.
     """
-    for hosted in app.hosted:
-        if isinstance(hosted, AggregateHandle) and hosted.name == SCHEDULE_AGGREGATE:
-            return hosted
-    raise SystemExit(
-        f"tidings: app {app.name!r} declares no schedules: add `schedules = app.schedules([workflow, ...])` "
-        "listing the workflows a schedule may start"
-    )
+    try:
+        return app.schedule_handle().aggregate  # type: ignore[no-any-return]
+    except LookupError as exc:
+        raise SystemExit(f"tidings: {exc}") from None
 
 
-def schedule_handle(app: Any, module_name: str, client: Client, timeout: float | None) -> ScheduleHandle:
+def schedule_handle(app: Any, client: Client, timeout: float | None) -> ScheduleHandle:
     """A handle like the one ``app.schedules`` returned to the program, sending through ``client``.
 
-    The workflows a schedule may start are the ones the program listed: its handle is found
-    among the module's attributes. A program that kept no handle there (it declared the
-    schedules inside a function) gets every workflow the app declares.
+    The workflows a schedule may start are the ones the program listed in ``app.schedules``.
     """
     aggregate = schedule_aggregate(app)
-    module = sys.modules.get(module_name)
-    workflows: tuple[str, ...] | None = None
-    for value in vars(module).values() if module is not None else ():
-        if isinstance(value, ScheduleHandle) and value.aggregate is aggregate:
-            workflows = value.workflows
-            break
-    if workflows is None:
-        workflows = tuple(h.name for h in app.hosted if isinstance(h, WorkflowHandle))
+    workflows = app.schedule_handle().workflows
     bound = _ClientAggregate(app, aggregate.definition, aggregate.topics, client=client, timeout=timeout)
     return ScheduleHandle(bound, workflows)
 
@@ -565,7 +552,7 @@ def run(args: argparse.Namespace) -> int:
         return _list(app, bootstrap, args)
     client = Client(bootstrap, app=app)
     try:
-        handle = schedule_handle(app, args.app.partition(":")[0], client, args.timeout)
+        handle = schedule_handle(app, client, args.timeout)
         return asyncio.run(_act(handle, args, rule, value))
     except TimeoutError as exc:
         print(f"tidings: {exc}: no worker answered; is `tidings worker {args.app}` running? "

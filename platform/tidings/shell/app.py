@@ -97,6 +97,7 @@ class App:
         self._data_dir = data_dir
         # Every definition the worker runs, in declaration order, by (kind, name).
         self._hosted: dict[tuple[str, str], Hosted] = {}
+        self._schedules: ScheduleHandle | None = None
         self._clients: dict[str, Client] = {}
         # aggregate name -> starters registered beside the declared sagas (``sagas_of``).
         self.saga_starters: dict[str, list[SagaStarter]] = {}
@@ -315,7 +316,20 @@ class App:
         aggregate = dataclasses.replace(aggregate, write_buffer_bytes=SCHEDULE_WRITE_BUFFER_BYTES)
         self._hosted[("aggregate", schedule.SCHEDULE_AGGREGATE)] = aggregate
         self.host(ScheduleDispatch(self, aggregate))
-        return ScheduleHandle(aggregate, names)
+        self._schedules = ScheduleHandle(aggregate, names)
+        return self._schedules
+
+    def schedule_handle(self) -> ScheduleHandle:
+        """Return the handle ``app.schedules`` returned (the CLI's way to the schedules).
+
+        Raises:
+            LookupError: The app declares no schedules.
+        """
+        if self._schedules is None:
+            raise LookupError(f"app {self.name!r} declares no schedules: add "
+                              "`schedules = app.schedules([workflow, ...])` listing the workflows a "
+                              "schedule may start")
+        return self._schedules
 
     def host(self, definition: Hosted) -> None:
         """Register a definition to run in this app's workers (``hosting.Hosted``).
