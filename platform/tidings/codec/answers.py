@@ -6,8 +6,9 @@ languages, SPEC §9), so what answers them has a JSON form too:
 - a command's reply (``ReplyEnvelope``) and a workflow request's reply (``WorkflowReply``)
   are JSON when the request was (``content-type: application/json``), Avro otherwise;
 - a workflow's outcome records (``WorkflowOutcomeRecord`` on ``.outcomes``) are JSON when
-  the app says so (``App(json_outcomes=True)``): an outcome is written when an instance
-  ends, long after its start, and the journal does not keep how the start was sent.
+  the start was (the ``Started`` journal record keeps ``outcome_json``, so whichever worker
+  writes the outcome, long after the start, writes it so), or when the app says so for
+  every outcome (``App(json_outcomes=True)``).
 
 A JSON answer is a UTF-8 JSON object with the record's field names, written with the
 header ``content-type: application/json``; a workflow's ``result`` and an event's
@@ -24,7 +25,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from tidings.codec import avro
-from tidings.codec.json import CONTENT_TYPE, _Fields, decode_json, encode_json, payload_json
+from tidings.codec.json import CONTENT_TYPE, JsonFields, decode_json, encode_json, payload_json
 from tidings.core.limits import load_json
 from tidings.core.records import ReplyEnvelope
 from tidings.core.workflow.failures import StepError
@@ -135,7 +136,7 @@ def _error(obj: dict[str, Any], what: str) -> StepError | None:
 
 
 def _workflow_reply(obj: dict[str, Any]) -> WorkflowReply:
-    fields = _Fields(obj, "WorkflowReply")
+    fields = JsonFields(obj, "WorkflowReply")
     return WorkflowReply(
         request_id=fields.text("request_id"),
         instance_id=fields.text("instance_id"),
@@ -180,7 +181,7 @@ def decode_outcome_record(value: bytes) -> WorkflowOutcomeRecord:
     if not is_json(value):
         return avro.decode_as(value, WorkflowOutcomeRecord)
     obj = _object(value, "outcome")
-    fields = _Fields(obj, "WorkflowOutcome")
+    fields = JsonFields(obj, "WorkflowOutcome")
     outcome = fields.text("outcome")
     if outcome not in ("finished", "faulted", "cancelled"):
         raise SchemaError(f"JSON WorkflowOutcome: 'outcome' {outcome[:40]!r} is not finished, faulted or cancelled")

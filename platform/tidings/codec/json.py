@@ -62,7 +62,7 @@ def payload_json(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
 
 
-class _Fields:
+class JsonFields:
     """Typed, required-or-default access to one JSON object, naming the envelope in errors."""
 
     __slots__ = ("_object", "_what")
@@ -142,13 +142,13 @@ class _Fields:
             raise self._fail(name, "a base64 string or null") from exc
 
 
-def _timestamp(fields: _Fields, default: int | None) -> int:
+def _timestamp(fields: JsonFields, default: int | None) -> int:
     if fields.has("timestamp_ms") or default is None:
         return fields.integer("timestamp_ms")
     return default
 
 
-def _command(fields: _Fields, timestamp_ms: int | None) -> CommandEnvelope:
+def _command(fields: JsonFields, timestamp_ms: int | None) -> CommandEnvelope:
     command_id = fields.text("command_id")
     return check_command(CommandEnvelope(
         command_id=command_id,
@@ -165,7 +165,7 @@ def _command(fields: _Fields, timestamp_ms: int | None) -> CommandEnvelope:
     ))
 
 
-def _event(fields: _Fields, timestamp_ms: int | None) -> EventEnvelope:
+def _event(fields: JsonFields, timestamp_ms: int | None) -> EventEnvelope:
     command_id = fields.text("command_id")
     return EventEnvelope(
         event_id=fields.text("event_id"),
@@ -181,7 +181,7 @@ def _event(fields: _Fields, timestamp_ms: int | None) -> EventEnvelope:
     )
 
 
-def _reply(fields: _Fields, timestamp_ms: int | None) -> ReplyEnvelope:
+def _reply(fields: JsonFields, timestamp_ms: int | None) -> ReplyEnvelope:
     command_id = fields.text("command_id")
     status = fields.text("status")
     if status not in _REPLY_STATUSES:
@@ -194,13 +194,13 @@ def _reply(fields: _Fields, timestamp_ms: int | None) -> ReplyEnvelope:
         status=cast(ReplyStatus, status),
         version=fields.integer("version"),
         timestamp_ms=_timestamp(fields, timestamp_ms),
-        events=tuple(_event(_Fields(e, "EventEnvelope"), timestamp_ms) for e in events),
+        events=tuple(_event(JsonFields(e, "EventEnvelope"), timestamp_ms) for e in events),
         expected_version=fields.optional_integer("expected_version"),
         reason=fields.optional_text("reason"),
     )
 
 
-def _dead_letter(fields: _Fields, timestamp_ms: int | None) -> DeadLetter:
+def _dead_letter(fields: JsonFields, timestamp_ms: int | None) -> DeadLetter:
     return DeadLetter(
         source_topic=fields.text("source_topic"),
         partition=fields.integer("partition"),
@@ -216,7 +216,7 @@ def _dead_letter(fields: _Fields, timestamp_ms: int | None) -> DeadLetter:
     )
 
 
-_READERS: Final[Mapping[type, Callable[[_Fields, int | None], Any]]] = MappingProxyType(
+_READERS: Final[Mapping[type, Callable[[JsonFields, int | None], Any]]] = MappingProxyType(
     {
         CommandEnvelope: _command,
         EventEnvelope: _event,
@@ -253,7 +253,7 @@ def decode_json(data: bytes, record_type: type[R], *, timestamp_ms: int | None =
     if not isinstance(obj, dict):
         raise DecodeError(f"not a JSON envelope: expected an object, got {type(obj).__name__}")
     try:
-        return cast(R, reader(_Fields(obj, record_type.__name__), timestamp_ms))
+        return cast(R, reader(JsonFields(obj, record_type.__name__), timestamp_ms))
     except (TypeError, ValueError) as exc:
         if isinstance(exc, SchemaError):
             raise

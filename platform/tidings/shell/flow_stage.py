@@ -53,13 +53,11 @@ import pydantic_core
 from fastavro import parse_schema, schemaless_reader
 
 from ..codec.avro import schema_fingerprint
-from ..codec.json import CONTENT_TYPE
+from ..codec.answers import JSON_HEADERS
 from ..core.limits import MAX_ID_BYTES, check_id, load_json
 from ..core.partitioning import partition_for
 from ..core.workflow import Cancelled, Faulted, Finished, Outcome
 from ..errors import BrokerError, DecodeError, DefinitionError, KeyOfFailed, SchemaError
-from .agents.workflow_codec import decode_outcome
-from .deadletters import dead_letter
 from .flow import _check
 from .hosting import Input, Runtime, TopicPartition
 from .io import Incoming, Outgoing
@@ -374,14 +372,7 @@ class WorkflowFlowAgent:
         before the crash), or it may simply still run.
         """
         handle, bootstrap, seconds = self.stage.handle, self._runtime.bootstrap, self.stage.timeout
-        definition = handle.definition
-
-        def read(value: bytes) -> Outcome:
-            ended, outcome = decode_outcome(value, definition)
-            if ended != instance_id:
-                raise SchemaError(f"an outcome of {ended!r} keyed {instance_id!r}")
-            return outcome
-
+        read = handle.outcome_reader(instance_id)
         requester = handle.client(bootstrap).requester
         partition = partition_for(instance_id, self.stage.app.partitions)
         async with requester.outcome(handle.topics.outcomes, partition, instance_id, read) as ended:
@@ -419,24 +410,18 @@ class WorkflowFlowAgent:
             body["outcome"] = "finished"
             body["value"] = outcome.value
         elif isinstance(outcome, Faulted):
-            error = outcome.error
             body["outcome"] = "faulted"
-            body["error"] = {"kind": error.kind.value if error.kind is not None else None,
-                             "message": error.message, "type": error.type}
+            body["error"] = outcome.error.to_json()
         elif isinstance(outcome, Cancelled):
             body["outcome"] = "cancelled"
         value = pydantic_core.to_json(body)
         return Outgoing(stage.sink_topic, instance_id.encode(), value,
-                        partition_for(instance_id, stage.app.partitions),
-                        (("content-type", CONTENT_TYPE.encode()),))
+                        partition_for(instance_id, stage.app.partitions), JSON_HEADERS)
 
     async def _dead_letter(self, record: Incoming, error: BaseException) -> None:
         log.error("flow %s dead-letters %s/%d@%d: %s", self.stage.name, record.topic, record.partition,
                   record.offset, error)
-        runtime = self._runtime
-        letter = dead_letter(record, error, runtime.deadletter_topic, int(runtime.clock() * 1000),
-                             value_limit=runtime.deadletter_value_limit)
-        await runtime.publisher.publish([letter])
+        await self._runtime.publisher.publish([self._runtime.dead_letter(record, error)])
 
 
 def declare_flow(

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Protocol
 
 from ..core.limits import check_reply_to
-from ..errors import RecordError
 from .deadletters import DEAD_LETTER_VALUE_BYTES, dead_letter
 from .io import Incoming, Outgoing, PartitionReader, Publisher
 from .kafka import KafkaPartitionReader, TopicCheck
@@ -165,8 +164,9 @@ class Runtime:
             return None
         return check_reply_to(reply_to, self.own_topics)
 
-    def dead_letter(self, record: Incoming, error: RecordError) -> Outgoing:
-        """Return the dead letter of ``record``, which failed with ``error`` (bounded)."""
+    def dead_letter(self, record: Incoming, error: BaseException) -> Outgoing:
+        """Return the dead letter of ``record``, which failed with ``error`` (bounded): a
+        ``RecordError``, or what user code raised on it."""
         return dead_letter(record, error, self.deadletter_topic, int(self.clock() * 1000),
                            value_limit=self.deadletter_value_limit)
 

@@ -21,6 +21,7 @@ import hashlib
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -51,7 +52,7 @@ class IndexEntry:
         return self.next_due is None and not self.pending
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class StoredSchedule:
     """One schedule as the journal built it: its version (the last event applied) and state."""
 
@@ -59,6 +60,11 @@ class StoredSchedule:
     partition: int
     version: int
     state: ScheduleState
+
+    @cached_property
+    def entry(self) -> IndexEntry:
+        """Its index entry (computed once: the store and the timers both need it)."""
+        return IndexEntry.of(self.state)
 
 
 def to_micros(instant: datetime) -> int:
@@ -109,7 +115,7 @@ class ScheduleStore:
         for schedule in schedules.values():
             key = _key(schedule.schedule_id)
             batch.put(b"s/" + key, b"%d\n" % schedule.version + self._adapter.dump_json(schedule.state))
-            entry = IndexEntry.of(schedule.state)
+            entry = schedule.entry
             index_key = b"x/%05d/" % schedule.partition + key
             if entry.empty:
                 batch.delete(index_key)

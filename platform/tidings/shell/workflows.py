@@ -101,6 +101,17 @@ class WorkflowHandle:
         requester = self.client(bootstrap).requester
         await requester.send(self.topics.inbox, _request(instance_id, "start", None, payload=text.encode()))
 
+    def outcome_reader(self, instance_id: str) -> Callable[[bytes], Outcome]:
+        """Return how to read the outcome record of ``instance_id`` (any other is refused)."""
+
+        def read(value: bytes) -> Outcome:
+            ended, outcome = decode_outcome(value, self.definition)
+            if ended != instance_id:
+                raise SchemaError(f"an outcome of {ended!r} keyed {instance_id!r}")
+            return outcome
+
+        return read
+
     async def result(self, instance_id: str, timeout: float | None = None, *, bootstrap: str | None = None) -> Outcome:
         """Wait for the instance's outcome: ``Finished(value)``, ``Faulted(error)`` or ``Cancelled()``.
 
@@ -119,11 +130,7 @@ class WorkflowHandle:
         deadline = time.monotonic() + wait
         partition = partition_for(instance_id, self.app.partitions)
 
-        def read(value: bytes) -> Outcome:
-            ended, outcome = decode_outcome(value, self.definition)
-            if ended != instance_id:
-                raise SchemaError(f"an outcome of {ended!r} keyed {instance_id!r}")
-            return outcome
+        read = self.outcome_reader(instance_id)
 
         # The end offset is noted before the question is sent: an outcome the worker
         # writes after it answered "running" lies beyond it.

@@ -139,22 +139,23 @@ ScheduleCommand = (
 # -- events ---------------------------------------------------------------------------------
 
 
-class ScheduleCreated(_Model):
+class _Stored(_Model):
+    """What a stored create or change holds (the command's content, already checked)."""
+
+    workflow: str
+    input: Any = None
+    rule: dict[str, Any]
+    catch_up: CatchUp
+    at: datetime
+
+
+# Siblings, as the commands are: ``case ScheduleCreated()`` must not match a change.
+class ScheduleCreated(_Stored):
     __tidings_type__: ClassVar[str] = "schedule.created"
-    workflow: str
-    input: Any = None
-    rule: dict[str, Any]
-    catch_up: CatchUp
-    at: datetime
 
 
-class ScheduleChanged(_Model):
+class ScheduleChanged(_Stored):
     __tidings_type__: ClassVar[str] = "schedule.changed"
-    workflow: str
-    input: Any = None
-    rule: dict[str, Any]
-    catch_up: CatchUp
-    at: datetime
 
 
 class SchedulePaused(_Model):

@@ -55,7 +55,7 @@ from ...errors import RecordError, SchemaError
 from ..hosting import Input, Runtime, TopicPartition
 from ..io import Incoming, Outgoing
 from ..owner import PartitionOwner
-from ..schedule_store import IndexEntry, ScheduleStore, StoredSchedule
+from ..schedule_store import ScheduleStore, StoredSchedule
 
 if TYPE_CHECKING:
     from ..aggregates import AggregateHandle
@@ -242,7 +242,7 @@ class ScheduleDispatcher:
             timers = self._timers.get(schedule.partition)
             if timers is None:
                 continue  # revoked meanwhile
-            entry = IndexEntry.of(schedule.state)
+            entry = schedule.entry
             current = timers.get(schedule.schedule_id)
             if entry.next_due is None:
                 timers.pop(schedule.schedule_id, None)
