@@ -1,21 +1,22 @@
-"""Feed a Faust stream to an agent in batches, pipelined, acking only finished batches.
+"""Feed an agent's input in batches, pipelined, completing only finished batches.
 
-Faust hands records over one at a time; agents want batches (one produce round trip and
-one RocksDB write per batch) and want to decide the next batch while the previous one's
-events are still being acknowledged by the broker. ``run_batches`` does both:
+The worker's intake (``intake.py``) hands over records in lists, as the consumer fetched
+them; an agent wants batches (one produce round trip and one RocksDB write per batch)
+and wants to decide the next batch while the previous one's writes are still being
+acknowledged by the broker. A ``Feed`` does both, one per ``Input``:
 
-- records are taken without Faust's automatic acks (``stream.noack()``) into a buffer;
-  a batch is whatever the buffer holds (up to ``max_batch``) when one of the
-  ``max_in_flight`` slots frees up: one record when idle (low latency), many under load
-  (one round trip for all of them), with no timer;
+- records are appended to a buffer; a batch is whatever the buffer holds (up to
+  ``max_batch``) when one of the ``max_in_flight`` slots frees up: one record when idle
+  (low latency), many under load (one round trip for all of them), with no timer;
 - ``start(batch)`` decides the batch and starts its writes; it returns a ``finish``
   coroutine function that waits for the writes. Finishes run in batch order in a second
-  task, and each batch's records are acked only after its finish returned: a crash
-  re-delivers every record whose effects are not durable.
+  task; only after a batch's finish returned does the feed report the batch's offsets as
+  done (``on_done``: the intake commits them, or the transaction carries them), so a
+  crash re-delivers every record whose effects are not durable.
 
-Anything raised from ``start`` or ``finish`` is Kafka failing or a bug (bad records are
-dead-lettered by the agents): the process exits with status 70 without acking, so its
-supervisor restarts it and the records are delivered again.
+Anything raised from ``start``, ``finish`` or ``on_done`` is Kafka failing or a bug (bad
+records are dead-lettered by the agents): the process exits with status 70 without
+committing, so its supervisor restarts it and the records are delivered again.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any, NoReturn
 
 from .io import Incoming
@@ -32,90 +33,125 @@ log = logging.getLogger(__name__)
 
 Finish = Callable[[], Awaitable[None]]
 Start = Callable[[list[Incoming]], Awaitable[Finish]]
+#: (topic, partition) -> the next offset to consume: what a finished batch lets commit.
+Offsets = dict[tuple[str, int], int]
+Done = Callable[[Offsets], Awaitable[None]]
 
 #: Exit status of a worker that stopped because Kafka or a handler failed.
 EXIT_FAILED = 70
-#: Most records one batch takes (also Faust's poll size; its buffer holds four batches).
+#: Most records one batch takes.
 BATCH_SIZE = 2000
 
 
-async def run_batches(
-    stream: Any, start: Start, *, what: str, max_batch: int = BATCH_SIZE, max_in_flight: int = 2
-) -> None:
-    """Consume ``stream`` (a Faust stream) in pipelined batches; see the module docstring."""
-    stream = stream.noack()
-    buffer: list[Any] = []
-    arrived = asyncio.Event()  # the buffer has records
-    room = asyncio.Event()  # the buffer is below its bound (back-pressure on Faust)
-    room.set()
-    slots = asyncio.Semaphore(max_in_flight)
-    finishing: asyncio.Queue[tuple[Finish, list[Any]]] = asyncio.Queue()
-
-    async def decide() -> None:
-        while True:
-            await arrived.wait()
-            # Wait for a slot *before* taking the batch: records keep arriving meanwhile,
-            # so the batch grows with the load and the broker's round trip.
-            await slots.acquire()
-            batch = buffer[:max_batch]
-            del buffer[:max_batch]
-            if not buffer:
-                arrived.clear()
-            if len(buffer) < 4 * max_batch:
-                room.set()
-            try:
-                finish = await start(_incoming(batch))
-            except Exception:
-                stop_worker(what)
-            finishing.put_nowait((finish, batch))
-
-    async def complete() -> None:
-        while True:
-            finish, events = await finishing.get()
-            try:
-                await finish()
-            except Exception:
-                stop_worker(what)
-            for event in events:
-                await stream.ack(event)
-            slots.release()
-
-    workers = [asyncio.ensure_future(decide()), asyncio.ensure_future(complete())]
-    try:
-        async for event in stream.events():
-            buffer.append(event)
-            arrived.set()
-            if len(buffer) >= 4 * max_batch:
-                room.clear()
-                await room.wait()
-            for task in workers:
-                if task.done():
-                    task.result()
-    finally:
-        for task in workers:
-            task.cancel()
-
-
-def agent_body(start: Start, what: str, *, max_in_flight: int = 2) -> Callable[[Any], Awaitable[None]]:
-    """Return a Faust agent body that runs ``start`` over pipelined batches of its stream.
+class Feed:
+    """One input's buffer and its two tasks: decide batches, complete them in order.
 
     Args:
-        start: Decides a batch and returns what completes it (see ``run_batches``).
-        what: What the agent does, for logs and the agent function's name.
-        max_in_flight: Batches decided but not yet finished.
+        start: Decides a batch and returns what completes it.
+        what: What the input does, for logs.
+        on_done: Called with a completed batch's offsets, in batch order; awaited
+            before the batch's slot frees up.
+        max_batch: Most records per batch.
+        max_in_flight: Batches decided but not yet completed (1: each batch sees the
+            previous one's RocksDB writes).
     """
 
-    async def consume(stream: Any) -> None:
-        await run_batches(stream, start, what=what, max_in_flight=max_in_flight)
+    def __init__(
+        self, start: Start, what: str, on_done: Done, *, max_batch: int = BATCH_SIZE,
+        max_in_flight: int = 2,
+    ) -> None:
+        self.what = what
+        self._start = start
+        self._on_done = on_done
+        self._max_batch = max_batch
+        self._buffer: list[Incoming] = []
+        self._arrived = asyncio.Event()
+        self._slots = asyncio.Semaphore(max_in_flight)
+        self._finishing: asyncio.Queue[tuple[Finish, Offsets, int]] = asyncio.Queue()
+        self._started = 0  # batches taken from the buffer
+        self._completed = 0  # batches whose on_done returned
+        self._progress = asyncio.Condition()
+        self._tasks: list[asyncio.Task[None]] = []
 
-    consume.__name__ = "consume_" + "".join(c if c.isalnum() else "_" for c in what)
-    return consume
+    def put(self, records: Sequence[Incoming]) -> None:
+        """Append records (in offset order per partition) to the buffer."""
+        self._buffer.extend(records)
+        if self._buffer:
+            self._arrived.set()
+
+    @property
+    def buffered(self) -> int:
+        """Records waiting for a batch."""
+        return len(self._buffer)
+
+    def run(self) -> None:
+        """Start the feed's tasks (on the running loop); a failing one stops the worker."""
+        for body in (self._decide, self._complete):
+            task = asyncio.ensure_future(body())
+            task.add_done_callback(stop_worker_on_failure(self.what))
+            self._tasks.append(task)
+
+    def stop(self) -> None:
+        """Cancel the feed's tasks: batches not completed are not reported."""
+        for task in self._tasks:
+            task.cancel()
+        self._tasks.clear()
+
+    async def drain(self, partitions: Collection[tuple[str, int]]) -> None:
+        """Drop buffered records of ``partitions``; wait until every batch taken so far
+        has completed (the partitions are being revoked: their records will go to the
+        next owner from the last committed offset)."""
+        if partitions:
+            gone = set(partitions)
+            self._buffer = [r for r in self._buffer if (r.topic, r.partition) not in gone]
+            if not self._buffer:
+                self._arrived.clear()
+        target = self._started
+        async with self._progress:
+            await self._progress.wait_for(lambda: self._completed >= target)
+
+    async def _decide(self) -> None:
+        while True:
+            await self._arrived.wait()
+            # Wait for a slot *before* taking the batch: records keep arriving meanwhile,
+            # so the batch grows with the load and the broker's round trip.
+            await self._slots.acquire()
+            batch = self._buffer[: self._max_batch]
+            del self._buffer[: self._max_batch]
+            if not self._buffer:
+                self._arrived.clear()
+            if not batch:  # drained while waiting for the slot
+                self._slots.release()
+                continue
+            self._started += 1
+            finish = await self._start(batch)
+            self._finishing.put_nowait((finish, next_offsets(batch), len(batch)))
+
+    async def _complete(self) -> None:
+        while True:
+            finish, offsets, _ = await self._finishing.get()
+            await finish()
+            await self._on_done(offsets)
+            self._slots.release()
+            async with self._progress:
+                self._completed += 1
+                self._progress.notify_all()
+
+
+def next_offsets(records: Sequence[Incoming]) -> Offsets:
+    """Return the offset after the last of ``records`` per (topic, partition)."""
+    offsets: Offsets = {}
+    for record in records:
+        key = (record.topic, record.partition)
+        if offsets.get(key, -1) <= record.offset:
+            offsets[key] = record.offset + 1
+    return offsets
 
 
 def stop_worker(what: str, error: BaseException | None = None) -> NoReturn:
     """Log that ``what`` failed (``error``, or the exception being handled) and exit 70.
 
-    Without acking: the supervisor restarts the worker and the records come again.
+    Without committing: the supervisor restarts the worker and the records come again.
     """
     log.critical("%s failed; stopping the worker so it restarts", what, exc_info=error or True)
     logging.shutdown()
@@ -130,24 +166,3 @@ def stop_worker_on_failure(what: str) -> Callable[[asyncio.Future[Any]], None]:
             stop_worker(what, task.exception())
 
     return check
-
-
-def _incoming(events: Sequence[Any]) -> list[Incoming]:
-    records = []
-    for event in events:
-        message = event.message
-        headers = message.headers or ()
-        if isinstance(headers, dict):
-            headers = headers.items()
-        records.append(
-            Incoming(
-                message.topic,
-                message.partition,
-                message.offset,
-                message.key,
-                message.value,
-                {name: value for name, value in headers},
-                int(message.timestamp * 1000) if message.timestamp else None,
-            )
-        )
-    return records

@@ -1,32 +1,50 @@
 """The worker: one Faust app that runs every definition of a tidings App.
 
-This is the only module that speaks Faust (with ``transport.py``). Starting the worker is
-where all I/O happens: topics are applied, every hosted definition is opened with the
-worker's ``Runtime`` (``hosting.py``), and each ``Input`` of each agent becomes one Faust
-agent over raw-bytes topics that feeds ``pipeline.run_batches``. Partition assignments and
-revocations go to every agent (each keeps what concerns its topics). A batch's offsets are
-acked only after the agent completed it (its writes acknowledged by the broker).
+This is the only module that speaks Faust. Faust is the runtime: the ``faust.App``, the
+``faust.Worker`` lifecycle (signals, logging, ordered start and stop of services), its
+sensors. Records do not come through Faust's consumer, which delivers them one at a time;
+the worker's ``Intake`` (``intake.py``, one confluent-kafka consumer) runs as a Faust
+service and feeds each ``Input`` of each agent its records in lists, through a
+``pipeline.Feed`` per input. Starting the worker is where all I/O happens: topics are
+applied, every hosted definition is opened with the worker's ``Runtime`` (``hosting.py``),
+partition assignments and revocations go to every agent (each keeps what concerns its
+topics). A batch's offsets are committed only after the agent completed it (its writes
+acknowledged by the broker). See docs/architecture.md.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import faust
+import mode
+from faust.app.base import BootStrategy
 
 from .hosting import Agent, Runtime, TopicPartition
+from .intake import Intake, describe
 from .kafka import ConfluentPublisher
-from .pipeline import BATCH_SIZE, agent_body, stop_worker_on_failure
+from .pipeline import stop_worker_on_failure
 from .topics import apply_topics, deadletter_topic
 
 if TYPE_CHECKING:
     from .app import App
 
 log = logging.getLogger(__name__)
+
+
+class _Boot(BootStrategy):
+    """Faust's services without its Kafka consumer and producer: the intake and the
+    publisher are the worker's own (confluent-kafka), so Faust joins no group."""
+
+    enable_kafka_consumer = False
+    enable_kafka_producer = False
+
+
+class _FaustApp(faust.App):
+    BootStrategy = _Boot
 
 
 class Worker:
@@ -72,25 +90,12 @@ class Worker:
     def _faust_app(self) -> faust.App:
         # Faust creates its directory without parents, and a kind may keep nothing on disk.
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        fapp = faust.App(
+        fapp = _FaustApp(
             self.app.name,
-            # tidings:// is Faust's aiokafka transport with a short fetch wait (transport.py).
-            broker=[f"tidings://{server}" for server in self.bootstrap.split(",")],
+            broker=[f"kafka://{server}" for server in self.bootstrap.split(",")],
             store="memory://",
             web_enabled=False,
-            consumer_group_instance_id=self.instance_id,
-            topic_partitions=self.app.partitions,
-            topic_replication_factor=1,
-            consumer_auto_offset_reset="earliest",
-            broker_session_timeout=6.0,  # the broker's minimum: a dead worker's partitions move fast
-            broker_heartbeat_interval=1.0,
-            broker_commit_interval=0.5,
-            broker_max_poll_records=BATCH_SIZE,
-            stream_buffer_maxsize=4 * BATCH_SIZE,
-            producer_linger_ms=1,
-            producer_acks=-1,
             datadir=str(self.data_dir / "faust"),
-            TableManager="tidings.shell.transport:TableManager",  # no 1 s pause at start
         )
         publisher = ConfluentPublisher(self.bootstrap)
         runtime = Runtime(
@@ -105,44 +110,43 @@ class Worker:
         )
         runtime.on_close(publisher.close)  # closed last: the agents' last writes go out
         self._runtime = runtime
-        for hosted in self.app.hosted:
-            agent = hosted.open(runtime)
-            self.agents.append(agent)
-            for source in agent.inputs:
-                topic = fapp.topic(
-                    *source.topics,
-                    # The agents decode records themselves (Avro or JSON, dead letters for bad
-                    # ones), so Faust must hand them over untouched.
-                    key_type=bytes,
-                    value_type=bytes,
-                    key_serializer="raw",
-                    value_serializer="raw",
-                    partitions=source.partitions,
-                )
-                body = agent_body(source.start, source.name.replace("-", " "),
-                                  max_in_flight=source.max_in_flight)
-                fapp.agent(topic, name=source.name)(body)
-
         agents = self.agents
+        joined: list[bool] = []
 
-        @fapp.on_partitions_assigned.connect  # type: ignore[arg-type]  # called with assigned=, signal=
-        async def on_assigned(sender: Any, assigned: Iterable[Any], **_: Any) -> None:
-            partitions = _pairs(assigned)
+        def assigned(partitions: list[TopicPartition]) -> None:
+            log.info("partitions assigned: %s", describe(partitions))
+            if not joined:  # tests and operators wait for this line
+                joined.append(True)
+                log.info("Worker ready: joined group %s", self.app.name)
             for agent in agents:
-                # Not awaited: an agent's recovery reads its journal, and Faust waits for
-                # these handlers before it hands out records; the agents make records of
-                # partitions they are recovering wait (PartitionOwner.ensure_ready).
+                # Not awaited: an agent's recovery reads its journal; the agents make
+                # records of partitions they are recovering wait (PartitionOwner.ensure_ready).
                 asyncio.ensure_future(agent.assign(partitions)).add_done_callback(
                     stop_worker_on_failure("recovering assigned partitions"))
 
-        @fapp.on_partitions_revoked.connect  # type: ignore[arg-type]  # called with revoked=, signal=
-        async def on_revoked(sender: Any, revoked: Iterable[Any], **_: Any) -> None:
-            partitions = _pairs(revoked)
+        def revoked(partitions: list[TopicPartition]) -> None:
+            log.info("partitions revoked: %s", describe(partitions))
             for agent in agents:
                 agent.revoke(partitions)
 
+        intake = Intake(self.bootstrap, self.app.name, instance_id=self.instance_id,
+                        on_assigned=assigned, on_revoked=revoked)
+        for hosted in self.app.hosted:
+            agent = hosted.open(runtime)
+            agents.append(agent)
+            for source in agent.inputs:
+                intake.add(source.topics, source.start, source.name.replace("-", " "),
+                           max_in_flight=source.max_in_flight)
+
+        @fapp.service
+        class Consuming(mode.Service):
+            """Runs the intake inside Faust's service lifecycle."""
+
+            async def on_start(self) -> None:
+                await intake.start()
+
+            async def on_stop(self) -> None:
+                await intake.stop()
+
         return fapp
 
-
-def _pairs(partitions: Iterable[Any]) -> list[TopicPartition]:
-    return [(tp.topic, tp.partition) for tp in partitions]
