@@ -7,6 +7,9 @@ no event), through the client; then 4 records that are not commands at all, prod
 plain confluent-kafka producer onto its commands topic. The scrape of ``/metrics`` must show
 exactly 32 records in on the commands topic, 25 records out to the events topic, 28 replies
 timed, and 4 dead letters with the error's class as their reason.
+
+A second test runs the workflow test App the same way: one-activity workflows give as many
+activity attempts and timed runs as instances, and every partition's recovery is timed.
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from examples.bank.account import Deposit, Deposited, Open, Opened, Rejected, Withdraw
 from tidings import App
 from tidings.testing.eventually import assert_eventually
+from tests.integration.workflow_apps import PARTITIONS, Calls
 from tests.workers import Workers, test_app  # noqa: F401 - fixture
+from tests.workflow_workers import calls, workflow_app  # noqa: F401 - fixtures
 
 ACCOUNTS = 5
 DEPOSITS_EACH = 4  # 5 opens + 20 deposits: 25 accepted commands, one event each
@@ -104,5 +109,46 @@ def test_metrics_count_commands_in_events_out_and_dead_letters_exactly(
         # The projection of the same events took them in too, under its own name.
         assert_eventually(lambda: value(scrape(port), "tidings_records_in_total", topic=events,
                                         kind="projection", name="balances") == accepted, timeout=30)
+    finally:
+        workers.kill_all()
+
+
+RUNS = 10
+
+
+def test_metrics_count_workflow_runs_activity_attempts_and_recoveries(
+    kafka_bootstrap: str, workflow_app: App, calls: Calls, app_id: str, tmp_path: Path
+) -> None:
+    port = free_port()
+    workers = Workers(kafka_bootstrap, app_id, tmp_path, app_spec="tests.integration.workflow_apps:app",
+                      env={"TEST_CALLS_DIR": str(calls.directory), "TIDINGS_METRICS_PORT": str(port)})
+    try:
+        workers.start()
+        one = workflow_app.workflow_handle("one-activity")
+
+        async def run() -> list[int]:
+            await asyncio.gather(*(one.start(f"run-{n}", n) for n in range(RUNS)))
+            ended = await asyncio.gather(*(one.result(f"run-{n}", timeout=60) for n in range(RUNS)))
+            return [outcome.value for outcome in ended]
+
+        assert asyncio.run(run()) == [n + 1 for n in range(RUNS)]
+
+        def counted() -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+            samples = scrape(port)
+            assert value(samples, "tidings_workflow_run_seconds_count", workflow="one-activity") == RUNS
+            # Each instance's inbox got its start and the query result() sends (which may
+            # still be on its way when the outcome has answered result()).
+            assert value(samples, "tidings_records_in_total", topic=one.topics.inbox, kind="workflow",
+                         name="one-activity") == 2 * RUNS
+            return samples
+
+        # The outcome is published before the run is observed: a scrape may come between.
+        samples = assert_eventually(counted, timeout=30, message="the runs were never timed")
+        inc = {"workflow": "one-activity", "activity": "inc"}
+        assert value(samples, "tidings_activity_attempts_total", **inc) == RUNS
+        assert value(samples, "tidings_activity_failures_total", **inc) == 0
+        assert value(samples, "tidings_partition_recovery_seconds_count", kind="workflow",
+                     name="one-activity") == PARTITIONS
+        assert value(samples, "tidings_instances", kind="workflow", name="one-activity", state="running") == 0
     finally:
         workers.kill_all()
