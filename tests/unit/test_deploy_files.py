@@ -304,6 +304,12 @@ def test_chart_values_document_why_there_is_no_default_liveness_probe() -> None:
     assert "exits non-zero" in reason and "rebalance" in reason
 
 
+def test_chart_serves_metrics_on_the_port_its_values_name() -> None:
+    assert _values()["metrics"] == {"enabled": True, "port": 9100}
+    template = (TEMPLATES / "statefulset.yaml").read_text(encoding="utf-8")
+    assert "--metrics-port" in template and "prometheus.io/scrape" in template
+
+
 # -- Helm chart (rendered; needs helm on PATH) -----------------------------------------
 
 HELM = shutil.which("helm")
@@ -395,3 +401,31 @@ def test_helm_refuses_an_app_that_is_not_module_colon_attribute() -> None:
     result = _helm("template", "bank", str(CHART), "--set", "app=examples/bank.py", check=False)
     assert result.returncode != 0
     assert "MODULE:ATTRIBUTE" in result.stderr
+
+
+@needs_helm
+def test_helm_worker_serves_metrics_and_its_pods_carry_the_scrape_annotations() -> None:
+    docs = _render("metrics.port=9200", "podAnnotations.team=payments",
+                   "podAnnotations.prometheus\\.io/path=/custom")
+    (statefulset,) = _kind(docs, "StatefulSet")
+    template = statefulset["spec"]["template"]
+    (container,) = template["spec"]["containers"]
+    args = container["args"]
+    assert args[args.index("--metrics-port") + 1] == "9200"
+    assert container["ports"] == [{"name": "metrics", "containerPort": 9200, "protocol": "TCP"}]
+    assert template["metadata"]["annotations"] == {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": "9200",
+        "prometheus.io/path": "/custom",  # podAnnotations win over the chart's
+        "team": "payments",
+    }
+
+
+@needs_helm
+def test_helm_without_metrics_serves_none_and_asks_for_no_scrape() -> None:
+    (statefulset,) = _kind(_render("metrics.enabled=false"), "StatefulSet")
+    template = statefulset["spec"]["template"]
+    (container,) = template["spec"]["containers"]
+    assert "--metrics-port" not in container["args"]
+    assert "ports" not in container
+    assert "annotations" not in template["metadata"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
 
@@ -37,13 +38,33 @@ def register(subparsers: Any) -> None:
         "worker with the same id gets its partitions back at once",
     )
     parser.add_argument("--loglevel", default="INFO", help="log level (default INFO)")
+    parser.add_argument(
+        "--metrics-port",
+        type=_port,
+        # A string default goes through type= too, so a bad $TIDINGS_METRICS_PORT is a usage error.
+        default=os.environ.get("TIDINGS_METRICS_PORT") or None,
+        metavar="PORT",
+        help="serve Prometheus metrics at http://0.0.0.0:PORT/metrics (default "
+        "$TIDINGS_METRICS_PORT; none when unset). docs/operations.md lists every metric",
+    )
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     app = load_app(args.app)
     worker = app.worker(
-        bootstrap=args.bootstrap, data_dir=args.data_dir, instance_id=args.instance_id
+        bootstrap=args.bootstrap, data_dir=args.data_dir, instance_id=args.instance_id,
+        metrics_port=args.metrics_port,
     )
     worker.run(loglevel=args.loglevel)
     return 0
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 < port < 65536:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r} (1..65535)")
+    return port

@@ -476,12 +476,14 @@ class App:
         bootstrap: str | None = None,
         data_dir: Path | None = None,
         instance_id: str | None = None,
+        metrics_port: int | None = None,
     ) -> Worker:
         """Build the worker that runs every definition of this app (no I/O until run).
 
         ``instance_id`` (default ``TIDINGS_INSTANCE_ID``) makes it a static member of the
         app's consumer group: give each worker a stable, unique one (a pod name) and a
         restarted worker takes its partitions back without a rebalance wait.
+        ``metrics_port`` serves Prometheus metrics on that port (docs/operations.md).
         """
         from .worker import Worker
 
@@ -490,6 +492,7 @@ class App:
             bootstrap=bootstrap or self.bootstrap(),
             data_dir=data_dir,
             instance_id=instance_id or os.environ.get("TIDINGS_INSTANCE_ID") or None,
+            metrics_port=metrics_port,
         )
 
 

@@ -15,6 +15,7 @@ detection); dead letters are ``Runtime.dead_letter``.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from ..core.limits import check_reply_to
 from .deadletters import DEAD_LETTER_VALUE_BYTES, dead_letter
 from .io import Incoming, Outgoing, PartitionReader, Publisher
 from .kafka import KafkaPartitionReader, TopicCheck
+from .metrics import Metrics
 from .pipeline import Start
 from .topics import TopicSpec
 
@@ -115,6 +117,10 @@ class Runtime:
             inboxes, commands, outcomes, status, dead letters).
         deadletter_value_limit: Bytes of a bad record's value a dead letter keeps.
         json_outcomes: Write workflow outcome records as JSON (``App(json_outcomes=True)``).
+        metrics: The worker's metrics (``metrics.py``); the kinds report to it.
+        kind: The kind of the definition this runtime was given to (``scoped``); "" when
+            shared. Dead letters are counted under it.
+        name: That definition's name.
     """
 
     bootstrap: str
@@ -126,7 +132,18 @@ class Runtime:
     deadletter_value_limit: int = DEAD_LETTER_VALUE_BYTES
     json_outcomes: bool = False
     clock: Callable[[], float] = time.time
+    metrics: Metrics = field(default_factory=Metrics)
+    kind: str = ""
+    name: str = ""
     _closers: list[Callable[[], None]] = field(default_factory=list)
+
+    def scoped(self, kind: str, name: str) -> Runtime:
+        """Return this runtime as given to definition ``name`` of ``kind``.
+
+        Everything is shared (publisher, metrics, what is closed with the worker); only the
+        definition differs, so what it dead-letters is counted under it.
+        """
+        return dataclasses.replace(self, kind=kind, name=name)
 
     def store_path(self, kind: str, name: str) -> Path:
         """Where the RocksDB store of definition ``name`` of ``kind`` lives."""
@@ -166,7 +183,11 @@ class Runtime:
 
     def dead_letter(self, record: Incoming, error: BaseException) -> Outgoing:
         """Return the dead letter of ``record``, which failed with ``error`` (bounded): a
-        ``RecordError``, or what user code raised on it."""
+        ``RecordError``, or what user code raised on it.
+
+        Counted in ``tidings_dead_letters_total`` under this runtime's definition and the
+        error's class name."""
+        self.metrics.dead_letter(self.kind, self.name, error)
         return dead_letter(record, error, self.deadletter_topic, int(self.clock() * 1000),
                            value_limit=self.deadletter_value_limit)
 

@@ -70,14 +70,14 @@ class OrchestrationDefinition:
         router = OrchestrationRouter(
             self.name, self.key_of, sources=self.sources, topics=self.topics,
             partitions=partitions, publisher=runtime.publisher, clock=runtime.clock,
-            deadletter_value_limit=runtime.deadletter_value_limit,
+            deadletter_value_limit=runtime.deadletter_value_limit, metrics=runtime.metrics,
         )
         agent = OrchestrationAgent(
             self.name, self.factory, sources=self.sources, topics=self.topics,
             partitions=partitions, store=store, reader=runtime.reader(), publisher=runtime.publisher,
             # librdkafka answers an offsets query slowly right after a read's unassign.
             offsets_reader=runtime.reader(), clock=runtime.clock,
-            deadletter_value_limit=runtime.deadletter_value_limit,
+            deadletter_value_limit=runtime.deadletter_value_limit, metrics=runtime.metrics,
         )
         return OrchestrationAgents(router, agent)
 

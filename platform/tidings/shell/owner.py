@@ -27,6 +27,7 @@ import asyncio
 import functools
 import inspect
 import logging
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 
@@ -57,6 +58,8 @@ class PartitionOwner:
             recovery reads more than a journal.
         on_foreign: ``on_foreign(partition)``: someone else wrote the journal partition;
             forget its instances (the next ``ensure_ready`` catches it up again).
+        on_recovered: ``on_recovered(partition, seconds)``: a catch-up ended and took that
+            long (``Metrics.recovery``).
     """
 
     def __init__(
@@ -72,6 +75,7 @@ class PartitionOwner:
         caught_up: CaughtUp | None = None,
         catch_up: Callable[[int], Awaitable[None]] | None = None,
         on_foreign: Callable[[int], None] | None = None,
+        on_recovered: Callable[[int, float], None] | None = None,
     ) -> None:
         self.what = what
         self.journal = journal
@@ -83,6 +87,7 @@ class PartitionOwner:
         self._caught_up = caught_up
         self._custom_catch_up = catch_up
         self._on_foreign = on_foreign
+        self._on_recovered = on_recovered
         self._ready: set[int] = set()
         # One catch-up per partition at a time: an eager one started on assignment and a
         # batch that arrives meanwhile must not both apply the journal.
@@ -115,6 +120,12 @@ class PartitionOwner:
 
         Prefer ``ensure_ready``, which never runs two catch-ups of a partition at once.
         """
+        began = time.perf_counter()
+        await self._catch_up(partition)
+        if self._on_recovered is not None:
+            self._on_recovered(partition, time.perf_counter() - began)
+
+    async def _catch_up(self, partition: int) -> None:
         if self._forget is not None:
             self._forget(partition)
         if self._custom_catch_up is not None:

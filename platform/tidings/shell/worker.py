@@ -26,6 +26,7 @@ from faust.app.base import BootStrategy
 from .hosting import Agent, Runtime, TopicPartition
 from .intake import Intake, describe
 from .kafka import ConfluentPublisher
+from .metrics import Metrics, MetricsServer
 from .pipeline import stop_worker_on_failure
 from .topics import apply_topics, deadletter_topic
 
@@ -57,6 +58,7 @@ class Worker:
         bootstrap: str,
         data_dir: Path | None = None,
         instance_id: str | None = None,
+        metrics_port: int | None = None,
     ) -> None:
         self.app = app
         self.bootstrap = bootstrap
@@ -64,6 +66,10 @@ class Worker:
         # Static group membership (KIP-345): a worker restarted with the same id gets its
         # partitions back at once instead of waiting for the session timeout.
         self.instance_id = instance_id
+        # Prometheus /metrics on this port while running (None: not served).
+        self.metrics_port = metrics_port
+        self.metrics = Metrics()
+        self._metrics_server: MetricsServer | None = None
         self.agents: list[Agent] = []
         self._runtime: Runtime | None = None
         self.faust = self._faust_app()
@@ -73,6 +79,8 @@ class Worker:
         if apply:
             apply_topics(self.bootstrap, self.app.topic_specs(), out=log.info)
         worker = faust.Worker(self.faust, loglevel=loglevel, quiet=True, redirect_stdouts=False)
+        if self.metrics_port is not None:
+            self._metrics_server = self.metrics.serve(self.metrics_port)
         try:
             worker.execute_from_commandline()
         finally:
@@ -83,6 +91,9 @@ class Worker:
         for agent in self.agents:
             agent.close()
         self.agents.clear()
+        if self._metrics_server is not None:
+            self._metrics_server.close()
+            self._metrics_server = None
         if self._runtime is not None:
             self._runtime.close()
             self._runtime = None
@@ -102,7 +113,8 @@ class Worker:
             bootstrap=self.bootstrap,
             data_dir=self.data_dir,
             partitions=self.app.partitions,
-            publisher=publisher,
+            publisher=self.metrics.counting(publisher),
+            metrics=self.metrics,
             deadletter_topic=deadletter_topic(self.app.name),
             own_topics=self.app.own_topics(),
             deadletter_value_limit=self.app.deadletter_value_limit,
@@ -132,10 +144,11 @@ class Worker:
         intake = Intake(self.bootstrap, self.app.name, instance_id=self.instance_id,
                         on_assigned=assigned, on_revoked=revoked)
         for hosted in self.app.hosted:
-            agent = hosted.open(runtime)
+            agent = hosted.open(runtime.scoped(hosted.kind, hosted.name))
             agents.append(agent)
             for source in agent.inputs:
-                intake.add(source.topics, source.start, source.name.replace("-", " "),
+                start = self.metrics.instrument(hosted.kind, hosted.name, source.name, source.start)
+                intake.add(source.topics, start, source.name.replace("-", " "),
                            max_in_flight=source.max_in_flight)
 
         @fapp.service

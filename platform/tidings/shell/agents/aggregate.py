@@ -73,6 +73,7 @@ class _Decided:
     replies: dict[tuple[str, str], bytes] = field(default_factory=dict)
     forget: list[tuple[str, str]] = field(default_factory=list)
     sagas: list[tuple[str, str, str]] = field(default_factory=list)  # (id, saga, correlation)
+    replied: list[int | None] = field(default_factory=list)  # Kafka timestamps of the commands answered
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +106,7 @@ class AggregateAgent:
         self._publisher = runtime.publisher
         self._clock = runtime.clock
         self._cache_size = cache_size
+        self._metrics = runtime.metrics
         self.owner = PartitionOwner(
             f"aggregate {definition.name}",
             journal=topics.events,
@@ -115,11 +117,13 @@ class AggregateAgent:
             caught_up=self._caught_up,
             # Another writer: what is cached may miss its events; re-read before deciding.
             on_foreign=self._forget,
+            on_recovered=runtime.metrics.recovery("aggregate", definition.name),
         )
         # Live instances per partition; a partition's entries go when it is revoked.
         self._cache: dict[int, OrderedDict[str, AggregateInstance[Any]]] = {}
         self._unwritten: dict[tuple[str, str], bytes] = {}  # replies not in RocksDB yet
         self._unwritten_sagas: set[tuple[str, str, str]] = set()  # starts not in RocksDB yet
+        runtime.metrics.register_instances("aggregate", definition.name, self._instances)
 
     # -- the hosting seam ----------------------------------------------------------------
 
@@ -144,6 +148,10 @@ class AggregateAgent:
     def _forget(self, partition: int) -> None:
         self._cache.pop(partition, None)
 
+    def _instances(self) -> dict[str, int]:
+        """``tidings_instances``, on scrape (another thread: only copies and lengths)."""
+        return {"cached": sum(len(cache) for cache in list(self._cache.values()))}
+
     # -- deciding --------------------------------------------------------------------------
 
     async def start(self, batch: Sequence[Incoming]) -> Callable[[], Awaitable[None]]:
@@ -163,6 +171,7 @@ class AggregateAgent:
                 # Not awaited: a lost reply makes the caller retry with the same command
                 # id, which gets this verdict again; waiting would only slow the pipeline.
                 self._publisher.publish_later(decided.notices)
+                self._metrics.replied(self.definition.name, decided.replied)
             if decided.after:
                 await self._publisher.publish(decided.after)
             self._store.write(decided.dirty.values(), decided.replies, decided.forget, offsets,
@@ -178,12 +187,15 @@ class AggregateAgent:
         await self.owner.ensure_ready({record.partition for record in batch})
         decided = _Decided()
         for record in batch:
+            answered = len(decided.notices)
             try:
                 self._decide_one(record, decided, now_ms)
             except RecordError as exc:
                 log.error("aggregate %s dead-letters %s/%d@%d: %s", self.definition.name,
                           record.topic, record.partition, record.offset, exc)
                 decided.after.append(self._runtime.dead_letter(record, exc))
+            if len(decided.notices) > answered:
+                decided.replied.append(record.timestamp_ms)
         return decided
 
     def _decide_one(self, record: Incoming, decided: _Decided, now_ms: int) -> None:

@@ -71,6 +71,7 @@ from ...errors import (
 )
 from ..deadletters import DEAD_LETTER_VALUE_BYTES, dead_letter
 from ..io import Delivered, Incoming, Outgoing, PartitionReader, Publisher
+from ..metrics import Metrics
 from ..owner import PartitionOwner
 from ..pipeline import Finish
 from ..state import prefixed
@@ -120,8 +121,10 @@ class OrchestrationRouter:
         publisher: Publisher,
         clock: Callable[[], float] = time.time,
         deadletter_value_limit: int = DEAD_LETTER_VALUE_BYTES,
+        metrics: Metrics | None = None,
     ) -> None:
         self.name = name
+        self._metrics = metrics or Metrics()
         self._key_of = key_of
         self._sources = {source.topic: source for source in sources}
         self.topics = topics
@@ -171,6 +174,7 @@ class OrchestrationRouter:
         return finish
 
     def _letter(self, record: Incoming, error: RecordError, now_ms: int) -> Outgoing:
+        self._metrics.dead_letter("orchestration", self.name, error)
         return dead_letter(record, error, self.topics.deadletter, now_ms, value_limit=self._value_limit)
 
     def _route(self, record: Incoming) -> Outgoing | None:
@@ -305,8 +309,10 @@ class OrchestrationAgent:
         clock: Callable[[], float] = time.time,
         cache_size: int = 10_000,
         deadletter_value_limit: int = DEAD_LETTER_VALUE_BYTES,
+        metrics: Metrics | None = None,
     ) -> None:
         self.name = name
+        self._metrics = metrics or Metrics()
         self._factory = factory
         self._sources = {source.topic: source for source in sources}
         self.topics = topics
@@ -321,8 +327,10 @@ class OrchestrationAgent:
         self._value_limit = deadletter_value_limit
         self._cache_size = cache_size
         self.owner = PartitionOwner(
-            f"orchestration {name}", journal=None, partitions=partitions, catch_up=self.catch_up
+            f"orchestration {name}", journal=None, partitions=partitions, catch_up=self.catch_up,
+            on_recovered=self._metrics.recovery("orchestration", name),
         )
+        self._metrics.register_instances("orchestration", name, self._instances)
         self._live: dict[int, OrderedDict[str, _Live]] = {}
         # (instance, position) of action records and instances with an outcome that the
         # catch-up found beyond the store's offsets: written before a crash, not re-written.
@@ -334,7 +342,12 @@ class OrchestrationAgent:
         """Close the store (the worker is stopping)."""
         self._store.close()
 
+    def _instances(self) -> dict[str, int]:
+        """``tidings_instances``, on scrape (another thread: only copies and lengths)."""
+        return {"cached": sum(len(live) for live in list(self._live.values()))}
+
     def _letter(self, record: Incoming, error: RecordError, now_ms: int) -> Outgoing:
+        self._metrics.dead_letter("orchestration", self.name, error)
         return dead_letter(record, error, self.topics.deadletter, now_ms, value_limit=self._value_limit)
 
     def revoke(self, partitions: Iterable[int]) -> None:

@@ -256,7 +256,9 @@ class SagaAgent:
             restore=self._restore_chunk,
             caught_up=self._caught_up,
             on_foreign=self._recover_again,
+            on_recovered=runtime.metrics.recovery("saga", definition.name),
         )
+        runtime.metrics.register_instances("saga", definition.name, self._instances)
         self._lock = asyncio.Lock()
         self._sagas: dict[str, SagaState] = {}  # running sagas, and ended ones until stored
         # The most recently stored ends, oldest first. An end is final whoever owns the
@@ -290,6 +292,10 @@ class SagaAgent:
     def revoke(self, partitions: Collection[TopicPartition]) -> None:
         """Forget revoked partitions: another worker owns their sagas now."""
         self._drop({p for topic, p in partitions if topic == self.topics.inbox})
+
+    def _instances(self) -> dict[str, int]:
+        """``tidings_instances``, on scrape (another thread: only a copy, then counts)."""
+        return {"running": sum(not saga.ended for saga in list(self._sagas.values()))}
 
     def close(self) -> None:
         """Cancel tasks and timers and close the store (the worker is stopping)."""

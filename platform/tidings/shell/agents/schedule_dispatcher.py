@@ -104,6 +104,7 @@ class ScheduleDispatcher:
             forget=self._forget,
             restore=self._restore_chunk,
             caught_up=self._caught_up,
+            on_recovered=runtime.metrics.recovery("schedule-dispatcher", self._definition.name),
         )
         self._next: dict[int, int] = {}  # next journal offset to apply, per ready partition
         self._timers: dict[int, dict[str, _Timer]] = {}

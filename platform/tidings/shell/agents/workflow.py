@@ -113,6 +113,7 @@ class _Commit:
     effects: list[tuple[str, Any]] = field(default_factory=list)
     touched: set[str] = field(default_factory=set)
     unsettled: Counter[str] = field(default_factory=Counter)  # see WorkflowAgent._unsettled
+    ended: list[int] = field(default_factory=list)  # start times (ms) of instances whose outcome is in after
 
 
 class WorkflowAgent:
@@ -153,8 +154,14 @@ class WorkflowAgent:
             restore=self._restore_chunk,
             caught_up=self._caught_up,
             on_foreign=self._recover_again,
+            on_recovered=runtime.metrics.recovery("workflow", definition.name),
         )
         self._partition_of = self.owner.home
+        self._metrics = runtime.metrics
+        runtime.metrics.register_instances("workflow", definition.name, self._instances)
+        # When each live instance started (ms, from its Started record): its run time is
+        # observed when its outcome is published. Entries go with the cached instance.
+        self._started_at: dict[str, int] = {}
         # Sync activities block; the loop's default pool (cores + 4 threads) is far too small.
         self._executor = concurrent.futures.ThreadPoolExecutor(activity_threads, "tidings-activity")
         self._lock = asyncio.Lock()
@@ -305,6 +312,13 @@ class WorkflowAgent:
         gone = set(partitions)
         for instance_id in [i for i in self._cache if self._partition(i) in gone]:
             self._cache.pop(instance_id).close()
+            self._started_at.pop(instance_id, None)
+
+    def _instances(self) -> dict[str, int]:
+        """``tidings_instances``, on scrape (another thread: only a copy, then counts)."""
+        statuses = Counter(instance.status for instance in list(self._cache.values()))
+        return {"cached": sum(statuses.values()), "running": statuses[WorkflowStatus.RUNNING],
+                "parked": statuses[WorkflowStatus.PARKED]}
 
     # -- deciding ----------------------------------------------------------------------
 
@@ -427,6 +441,8 @@ class WorkflowAgent:
             value = avro.encode(WorkflowJournalEntry(instance_id, record))
             commit.journal.append(Outgoing(self.topics.journal, key, value, partition, headers))
             commit.write.records.append((instance_id, record))
+            if isinstance(record, Started):
+                self._started_at[instance_id] = record.at
             if not isinstance(record, (Started, StepStarted)):
                 commit.unsettled[instance_id] += 1
                 self._unsettled[instance_id] += 1
@@ -449,6 +465,9 @@ class WorkflowAgent:
             )
             commit.write.running[instance_id] = (partition, False)
             commit.after.append(self._outcome_record(instance_id, stored["outcome"], now_ms, instance.outcome_json))
+            started = self._started_at.pop(instance_id, None)
+            if started is not None:
+                commit.ended.append(started)
             for request_id, reply_to, as_json in self._waiters.pop(instance_id, ()):
                 commit.after.append(reply_record(reply_to, request_id, instance_id, "status", now_ms,
                                                  as_json=as_json, **answer_of(stored)))
@@ -465,6 +484,8 @@ class WorkflowAgent:
     def _replayed(self, instance_id: str, commit: _Commit, now_ms: int) -> WorkflowInstance:
         """Rebuild an instance that is not in memory from its stored journal."""
         records = self._store.journal(instance_id)
+        if records and isinstance(records[0], Started):
+            self._started_at[instance_id] = records[0].at
         instance, decision = WorkflowInstance.replay(self.definition, instance_id, records, now_ms)
         self._remember(instance)
         self._record(instance_id, decision.records, commit, None)
@@ -552,6 +573,8 @@ class WorkflowAgent:
 
     async def _call(self, instance_id: str, effect: RunActivity, attempt: Attempt) -> None:
         result = await run_attempt(effect, attempt, self._executor, self._clock)
+        self._metrics.activity_attempt(self.definition.name, effect.name,
+                                       failed=result.error is not None or result.timed_out)
         key = (instance_id, effect.path)
         current = self._activities.get(key)
         if current is None or current[1] is not attempt:
@@ -622,6 +645,8 @@ class WorkflowAgent:
             self._unsettled = +self._unsettled
             if commit.after:
                 self._publisher.publish_later(commit.after)
+            if commit.ended:
+                self._metrics.workflow_ended(self.definition.name, commit.ended)
             for instance_id, effect in commit.effects:
                 if self.owner.is_ready(self._partition(instance_id)):
                     self._carry_out(instance_id, effect)
@@ -648,6 +673,7 @@ class WorkflowAgent:
             if instance is not None and instance.status in _ENDED and not self._dirty.get(instance_id):
                 # Ended instances answer from RocksDB; nothing of them needs memory.
                 del self._cache[instance_id]
+                self._started_at.pop(instance_id, None)
                 instance.close()
         skipped = 0
         while len(self._cache) - skipped > self._cache_size:
@@ -657,6 +683,7 @@ class WorkflowAgent:
                 skipped += 1
                 continue
             del self._cache[instance_id]
+            self._started_at.pop(instance_id, None)
             instance.close()
 
     # -- recovery ----------------------------------------------------------------------
