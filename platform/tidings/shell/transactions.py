@@ -197,6 +197,11 @@ class TransactionalPublisher:
             self._held.append((records, batch, future))
         return future
 
+    @property
+    def in_commit(self) -> bool:
+        """Whether sends are held now (a commit runs, or ``start`` has not finished)."""
+        return not self._open
+
     async def publish(self, records: Sequence[Outgoing]) -> list[Delivered]:
         return await self.send(records)
 
