@@ -257,10 +257,10 @@ def test_a_zombie_with_a_stale_generation_is_fenced_and_makes_nothing_visible(
         )
         await publisher.start()
         try:
-            sent = publisher.send([Outgoing(names["output"], b"k", b"zombie", partition=0)])
+            # Acknowledged first, so the record is surely written (the abort purges what is not).
+            await publisher.send([Outgoing(names["output"], b"k", b"zombie", partition=0)])
             with pytest.raises(Fenced) as refused:
                 await publisher.commit_offsets({(names["input"], 0): 7})
-            await sent  # acknowledged: written, but in the aborted transaction
             assert fenced == [refused.value]
             # Refused by the group coordinator for the stale generation, not for another reason.
             cause = refused.value.__cause__
@@ -368,13 +368,15 @@ def test_a_record_the_broker_refuses_aborts_its_transaction_and_the_next_one_goe
         )
         await publisher.start()
         try:
-            good = publisher.send([Outgoing(names["output"], b"k", b"lost", partition=0)])
-            refused = publisher.send([Outgoing(small, b"k", b"x" * 4096, partition=0)])
+            # Written (acknowledged), yet never visible: its transaction is aborted below.
+            await publisher.send([Outgoing(names["output"], b"k", b"lost", partition=0)])
+            with pytest.raises(RecordRejected):
+                await publisher.send([Outgoing(small, b"k", b"x" * 4096, partition=0)])
+            # librdkafka takes no more records into a transaction with a failed write.
+            with pytest.raises(TransactionAborted):
+                await publisher.send([Outgoing(names["output"], b"k", b"refused", partition=0)])
             with pytest.raises(TransactionAborted):
                 await publisher.commit_offsets({(names["input"], 0): 1})
-            with pytest.raises(RecordRejected):
-                await refused
-            await good  # acknowledged before the abort, yet never visible
             # Redone, as a caller does after TransactionAborted, without the refused record.
             publisher.send([Outgoing(names["output"], b"k", b"redone", partition=0)])
             await publisher.commit_offsets({(names["input"], 0): 1})
@@ -389,4 +391,6 @@ def test_a_record_the_broker_refuses_aborts_its_transaction_and_the_next_one_goe
     assert (publisher.commits, publisher.aborts) == (1, 1)
     visible = read_to_end(kafka_bootstrap, names["output"], 1, isolation="read_committed")
     assert [value for _, value in visible] == [b"redone"]
+    written = read_to_end(kafka_bootstrap, names["output"], 1, isolation="read_uncommitted")
+    assert [value for _, value in written] == [b"lost", b"redone"]
     assert group_offset(kafka_bootstrap, names["group"], names["input"], 0) == 1
