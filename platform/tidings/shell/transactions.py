@@ -37,30 +37,13 @@ from typing import Any, Final
 
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
-from ..errors import BrokerError, RecordRejected
+from ..errors import BrokerError, Fenced, RecordRejected, TransactionAborted
 from .io import Delivered, Outgoing
 from .kafka import _Batch, produce_records, producer_config, settle_future
 
+__all__ = ["GROUP_FENCING", "PRODUCER_FENCING", "Fenced", "TransactionAborted", "TransactionalPublisher"]
+
 log = logging.getLogger(__name__)
-
-
-class TransactionAborted(BrokerError):
-    """The transaction that carried a caller's records and offsets was aborted.
-
-    Nothing sent in it is visible to ``read_committed`` readers and its offsets were not
-    committed: the caller redoes that input (it is consumed again from the committed
-    offset), the way it would after a crash.
-    """
-
-
-class Fenced(BrokerError):
-    """Kafka refused this worker's writes: another member owns its partitions now.
-
-    Either the consumer group moved on (a stale generation, an unknown member, a fenced
-    static instance: the offsets' partitions belong to someone else) or another producer
-    took over the transactional id. Nothing of the transaction became visible; the worker
-    gives up its partitions or restarts (``on_fenced``).
-    """
 
 
 #: Errors of ``send_offsets_to_transaction`` that say the group moved on without us.
