@@ -23,7 +23,9 @@ The tree::
     │   ├── KeyOfFailed                     an orchestration's key_of raised or gave no key
     │   └── OrchestrationFailed             an orchestration raised on the event
     ├── BrokerError                         a Kafka error, translated at the boundary
-    │   └── RecordRejected                  Kafka refused a record itself (topic, size)
+    │   ├── RecordRejected                  Kafka refused a record itself (topic, size)
+    │   ├── TransactionAborted              internal: an exactly-once transaction was aborted
+    │   └── Fenced                          internal: Kafka fenced an exactly-once worker
     └── ReplyTimeout (also TimeoutError)    no reply within the timeout
 
 A failure of user code on one record (a handler, ``key_of``, an orchestration) is a
@@ -193,6 +195,23 @@ class RecordRejected(BrokerError):
             f"record {index} to {topic[:120]!r}: {reason}" for index, topic, reason in self.rejections
         )
         super().__init__(f"Kafka refused {len(self.rejections)} record(s): {described}")
+
+
+class TransactionAborted(BrokerError):
+    """The transaction that carried a caller's records and offsets was aborted (exactly-once).
+
+    Internal to the worker: nothing sent in it is visible to ``read_committed`` readers and
+    its offsets were not committed, so the input is redone, as after a crash.
+    """
+
+
+class Fenced(BrokerError):
+    """Kafka refused an exactly-once worker's writes: another member owns its partitions now.
+
+    Internal to the worker: the consumer group moved on (a stale generation, an unknown
+    member, a fenced static instance) or another producer took the transactional id over.
+    Nothing of the transaction became visible; the worker gives its partitions up.
+    """
 
 
 class ReplyTimeout(TidingsError, TimeoutError):

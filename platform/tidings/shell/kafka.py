@@ -148,22 +148,7 @@ class ConfluentPublisher:
     """
 
     def __init__(self, bootstrap: str, *, linger_ms: float = 0.0) -> None:
-        # No linger: each hop of a workflow step (journal, outcome, reply) would wait for it,
-        # and under load librdkafka batches anyway (records queue while a request is out).
-        self._producer = Producer(
-            {
-                "bootstrap.servers": bootstrap,
-                "enable.idempotence": True,
-                "acks": "all",
-                "linger.ms": linger_ms,
-                # Topics are declared (topics/, `tidings topics apply`). A reply_to naming a
-                # topic nobody made must not create one with the broker's default layout.
-                "allow.auto.create.topics": False,
-                "partitioner": "murmur2_random",
-                "queue.buffering.max.messages": 1_000_000,
-                "batch.num.messages": 10_000,
-            }
-        )
+        self._producer = Producer(producer_config(bootstrap, linger_ms=linger_ms))
         self._background: set[asyncio.Future[Any]] = set()
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="tidings-producer", daemon=True)
@@ -186,32 +171,7 @@ class ConfluentPublisher:
         if not records:
             future.set_result([])
             return future
-        batch = _Batch(loop, future, len(records))
-        for index, record in enumerate(records):
-            kwargs: dict[str, Any] = {"on_delivery": partial(batch.delivered, index)}
-            if record.partition is not None:
-                kwargs["partition"] = record.partition
-            if record.headers:
-                kwargs["headers"] = list(record.headers)
-            while True:
-                try:
-                    self._producer.produce(record.topic, record.value, record.key, **kwargs)
-                    break
-                except BufferError:
-                    # The local queue is full: let librdkafka drain it, then retry.
-                    self._producer.poll(0.01)
-                except KafkaException as exc:
-                    error = exc.args[0] if exc.args else None
-                    if not (isinstance(error, KafkaError) and error.code() in RECORD_ERRORS):
-                        raise BrokerError(f"producing to {record.topic[:120]!r} failed: {exc}") from exc
-                    # Refused before queueing (librdkafka remembers a topic the broker
-                    # called invalid, and checks its own size limit): no report follows.
-                    batch.rejected(index, record.topic, error.str())
-                    break
-                except ValueError as exc:
-                    # A topic name with a NUL or a lone surrogate never reaches librdkafka.
-                    batch.rejected(index, record.topic, f"{type(exc).__name__}: {exc}")
-                    break
+        produce_records(self._producer, records, _Batch(loop, future, len(records)))
         return future
 
     async def publish(self, records: Sequence[Outgoing]) -> list[Delivered]:
@@ -246,6 +206,67 @@ class ConfluentPublisher:
         self._producer.flush(timeout)
         self._stopping.set()
         self._thread.join(timeout)
+
+
+
+def producer_config(bootstrap: str, *, linger_ms: float = 0.0) -> dict[str, Any]:
+    """Return the confluent-kafka settings every tidings producer shares.
+
+    Idempotent with ``acks=all``, so librdkafka's retries neither duplicate nor reorder
+    the records of one partition; the transactional publisher adds its own keys.
+    """
+    # No linger: each hop of a workflow step (journal, outcome, reply) would wait for it,
+    # and under load librdkafka batches anyway (records queue while a request is out).
+    return {
+        "bootstrap.servers": bootstrap,
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": linger_ms,
+        # Topics are declared (topics/, `tidings topics apply`). A reply_to naming a
+        # topic nobody made must not create one with the broker's default layout.
+        "allow.auto.create.topics": False,
+        "partitioner": "murmur2_random",
+        "queue.buffering.max.messages": 1_000_000,
+        "batch.num.messages": 10_000,
+    }
+
+
+def produce_records(producer: Producer, records: Sequence[Outgoing], batch: _Batch) -> None:
+    """Hand ``records`` to librdkafka in order; their reports go to ``batch``.
+
+    A record refused before queueing for a reason tied to it is counted as rejected in
+    ``batch`` (no delivery report follows for it).
+
+    Raises:
+        BrokerError: ``produce`` failed for a reason tied to the producer or the broker;
+            the records before the failing one are queued, the rest are not. The
+            ``KafkaException`` is the ``__cause__``.
+    """
+    for index, record in enumerate(records):
+        kwargs: dict[str, Any] = {"on_delivery": partial(batch.delivered, index)}
+        if record.partition is not None:
+            kwargs["partition"] = record.partition
+        if record.headers:
+            kwargs["headers"] = list(record.headers)
+        while True:
+            try:
+                producer.produce(record.topic, record.value, record.key, **kwargs)
+                break
+            except BufferError:
+                # The local queue is full: let librdkafka drain it, then retry.
+                producer.poll(0.01)
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                if not (isinstance(error, KafkaError) and error.code() in RECORD_ERRORS):
+                    raise BrokerError(f"producing to {record.topic[:120]!r} failed: {exc}") from exc
+                # Refused before queueing (librdkafka remembers a topic the broker
+                # called invalid, and checks its own size limit): no report follows.
+                batch.rejected(index, record.topic, error.str())
+                break
+            except ValueError as exc:
+                # A topic name with a NUL or a lone surrogate never reaches librdkafka.
+                batch.rejected(index, record.topic, f"{type(exc).__name__}: {exc}")
+                break
 
 
 #: Kafka errors tied to one record rather than to the producer or the broker: retrying
