@@ -121,6 +121,8 @@ class CounterAgent:
             journal=topics.journal,
             partitions=runtime.partitions,
             reader=runtime.reader(),
+            # Transactions fence a second writer; their commit markers take offsets too.
+            foreign_writers=not runtime.exactly_once,
             applied=self._applied.get,
             restore=self._restore,
             caught_up=self._caught_up,

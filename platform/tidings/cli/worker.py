@@ -37,6 +37,12 @@ def register(subparsers: Any) -> None:
         help="a stable, unique id for this worker (default $TIDINGS_INSTANCE_ID): a restarted "
         "worker with the same id gets its partitions back at once",
     )
+    parser.add_argument(
+        "--processing-guarantee",
+        choices=("at_least_once", "exactly_once"),
+        help="override the App's processing_guarantee (default $TIDINGS_PROCESSING_GUARANTEE, "
+        "else the App's): exactly_once writes in Kafka transactions (docs/exactly-once.md)",
+    )
     parser.add_argument("--loglevel", default="INFO", help="log level (default INFO)")
     parser.add_argument(
         "--metrics-port",
@@ -55,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
     worker = app.worker(
         bootstrap=args.bootstrap, data_dir=args.data_dir, instance_id=args.instance_id,
         metrics_port=args.metrics_port,
+        processing_guarantee=args.processing_guarantee,
     )
     worker.run(loglevel=args.loglevel)
     return 0

@@ -42,6 +42,10 @@ E = TypeVar("E")
 S = TypeVar("S")
 
 DEFAULT_PARTITIONS = 8
+AT_LEAST_ONCE = "at_least_once"
+EXACTLY_ONCE = "exactly_once"
+#: The processing guarantees a worker offers (``App(processing_guarantee=...)``).
+GUARANTEES = (AT_LEAST_ONCE, EXACTLY_ONCE)
 #: Schedules a worker keeps in memory per partition of the schedule aggregate.
 SCHEDULE_CACHE_SIZE = 1_000
 #: RocksDB memtable size of the schedule aggregate's store on a worker.
@@ -63,6 +67,12 @@ class App:
         json_outcomes: Write workflow outcome records as JSON instead of Avro, for
             outcome readers that are not Python (``docs/kafka-clients.md``); Python
             readers take either.
+        processing_guarantee: ``"at_least_once"`` (the default: a crash may repeat a
+            batch's writes, which every reader de-duplicates) or ``"exactly_once"``: each
+            worker writes in Kafka transactions that carry the input offsets (KIP-447), so
+            a worker that lost its partitions cannot make anything visible and a crash
+            leaves nothing half-written (docs/exactly-once.md). A worker's
+            ``--processing-guarantee`` overrides it.
     """
 
     def __init__(
@@ -75,6 +85,7 @@ class App:
         command_timeout: float = 30.0,
         deadletter_value_limit: int = DEAD_LETTER_VALUE_BYTES,
         json_outcomes: bool = False,
+        processing_guarantee: str = AT_LEAST_ONCE,
     ) -> None:
         reasons = []
         if not name or not all(ch.isalnum() or ch in "_-" for ch in name):
@@ -86,9 +97,13 @@ class App:
         if not 0 <= deadletter_value_limit <= MAX_DEAD_LETTER_VALUE_BYTES:
             reasons.append(f"deadletter_value_limit must be between 0 and "
                            f"{MAX_DEAD_LETTER_VALUE_BYTES}, not {deadletter_value_limit}")
+        if processing_guarantee not in GUARANTEES:
+            reasons.append(f"processing_guarantee must be one of {', '.join(map(repr, GUARANTEES))}, "
+                           f"not {processing_guarantee!r}")
         if reasons:
             raise DefinitionError(f"App {name!r}", reasons)
         self.name = name
+        self.processing_guarantee = processing_guarantee
         self.deadletter_value_limit = deadletter_value_limit
         self.json_outcomes = json_outcomes
         self.partitions = partitions
@@ -477,6 +492,7 @@ class App:
         data_dir: Path | None = None,
         instance_id: str | None = None,
         metrics_port: int | None = None,
+        processing_guarantee: str | None = None,
     ) -> Worker:
         """Build the worker that runs every definition of this app (no I/O until run).
 
@@ -484,15 +500,26 @@ class App:
         app's consumer group: give each worker a stable, unique one (a pod name) and a
         restarted worker takes its partitions back without a rebalance wait.
         ``metrics_port`` serves Prometheus metrics on that port (docs/operations.md).
+        ``processing_guarantee`` (default ``TIDINGS_PROCESSING_GUARANTEE``, else the
+        app's) overrides ``App(processing_guarantee=...)`` for this worker.
+
+        Raises:
+            ValueError: ``processing_guarantee`` is not one the worker offers.
         """
         from .worker import Worker
 
+        guarantee = (processing_guarantee or os.environ.get("TIDINGS_PROCESSING_GUARANTEE")
+                     or self.processing_guarantee)
+        if guarantee not in GUARANTEES:
+            raise ValueError(f"processing guarantee must be one of {', '.join(GUARANTEES)}, "
+                             f"not {guarantee!r}")
         return Worker(
             self,
             bootstrap=bootstrap or self.bootstrap(),
             data_dir=data_dir,
             instance_id=instance_id or os.environ.get("TIDINGS_INSTANCE_ID") or None,
             metrics_port=metrics_port,
+            exactly_once=guarantee == EXACTLY_ONCE,
         )
 
 

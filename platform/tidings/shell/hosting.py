@@ -16,6 +16,7 @@ detection); dead letters are ``Runtime.dead_letter``.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +30,8 @@ from .kafka import KafkaPartitionReader, TopicCheck
 from .metrics import Metrics
 from .pipeline import Start
 from .topics import TopicSpec
+
+log = logging.getLogger(__name__)
 
 #: A (topic, partition) pair as the worker reports assignments and revocations.
 TopicPartition = tuple[str, int]
@@ -121,6 +124,8 @@ class Runtime:
         kind: The kind of the definition this runtime was given to (``scoped``); "" when
             shared. Dead letters are counted under it.
         name: That definition's name.
+        exactly_once: The publisher writes in Kafka transactions
+            (``App(processing_guarantee="exactly_once")``).
     """
 
     bootstrap: str
@@ -131,11 +136,13 @@ class Runtime:
     own_topics: frozenset[str] = frozenset()
     deadletter_value_limit: int = DEAD_LETTER_VALUE_BYTES
     json_outcomes: bool = False
+    exactly_once: bool = False
     clock: Callable[[], float] = time.time
     metrics: Metrics = field(default_factory=Metrics)
     kind: str = ""
     name: str = ""
     _closers: list[Callable[[], None]] = field(default_factory=list)
+    _topic_check: TopicCheck | None = None
 
     def scoped(self, kind: str, name: str) -> Runtime:
         """Return this runtime as given to definition ``name`` of ``kind``.
@@ -179,7 +186,19 @@ class Runtime:
         """
         if not reply_to:
             return None
-        return check_reply_to(reply_to, self.own_topics)
+        topic = check_reply_to(reply_to, self.own_topics)
+        if self.exactly_once and not self._reply_topics().exists(topic):
+            # In a transaction a record Kafka refuses aborts every record with it, and the
+            # batch would fail the same way each time it is redone: a reply to a topic
+            # nobody made is dropped here instead, as Kafka's refusal drops it otherwise.
+            log.warning("dropping a reply to %r: no such topic", topic[:120])
+            return None
+        return topic
+
+    def _reply_topics(self) -> TopicCheck:
+        if self._topic_check is None:
+            self._topic_check = self.topic_check()
+        return self._topic_check
 
     def dead_letter(self, record: Incoming, error: BaseException) -> Outgoing:
         """Return the dead letter of ``record``, which failed with ``error`` (bounded): a

@@ -28,11 +28,13 @@ them instead:
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -67,6 +69,8 @@ class Intake:
             through the consumer (the transaction carries them). None: at least once.
         commit_interval_s: How often completed offsets are committed (at least once).
         max_buffered: Records the feeds may hold before the consumer waits.
+        on_lag: Called (in the consumer thread) every ``lag_interval_ms`` with each
+            assigned partition's consumer lag, from librdkafka's statistics.
     """
 
     def __init__(
@@ -81,6 +85,8 @@ class Intake:
         commit_interval_s: float = 0.5,
         max_buffered: int = 4 * BATCH_SIZE,
         session_timeout_ms: int = 6000,
+        on_lag: Callable[[str, int, int], None] | None = None,
+        lag_interval_ms: int = 5000,
     ) -> None:
         config: dict[str, Any] = {
             "bootstrap.servers": bootstrap,
@@ -101,6 +107,9 @@ class Intake:
         }
         if instance_id:
             config["group.instance.id"] = instance_id
+        if on_lag is not None:
+            config["statistics.interval.ms"] = lag_interval_ms
+            config["stats_cb"] = partial(_report_lag, on_lag)
         self._config = config
         self._on_assigned = on_assigned
         self._on_revoked = on_revoked
@@ -116,6 +125,7 @@ class Intake:
         self._room.set()
         self._stopping = threading.Event()
         self._consumer: Consumer | None = None
+        self._group_metadata: Any = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopped: asyncio.Future[None] | None = None
@@ -148,8 +158,14 @@ class Intake:
         return self._consumer
 
     def group_metadata(self) -> Any:
-        """The consumer's group metadata, sent with a transaction's offsets (KIP-447)."""
-        return self.consumer.consumer_group_metadata()
+        """The consumer's group metadata as of the last assignment, sent with a
+        transaction's offsets (KIP-447): the coordinator refuses them once the group has
+        moved to a newer generation without this worker.
+
+        Read in the consumer thread at each assignment: asked from another thread while
+        that one polls, librdkafka blocks the caller until the poll returns.
+        """
+        return self._group_metadata
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -250,6 +266,7 @@ class Intake:
     # -- rebalances (in the consumer thread, inside poll) ---------------------------------
 
     def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._group_metadata = consumer.consumer_group_metadata()
         pairs = [(tp.topic, tp.partition) for tp in partitions]
         log.info("assigned %d partitions", len(pairs))
         self._call_in_loop(self._assign(pairs))
@@ -324,6 +341,19 @@ class Intake:
                 position.committed = least
                 committable[pair] = least
         return committable
+
+
+def _report_lag(on_lag: Callable[[str, int, int], None], stats: str) -> None:
+    """Hand each assigned partition's ``consumer_lag`` from librdkafka's statistics to ``on_lag``."""
+    try:
+        topics = json.loads(stats).get("topics", {})
+        for topic, described in topics.items():
+            for partition, numbers in described.get("partitions", {}).items():
+                lag = numbers.get("consumer_lag", -1)
+                if int(partition) >= 0 and numbers.get("fetch_state") == "active" and lag >= 0:
+                    on_lag(topic, int(partition), int(lag))
+    except (ValueError, AttributeError, TypeError):  # statistics are best effort
+        log.debug("unreadable consumer statistics", exc_info=True)
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

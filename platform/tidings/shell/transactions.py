@@ -81,6 +81,8 @@ class TransactionalPublisher:
             meanwhile share the next transaction.
         transaction_timeout_ms: ``transaction.timeout.ms``: the broker aborts a transaction
             left open longer (a crashed worker's).
+        on_outcome: Called with ``"committed"`` or ``"aborted"`` after each transaction
+            (``Metrics.transaction``).
     """
 
     def __init__(
@@ -92,6 +94,7 @@ class TransactionalPublisher:
         on_fenced: Callable[[BaseException], None],
         commit_interval_ms: float = 5.0,
         transaction_timeout_ms: int = 10_000,
+        on_outcome: Callable[[str], None] | None = None,
     ) -> None:
         config = producer_config(bootstrap)
         config["transactional.id"] = transactional_id
@@ -104,6 +107,7 @@ class TransactionalPublisher:
         #: Transactions committed and aborted since start (read by metrics).
         self.commits = 0
         self.aborts = 0
+        self._on_outcome = on_outcome
         # Sends may produce directly only while a transaction is open and no commit runs.
         self._open = False
         self._held: list[tuple[Sequence[Outgoing], _Batch, asyncio.Future[list[Delivered]]]] = []
@@ -233,6 +237,10 @@ class TransactionalPublisher:
         """
         return self._waiter()
 
+    def _outcome(self, outcome: str) -> None:
+        if self._on_outcome is not None:
+            self._on_outcome(outcome)
+
     def close(self, timeout: float = 10.0) -> None:
         """Abort what nobody waits for, fail what waits, stop (blocks up to ``timeout``).
 
@@ -253,6 +261,7 @@ class TransactionalPublisher:
             try:
                 self._producer.abort_transaction(timeout)
                 self.aborts += 1
+                self._outcome("aborted")
             except KafkaException as exc:
                 # The next process with this id aborts it at start, or the broker at timeout.
                 log.warning("aborting the open transaction at close failed: %s", exc)
@@ -393,6 +402,7 @@ class TransactionalPublisher:
         )
         if failure is None:
             self.commits += 1
+            self._outcome("committed")
             for waiter in waiters:
                 settle_future(waiter, None, None)
         else:
@@ -512,6 +522,7 @@ class TransactionalPublisher:
         except KafkaException as exc:
             return self._fatal(exc, "aborting")
         self.aborts += 1
+        self._outcome("aborted")
         return failure
 
     def _finished(self, future: asyncio.Future[Any]) -> None:

@@ -27,8 +27,10 @@ from .hosting import Agent, Runtime, TopicPartition
 from .intake import Intake, describe
 from .kafka import ConfluentPublisher
 from .metrics import Metrics, MetricsServer
-from .pipeline import stop_worker_on_failure
+from .pipeline import stop_worker, stop_worker_on_failure
 from .topics import apply_topics, deadletter_topic
+from .transactions import TransactionalPublisher
+from .worker_dir import WorkerDir
 
 if TYPE_CHECKING:
     from .app import App
@@ -59,8 +61,11 @@ class Worker:
         data_dir: Path | None = None,
         instance_id: str | None = None,
         metrics_port: int | None = None,
+        exactly_once: bool = False,
     ) -> None:
         self.app = app
+        self.exactly_once = exactly_once
+        self._clean = False  # exactly once: every write committed at stop
         self.bootstrap = bootstrap
         self.data_dir = data_dir or app.data_dir()
         # Static group membership (KIP-345): a worker restarted with the same id gets its
@@ -97,6 +102,8 @@ class Worker:
         if self._runtime is not None:
             self._runtime.close()
             self._runtime = None
+        if self._clean:
+            WorkerDir(self.data_dir).mark_clean()
 
     def _faust_app(self) -> faust.App:
         # Faust creates its directory without parents, and a kind may keep nothing on disk.
@@ -108,7 +115,20 @@ class Worker:
             web_enabled=False,
             datadir=str(self.data_dir / "faust"),
         )
-        publisher = ConfluentPublisher(self.bootstrap)
+        publisher: ConfluentPublisher | TransactionalPublisher
+        intake: Intake  # made below; the transaction asks it for the group's metadata
+        if self.exactly_once:
+            home = WorkerDir(self.data_dir)
+            home.drop_stores_unless_clean()
+            publisher = TransactionalPublisher(
+                self.bootstrap,
+                transactional_id=home.transactional_id(self.app.name, self.instance_id),
+                group_metadata=lambda: intake.group_metadata(),
+                on_fenced=_fenced,
+                on_outcome=self.metrics.transaction,
+            )
+        else:
+            publisher = ConfluentPublisher(self.bootstrap)
         runtime = Runtime(
             bootstrap=self.bootstrap,
             data_dir=self.data_dir,
@@ -119,10 +139,12 @@ class Worker:
             own_topics=self.app.own_topics(),
             deadletter_value_limit=self.app.deadletter_value_limit,
             json_outcomes=self.app.json_outcomes,
+            exactly_once=self.exactly_once,
         )
         runtime.on_close(publisher.close)  # closed last: the agents' last writes go out
         self._runtime = runtime
         agents = self.agents
+        worker = self
         joined: list[bool] = []
 
         def assigned(partitions: list[TopicPartition]) -> None:
@@ -142,7 +164,9 @@ class Worker:
                 agent.revoke(partitions)
 
         intake = Intake(self.bootstrap, self.app.name, instance_id=self.instance_id,
-                        on_assigned=assigned, on_revoked=revoked)
+                        on_assigned=assigned, on_revoked=revoked, on_lag=self.metrics.set_lag,
+                        on_commit=publisher.commit_offsets
+                        if isinstance(publisher, TransactionalPublisher) else None)
         for hosted in self.app.hosted:
             agent = hosted.open(runtime.scoped(hosted.kind, hosted.name))
             agents.append(agent)
@@ -156,10 +180,26 @@ class Worker:
             """Runs the intake inside Faust's service lifecycle."""
 
             async def on_start(self) -> None:
+                if isinstance(publisher, TransactionalPublisher):
+                    # Aborts what a killed run left open before any journal is read.
+                    await publisher.start()
                 await intake.start()
 
             async def on_stop(self) -> None:
                 await intake.stop()
+                if isinstance(publisher, TransactionalPublisher):
+                    # Clean only when every write of this run is committed: the next run
+                    # keeps its stores (worker_dir.py).
+                    await publisher.committed()
+                    worker._clean = True
+                    await publisher.aclose()
 
         return fapp
 
+
+
+def _fenced(error: BaseException) -> None:
+    """The broker refused this worker's transaction: another worker owns its partitions."""
+    log.critical("this worker was fenced: its group generation is stale, another worker owns "
+                 "its partitions now; nothing it wrote since its last commit becomes visible")
+    stop_worker("writing as the partitions' owner", error)

@@ -112,6 +112,8 @@ class AggregateAgent:
             journal=topics.events,
             partitions=runtime.partitions,
             reader=runtime.reader(),
+            # Transactions fence a second writer; their commit markers take offsets too.
+            foreign_writers=not runtime.exactly_once,
             applied=store.offset,
             restore=self._restore_chunk,
             caught_up=self._caught_up,

@@ -251,6 +251,8 @@ class SagaAgent:
             journal=topics.journal,
             partitions=runtime.partitions,
             reader=runtime.reader(),
+            # Transactions fence a second writer; their commit markers take offsets too.
+            foreign_writers=not runtime.exactly_once,
             applied=store.journal_offset,
             forget=self._forget,
             restore=self._restore_chunk,

@@ -100,6 +100,8 @@ class ScheduleDispatcher:
             journal=aggregate.topics.events,
             partitions=runtime.partitions,
             reader=runtime.reader(),
+            # Transactions fence a second writer; their commit markers take offsets too.
+            foreign_writers=not runtime.exactly_once,
             applied=store.offset,
             forget=self._forget,
             restore=self._restore_chunk,

@@ -149,6 +149,8 @@ class WorkflowAgent:
             journal=topics.journal,
             partitions=runtime.partitions,
             reader=runtime.reader(),
+            # Transactions fence a second writer; their commit markers take offsets too.
+            foreign_writers=not runtime.exactly_once,
             applied=store.journal_offset,
             forget=self._begin_catch_up,
             restore=self._restore_chunk,
