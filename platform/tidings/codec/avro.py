@@ -42,6 +42,7 @@ from tidings.core import workflow_records as _workflow
 from tidings.codec import orchestration as _orchestration
 from tidings.codec import saga as _saga_codec
 from tidings.codec import workflow as _workflow_codec
+from tidings.codec import writers as _writers
 from tidings.codec.fields import plain_fields
 from tidings.core.saga_records import SagaJournalEntry, SagaRouted
 from tidings.core.orchestration_records import (
@@ -218,6 +219,79 @@ _FROM_FIELDS: Final[Mapping[type, Callable[[dict[str, Any]], Any]]] = MappingPro
 )
 
 
+def _record_names(schema: Any) -> set[str]:
+    """The full names of every record type a parsed schema defines."""
+    if isinstance(schema, list):
+        return set().union(*(_record_names(branch) for branch in schema))
+    if not isinstance(schema, dict):
+        return set()
+    if schema.get("type") == "record":
+        names = {schema["name"]}
+        for field in schema["fields"]:
+            names |= _record_names(field["type"])
+        return names
+    return _record_names(schema.get("items")) | _record_names(schema.get("values"))
+
+
+# Records whose Avro fields are not their attributes: the journal entry's fields come from
+# its journal record (``codec.workflow._journal_fields``), so its writer reads that dict.
+_FROM_FIELD_DICT: Final = frozenset({_workflow.WorkflowJournalEntry})
+# Records stored as the dict of their ``to_json`` (the Avro record has its fields).
+_TO_JSON_RECORDS: Final = frozenset({"tidings.StepError"})
+
+
+def _encoder(record_type: type, schema: SchemaVersion) -> Callable[[Any], bytes]:
+    """Build the encoder of one envelope type: a compiled writer, else fastavro's.
+
+    A compiled writer reads the record's attributes directly unless the type maps its
+    fields itself (``_FROM_FIELD_DICT``); it writes what ``schemaless_writer`` writes for
+    ``_TO_FIELDS[record_type](record)``, byte for byte (``test_codec_writers.py``).
+    """
+    header = MAGIC + schema.fingerprint
+    to_fields = _TO_FIELDS[record_type]
+    names = _record_names(schema.parsed)
+    from_dict = record_type in _FROM_FIELD_DICT
+    slots = set(getattr(record_type, "__slots__", ()))
+    if not from_dict and not {f["name"] for f in schema.parsed["fields"]} <= slots:
+        from_dict = True  # attributes that are not the fields: read the mapped dict instead
+    modes = {name: (_writers.TO_JSON if name in _TO_JSON_RECORDS else _writers.ATTRIBUTES) for name in names}
+    if from_dict:
+        modes = {name: _writers.ITEMS for name in names}
+    write = _writers.compile_writer(schema.parsed, modes)
+    if write is None:
+        parsed = schema.parsed
+
+        def encode_with_fastavro(record: Any) -> bytes:
+            out = BytesIO()
+            out.write(header)
+            schemaless_writer(out, parsed, to_fields(record))
+            return out.getvalue()
+
+        return encode_with_fastavro
+    compiled = write
+    if from_dict:
+
+        def encode_fields(record: Any) -> bytes:
+            out = bytearray(header)
+            compiled(to_fields(record), out)
+            return bytes(out)
+
+        return encode_fields
+
+    def encode_attributes(record: Any) -> bytes:
+        out = bytearray(header)
+        compiled(record, out)
+        return bytes(out)
+
+    return encode_attributes
+
+
+# One encoder per envelope type, built at import next to the catalogue.
+_ENCODERS: Final[Mapping[type, Callable[[Any], bytes]]] = MappingProxyType(
+    {record_type: _encoder(record_type, schema) for record_type, schema in CATALOGUE.newest.items()}
+)
+
+
 def encode(record: Record) -> bytes:
     """Encode an envelope as an Avro single-object record with the newest schema.
 
@@ -231,19 +305,13 @@ def encode(record: Record) -> bytes:
         TypeError: ``record`` is not an envelope.
         SchemaError: A field does not fit the schema (e.g. a non-string metadata value).
     """
-    record_type = type(record)
-    to_fields = _TO_FIELDS.get(record_type)
-    if to_fields is None:
-        raise TypeError(f"cannot encode {record_type.__name__}: not a tidings envelope")
-    schema = CATALOGUE.newest[record_type]
-    out = BytesIO()
-    out.write(MAGIC)
-    out.write(schema.fingerprint)
+    encoder = _ENCODERS.get(type(record))
+    if encoder is None:
+        raise TypeError(f"cannot encode {type(record).__name__}: not a tidings envelope")
     try:
-        schemaless_writer(out, schema.parsed, to_fields(record))
+        return encoder(record)
     except (TypeError, ValueError, AttributeError, OverflowError) as exc:
-        raise SchemaError(f"cannot encode {record_type.__name__}: {exc}") from exc
-    return out.getvalue()
+        raise SchemaError(f"cannot encode {type(record).__name__}: {exc}") from exc
 
 
 def decode(data: bytes | None) -> Record:
