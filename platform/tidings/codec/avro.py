@@ -43,7 +43,7 @@ from tidings.codec import orchestration as _orchestration
 from tidings.codec import saga as _saga_codec
 from tidings.codec import workflow as _workflow_codec
 from tidings.codec import writers as _writers
-from tidings.codec.fields import plain_fields
+from tidings.codec.fields import plain_fields, slotted_builder
 from tidings.core.saga_records import SagaJournalEntry, SagaRouted
 from tidings.core.orchestration_records import (
     OrchestrationActions,
@@ -187,11 +187,18 @@ def _reply_fields(record: ReplyEnvelope) -> dict[str, Any]:
     return fields
 
 
+# Decoded records are built through their slots: the reader schema's fields are exactly
+# the record's (test_codec_avro.py checks it), so ``cls(**fields)`` could never fail here.
+_build_command: Final = slotted_builder(CommandEnvelope)
+_build_event: Final = slotted_builder(EventEnvelope)
+_build_reply: Final = slotted_builder(ReplyEnvelope)
+
+
 def _reply_from(fields: dict[str, Any]) -> ReplyEnvelope:
     if fields["status"] not in _REPLY_STATUSES:
         raise SchemaError(f"reply status {fields['status']!r} is not one of {sorted(_REPLY_STATUSES)}")
-    fields["events"] = tuple(EventEnvelope(**event) for event in fields["events"])
-    return ReplyEnvelope(**fields)
+    fields["events"] = tuple(_build_event(event) for event in fields["events"])
+    return _build_reply(fields)
 
 
 _TO_FIELDS: Final[Mapping[type, Callable[[Any], dict[str, Any]]]] = MappingProxyType(
@@ -208,8 +215,8 @@ _TO_FIELDS: Final[Mapping[type, Callable[[Any], dict[str, Any]]]] = MappingProxy
 _FROM_FIELDS: Final[Mapping[type, Callable[[dict[str, Any]], Any]]] = MappingProxyType(
     {
         # Commands come from any producer: their ids are checked here, at the edge.
-        CommandEnvelope: lambda fields: check_command(CommandEnvelope(**fields)),
-        EventEnvelope: lambda fields: EventEnvelope(**fields),
+        CommandEnvelope: lambda fields: check_command(_build_command(fields)),
+        EventEnvelope: _build_event,
         ReplyEnvelope: _reply_from,
         DeadLetter: lambda fields: DeadLetter(**fields),
         **_orchestration.FROM_FIELDS,
@@ -314,6 +321,17 @@ def encode(record: Record) -> bytes:
         raise SchemaError(f"cannot encode {type(record).__name__}: {exc}") from exc
 
 
+def _reader(writer: SchemaVersion) -> tuple[SchemaVersion, Any, Callable[[dict[str, Any]], Any]]:
+    # The newest schema is the reader schema of an older version; None reads a record
+    # written with the newest as it is (fastavro then resolves nothing).
+    newest = CATALOGUE.newest[writer.record_type]
+    return writer, None if newest is writer else newest.parsed, _FROM_FIELDS[writer.record_type]
+
+
+# Per writer fingerprint: its schema, the reader schema, and the record builder.
+_READERS: Final = MappingProxyType({fp: _reader(writer) for fp, writer in CATALOGUE.by_fingerprint.items()})
+
+
 def decode(data: bytes | None) -> Record:
     """Decode an Avro single-object record written with any shipped schema version.
 
@@ -334,22 +352,19 @@ def decode(data: bytes | None) -> Record:
     if len(data) < _HEADER_LEN or data[:2] != MAGIC:
         hint = " (it looks like JSON: send it with header content-type: application/json)" if data[:1] == b"{" else ""
         raise DecodeError(f"not an Avro single-object record: no C3 01 magic{hint}")
-    writer = CATALOGUE.by_fingerprint.get(bytes(data[2:_HEADER_LEN]))
-    if writer is None:
+    reader = _READERS.get(bytes(data[2:_HEADER_LEN]))
+    if reader is None:
         raise DecodeError(f"unknown writer schema fingerprint {bytes(data[2:_HEADER_LEN]).hex()}")
-    newest = CATALOGUE.newest[writer.record_type]
+    writer, newest, build = reader
     body = BytesIO(data)
     body.seek(_HEADER_LEN)
     try:
-        if writer is newest:
-            fields = schemaless_reader(body, writer.parsed, None)
-        else:
-            fields = schemaless_reader(body, writer.parsed, newest.parsed)
+        fields = schemaless_reader(body, writer.parsed, newest)
     except (EOFError, ValueError, TypeError, IndexError, UnicodeDecodeError, OverflowError) as exc:
         raise DecodeError(f"corrupt {writer.kind}.v{writer.version} record: {exc!r}") from exc
     if body.tell() != len(data):
         raise DecodeError(f"{len(data) - body.tell()} trailing bytes after a {writer.kind}.v{writer.version} record")
-    return cast(Record, _FROM_FIELDS[writer.record_type](cast(dict[str, Any], fields)))
+    return cast(Record, build(cast(dict[str, Any], fields)))
 
 
 def decode_as(data: bytes | None, record_type: type[R]) -> R:
