@@ -9,7 +9,7 @@ replaced: the record's field dict (``avro._TO_FIELDS``) written by plain
 from __future__ import annotations
 
 from io import BytesIO
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from fastavro import parse_schema, schemaless_writer
@@ -105,5 +105,5 @@ def test_a_reply_with_many_events_writes_one_block() -> None:
     ],
 )
 def test_a_schema_with_a_type_it_does_not_compile_is_left_to_fastavro(schema: dict[str, Any]) -> None:
-    parsed = parse_schema(schema, named_schemas={})
+    parsed = cast(dict[str, Any], parse_schema(schema, named_schemas={}))
     assert writers.compile_writer(parsed, {parsed["name"]: writers.ITEMS}) is None

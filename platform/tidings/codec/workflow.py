@@ -97,7 +97,7 @@ def _inbox_from(fields: dict[str, Any]) -> WorkflowInbox:
 
 
 def _with_error(cls: type) -> Callable[[dict[str, Any]], Any]:
-    build_record = slotted_builder(cls)
+    build_record: Callable[[dict[str, Any]], Any] = slotted_builder(cls)
 
     def build(fields: dict[str, Any]) -> Any:
         if "error" in fields:

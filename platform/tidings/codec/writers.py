@@ -27,6 +27,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from tidings.errors import SchemaError
+
 ATTRIBUTES: Final = "attributes"
 ITEMS: Final = "items"
 TO_JSON: Final = "to_json"
@@ -41,8 +43,8 @@ _INT_MAX: Final = 2**31 - 1
 _PRIMITIVES: Final = frozenset({"string", "bytes", "long", "int", "boolean", "null"})
 
 
-class _Unsupported(Exception):
-    """The schema has a type this module does not compile."""
+def _unsupported(what: str) -> SchemaError:
+    return SchemaError(f"no compiled writer for {what}")
 
 
 def write_long(out: bytearray, n: Any) -> None:
@@ -122,7 +124,7 @@ def _union_check(kind: str, value: Any) -> bool:
         return isinstance(value, Mapping)
     if kind == "array":
         return isinstance(value, (list, tuple))
-    raise _Unsupported(kind)
+    raise _unsupported(kind)
 
 
 def _no_branch(value: Any, schema: Any) -> ValueError:
@@ -169,7 +171,7 @@ class _Compiler:
                 default = self.constant(field.get("default"))
                 self.emit(indent, f"{value} = {source}.get({name!r}, {default})")
             else:
-                raise _Unsupported(f"mode {mode!r}")
+                raise _unsupported(f"mode {mode!r}")
             self.value(field["type"], value, indent)
 
     def value(self, schema: Any, source: str, indent: int) -> None:
@@ -179,7 +181,7 @@ class _Compiler:
         kind = schema if isinstance(schema, str) else schema.get("type")
         if isinstance(schema, dict) and ("logicalType" in schema or kind in _PRIMITIVES):
             if "logicalType" in schema:
-                raise _Unsupported("logicalType")
+                raise _unsupported("logicalType")
             schema = kind
         if kind == "string":
             self.emit(indent, f"write_string(out, {source})")
@@ -199,12 +201,12 @@ class _Compiler:
         elif kind == "record":
             self.record(schema, source, indent, self._mode(schema))
         else:
-            raise _Unsupported(str(kind))
+            raise _unsupported(str(kind))
 
     def _mode(self, schema: Mapping[str, Any]) -> str:
         mode = self._modes.get(schema["name"])
         if mode is None:
-            raise _Unsupported(f"no mode for record {schema['name']}")
+            raise _unsupported(f"no mode for record {schema['name']}")
         return mode
 
     def sequence(self, items: Any, source: str, indent: int, *, pairs: bool) -> None:
@@ -223,12 +225,12 @@ class _Compiler:
 
     def union(self, branches: list[Any], source: str, indent: int) -> None:
         if len(branches) != 2 or "null" not in branches or branches[0] == branches[1]:
-            raise _Unsupported("a union other than null and one type")
+            raise _unsupported("a union other than null and one type")
         null_index = branches.index("null")
         other = branches[1 - null_index]
         other_kind = other if isinstance(other, str) else other.get("type")
         if isinstance(other, dict) and "logicalType" in other:
-            raise _Unsupported("logicalType")
+            raise _unsupported("logicalType")
         self.emit(indent, f"if {source} is None:")
         self.emit(indent + 1, f"out.append({null_index << 1})")
         self.emit(indent, "else:")
@@ -264,7 +266,7 @@ def compile_writer(schema: Mapping[str, Any], modes: Mapping[str, str]) -> Write
     compiler = _Compiler(modes)
     try:
         compiler.record(schema, "record", 1, compiler._mode(schema))
-    except _Unsupported:
+    except SchemaError:  # a type left to fastavro, from _unsupported
         return None
     namespace: dict[str, Any] = {
         "write_long": write_long,
