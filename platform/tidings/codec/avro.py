@@ -42,7 +42,8 @@ from tidings.core import workflow_records as _workflow
 from tidings.codec import orchestration as _orchestration
 from tidings.codec import saga as _saga_codec
 from tidings.codec import workflow as _workflow_codec
-from tidings.codec.fields import plain_fields
+from tidings.codec import writers as _writers
+from tidings.codec.fields import plain_fields, slotted_builder
 from tidings.core.saga_records import SagaJournalEntry, SagaRouted
 from tidings.core.orchestration_records import (
     OrchestrationActions,
@@ -186,11 +187,18 @@ def _reply_fields(record: ReplyEnvelope) -> dict[str, Any]:
     return fields
 
 
+# Decoded records are built through their slots: the reader schema's fields are exactly
+# the record's (test_codec_avro.py checks it), so ``cls(**fields)`` could never fail here.
+_build_command: Final = slotted_builder(CommandEnvelope)
+_build_event: Final = slotted_builder(EventEnvelope)
+_build_reply: Final = slotted_builder(ReplyEnvelope)
+
+
 def _reply_from(fields: dict[str, Any]) -> ReplyEnvelope:
     if fields["status"] not in _REPLY_STATUSES:
         raise SchemaError(f"reply status {fields['status']!r} is not one of {sorted(_REPLY_STATUSES)}")
-    fields["events"] = tuple(EventEnvelope(**event) for event in fields["events"])
-    return ReplyEnvelope(**fields)
+    fields["events"] = tuple(_build_event(event) for event in fields["events"])
+    return _build_reply(fields)
 
 
 _TO_FIELDS: Final[Mapping[type, Callable[[Any], dict[str, Any]]]] = MappingProxyType(
@@ -207,14 +215,87 @@ _TO_FIELDS: Final[Mapping[type, Callable[[Any], dict[str, Any]]]] = MappingProxy
 _FROM_FIELDS: Final[Mapping[type, Callable[[dict[str, Any]], Any]]] = MappingProxyType(
     {
         # Commands come from any producer: their ids are checked here, at the edge.
-        CommandEnvelope: lambda fields: check_command(CommandEnvelope(**fields)),
-        EventEnvelope: lambda fields: EventEnvelope(**fields),
+        CommandEnvelope: lambda fields: check_command(_build_command(fields)),
+        EventEnvelope: _build_event,
         ReplyEnvelope: _reply_from,
         DeadLetter: lambda fields: DeadLetter(**fields),
         **_orchestration.FROM_FIELDS,
         **_workflow_codec.FROM_FIELDS,
         **_saga_codec.FROM_FIELDS,
     }
+)
+
+
+def _record_names(schema: Any) -> set[str]:
+    """The full names of every record type a parsed schema defines."""
+    if isinstance(schema, list):
+        return set().union(*(_record_names(branch) for branch in schema))
+    if not isinstance(schema, dict):
+        return set()
+    if schema.get("type") == "record":
+        names = {schema["name"]}
+        for field in schema["fields"]:
+            names |= _record_names(field["type"])
+        return names
+    return _record_names(schema.get("items")) | _record_names(schema.get("values"))
+
+
+# Records whose Avro fields are not their attributes: the journal entry's fields come from
+# its journal record (``codec.workflow._journal_fields``), so its writer reads that dict.
+_FROM_FIELD_DICT: Final = frozenset({_workflow.WorkflowJournalEntry})
+# Records stored as the dict of their ``to_json`` (the Avro record has its fields).
+_TO_JSON_RECORDS: Final = frozenset({"tidings.StepError"})
+
+
+def _encoder(record_type: type, schema: SchemaVersion) -> Callable[[Any], bytes]:
+    """Build the encoder of one envelope type: a compiled writer, else fastavro's.
+
+    A compiled writer reads the record's attributes directly unless the type maps its
+    fields itself (``_FROM_FIELD_DICT``); it writes what ``schemaless_writer`` writes for
+    ``_TO_FIELDS[record_type](record)``, byte for byte (``test_codec_writers.py``).
+    """
+    header = MAGIC + schema.fingerprint
+    to_fields = _TO_FIELDS[record_type]
+    names = _record_names(schema.parsed)
+    from_dict = record_type in _FROM_FIELD_DICT
+    slots = set(getattr(record_type, "__slots__", ()))
+    if not from_dict and not {f["name"] for f in schema.parsed["fields"]} <= slots:
+        from_dict = True  # attributes that are not the fields: read the mapped dict instead
+    modes = {name: (_writers.TO_JSON if name in _TO_JSON_RECORDS else _writers.ATTRIBUTES) for name in names}
+    if from_dict:
+        modes = {name: _writers.ITEMS for name in names}
+    write = _writers.compile_writer(schema.parsed, modes)
+    if write is None:
+        parsed = schema.parsed
+
+        def encode_with_fastavro(record: Any) -> bytes:
+            out = BytesIO()
+            out.write(header)
+            schemaless_writer(out, parsed, to_fields(record))
+            return out.getvalue()
+
+        return encode_with_fastavro
+    compiled = write
+    if from_dict:
+
+        def encode_fields(record: Any) -> bytes:
+            out = bytearray(header)
+            compiled(to_fields(record), out)
+            return bytes(out)
+
+        return encode_fields
+
+    def encode_attributes(record: Any) -> bytes:
+        out = bytearray(header)
+        compiled(record, out)
+        return bytes(out)
+
+    return encode_attributes
+
+
+# One encoder per envelope type, built at import next to the catalogue.
+_ENCODERS: Final[Mapping[type, Callable[[Any], bytes]]] = MappingProxyType(
+    {record_type: _encoder(record_type, schema) for record_type, schema in CATALOGUE.newest.items()}
 )
 
 
@@ -231,19 +312,24 @@ def encode(record: Record) -> bytes:
         TypeError: ``record`` is not an envelope.
         SchemaError: A field does not fit the schema (e.g. a non-string metadata value).
     """
-    record_type = type(record)
-    to_fields = _TO_FIELDS.get(record_type)
-    if to_fields is None:
-        raise TypeError(f"cannot encode {record_type.__name__}: not a tidings envelope")
-    schema = CATALOGUE.newest[record_type]
-    out = BytesIO()
-    out.write(MAGIC)
-    out.write(schema.fingerprint)
+    encoder = _ENCODERS.get(type(record))
+    if encoder is None:
+        raise TypeError(f"cannot encode {type(record).__name__}: not a tidings envelope")
     try:
-        schemaless_writer(out, schema.parsed, to_fields(record))
+        return encoder(record)
     except (TypeError, ValueError, AttributeError, OverflowError) as exc:
-        raise SchemaError(f"cannot encode {record_type.__name__}: {exc}") from exc
-    return out.getvalue()
+        raise SchemaError(f"cannot encode {type(record).__name__}: {exc}") from exc
+
+
+def _reader(writer: SchemaVersion) -> tuple[SchemaVersion, Any, Callable[[dict[str, Any]], Any]]:
+    # The newest schema is the reader schema of an older version; None reads a record
+    # written with the newest as it is (fastavro then resolves nothing).
+    newest = CATALOGUE.newest[writer.record_type]
+    return writer, None if newest is writer else newest.parsed, _FROM_FIELDS[writer.record_type]
+
+
+# Per writer fingerprint: its schema, the reader schema, and the record builder.
+_READERS: Final = MappingProxyType({fp: _reader(writer) for fp, writer in CATALOGUE.by_fingerprint.items()})
 
 
 def decode(data: bytes | None) -> Record:
@@ -266,22 +352,19 @@ def decode(data: bytes | None) -> Record:
     if len(data) < _HEADER_LEN or data[:2] != MAGIC:
         hint = " (it looks like JSON: send it with header content-type: application/json)" if data[:1] == b"{" else ""
         raise DecodeError(f"not an Avro single-object record: no C3 01 magic{hint}")
-    writer = CATALOGUE.by_fingerprint.get(bytes(data[2:_HEADER_LEN]))
-    if writer is None:
+    reader = _READERS.get(bytes(data[2:_HEADER_LEN]))
+    if reader is None:
         raise DecodeError(f"unknown writer schema fingerprint {bytes(data[2:_HEADER_LEN]).hex()}")
-    newest = CATALOGUE.newest[writer.record_type]
+    writer, newest, build = reader
     body = BytesIO(data)
     body.seek(_HEADER_LEN)
     try:
-        if writer is newest:
-            fields = schemaless_reader(body, writer.parsed, None)
-        else:
-            fields = schemaless_reader(body, writer.parsed, newest.parsed)
+        fields = schemaless_reader(body, writer.parsed, newest)
     except (EOFError, ValueError, TypeError, IndexError, UnicodeDecodeError, OverflowError) as exc:
         raise DecodeError(f"corrupt {writer.kind}.v{writer.version} record: {exc!r}") from exc
     if body.tell() != len(data):
         raise DecodeError(f"{len(data) - body.tell()} trailing bytes after a {writer.kind}.v{writer.version} record")
-    return cast(Record, _FROM_FIELDS[writer.record_type](cast(dict[str, Any], fields)))
+    return cast(Record, build(cast(dict[str, Any], fields)))
 
 
 def decode_as(data: bytes | None, record_type: type[R]) -> R:

@@ -14,10 +14,10 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, Final
 
-from tidings.codec.fields import plain_fields
+from tidings.codec.fields import plain_fields, slotted_builder
 from tidings.core.workflow.failures import StepError
 from tidings.core.limits import load_json
-from tidings.core.workflow.journal import JOURNAL_TYPES, record_from_json, record_to_json
+from tidings.core.workflow.journal import JOURNAL_TYPES, record_to_json
 from tidings.core.workflow_records import (
     INBOX_KINDS,
     WorkflowInbox,
@@ -57,19 +57,25 @@ def _journal_fields(entry: WorkflowJournalEntry) -> dict[str, Any]:
     return fields
 
 
+# Each journal record class's slots and builder, by its stored type name: the flat Avro
+# record has a field for every slot of every class (absent ones read as null), so the
+# builder always gets exactly the class's fields (``record_from_json`` without its copies).
+_JOURNAL_BUILDERS: Final[Mapping[str, tuple[tuple[str, ...], Callable[[dict[str, Any]], Any]]]] = MappingProxyType({
+    name: (tuple(getattr(cls, "__slots__")), slotted_builder(cls)) for name, cls in JOURNAL_TYPES.items()
+})
+_build_entry: Final = slotted_builder(WorkflowJournalEntry)
+
+
 def _journal_from(fields: dict[str, Any]) -> WorkflowJournalEntry:
     name = fields["type"]
-    cls = JOURNAL_TYPES.get(name)
-    if cls is None:
+    known = _JOURNAL_BUILDERS.get(name)
+    if known is None:
         raise SchemaError(f"unknown workflow journal record type {name!r}")
-    data = {"type": name, **{slot: fields.get(slot) for slot in getattr(cls, "__slots__")}}
+    slots, build = known
+    data = {slot: fields.get(slot) for slot in slots}
     if data.get("error") is not None:
         data["error"] = _error_from(data["error"])
-    try:
-        record = record_from_json(data)
-    except ValueError as exc:
-        raise SchemaError(str(exc)) from exc
-    return WorkflowJournalEntry(fields["instance_id"], record)
+    return _build_entry({"instance_id": fields["instance_id"], "record": build(data)})
 
 
 def _fields_with_error(record: Any) -> dict[str, Any]:
@@ -79,19 +85,24 @@ def _fields_with_error(record: Any) -> dict[str, Any]:
     return fields
 
 
+_build_inbox: Final = slotted_builder(WorkflowInbox)
+
+
 def _inbox_from(fields: dict[str, Any]) -> WorkflowInbox:
     if fields["kind"] not in INBOX_KINDS:
         raise SchemaError(f"inbox kind {fields['kind']!r} is not one of {sorted(INBOX_KINDS)}")
     if fields.get("error") is not None:
         fields["error"] = _error_from(fields["error"])
-    return WorkflowInbox(**fields)
+    return _build_inbox(fields)
 
 
 def _with_error(cls: type) -> Callable[[dict[str, Any]], Any]:
+    build_record: Callable[[dict[str, Any]], Any] = slotted_builder(cls)
+
     def build(fields: dict[str, Any]) -> Any:
         if "error" in fields:
             fields["error"] = _error_from(fields["error"])
-        return cls(**fields)
+        return build_record(fields)
 
     return build
 
@@ -124,7 +135,7 @@ FROM_FIELDS: Final[Mapping[type, Callable[[dict[str, Any]], Any]]] = MappingProx
         WorkflowJournalEntry: _journal_from,
         WorkflowReply: _with_error(WorkflowReply),
         WorkflowOutcomeRecord: _with_error(WorkflowOutcomeRecord),
-        WorkflowStatusRecord: lambda fields: WorkflowStatusRecord(**fields),
+        WorkflowStatusRecord: slotted_builder(WorkflowStatusRecord),
     }
 )
 """Avro fields -> record, for ``tidings.codec.avro.decode``."""
