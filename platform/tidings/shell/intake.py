@@ -125,7 +125,9 @@ class Intake:
         self._room.set()
         self._stopping = threading.Event()
         self._consumer: Consumer | None = None
-        self._group_metadata: Any = None
+        # The group metadata of the last assignment and the committed offsets of its
+        # partitions, replaced together (the transaction reads both).
+        self._group: tuple[Any, Offsets] = (None, {})
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopped: asyncio.Future[None] | None = None
@@ -147,6 +149,10 @@ class Intake:
             return
         if self._on_commit is not None:
             await self._on_commit(committable)
+            fence = self._group[1]
+            for pair, offset in committable.items():
+                if pair in fence or pair in self._positions:
+                    fence[pair] = offset
         else:
             with self._lock:
                 self._to_commit.update(committable)
@@ -165,7 +171,14 @@ class Intake:
         Read in the consumer thread at each assignment: asked from another thread while
         that one polls, librdkafka blocks the caller until the poll returns.
         """
-        return self._group_metadata
+        return self._group[0]
+
+    def fence_offsets(self, metadata: Any) -> Offsets:
+        """The group's committed offsets of the partitions owned under ``metadata`` (the
+        last assignment's), for a transaction with no input offsets of its own: sent with
+        it, they make Kafka check this worker's generation (KIP-447) before it commits."""
+        current, fence = self._group
+        return dict(fence) if metadata is current and current is not None else {}
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -266,8 +279,16 @@ class Intake:
     # -- rebalances (in the consumer thread, inside poll) ---------------------------------
 
     def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._group_metadata = consumer.consumer_group_metadata()
         pairs = [(tp.topic, tp.partition) for tp in partitions]
+        fence: Offsets = {}
+        if self._on_commit is not None and partitions:
+            try:
+                for tp in consumer.committed(partitions, timeout=10):
+                    if tp.offset >= 0 and tp.error is None:
+                        fence[(tp.topic, tp.partition)] = tp.offset
+            except KafkaException as exc:
+                log.warning("reading the group's committed offsets failed: %s", exc)
+        self._group = (consumer.consumer_group_metadata(), fence)
         log.info("assigned %d partitions", len(pairs))
         self._call_in_loop(self._assign(pairs))
 

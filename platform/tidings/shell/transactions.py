@@ -76,6 +76,11 @@ class TransactionalPublisher:
             transaction timeout (which holds back every ``read_committed`` reader).
         group_metadata: Returns the input consumer's ``consumer_group_metadata()``; called
             at each commit, so the generation checked is the current one.
+        fence_offsets: ``fence_offsets(metadata)``: offsets to send with a transaction that
+            carries none of its own (an activity's result, a reply): the group's committed
+            offsets of partitions this worker owned under ``metadata``. Kafka checks the
+            generation only when offsets come with the transaction, so without them a
+            zombie's transaction with no input would commit.
         on_fenced: Called (on the loop) with the ``Fenced`` error when Kafka fences us.
         commit_interval_ms: The shortest time between two commits; waiters arriving
             meanwhile share the next transaction.
@@ -91,6 +96,7 @@ class TransactionalPublisher:
         *,
         transactional_id: str,
         group_metadata: Callable[[], object],
+        fence_offsets: Callable[[object], Mapping[tuple[str, int], int]] | None = None,
         on_fenced: Callable[[BaseException], None],
         commit_interval_ms: float = 5.0,
         transaction_timeout_ms: int = 10_000,
@@ -101,6 +107,7 @@ class TransactionalPublisher:
         config["transaction.timeout.ms"] = transaction_timeout_ms
         self._producer = Producer(config)
         self._group_metadata = group_metadata
+        self._fence_offsets = fence_offsets
         self._on_fenced = on_fenced
         self._interval = commit_interval_ms / 1000.0
         self._call_timeout = max(transaction_timeout_ms / 1000.0, 1.0)
@@ -452,24 +459,25 @@ class TransactionalPublisher:
             await asyncio.sleep(0.05)
 
     async def _send_offsets(self, offsets: Mapping[tuple[str, int], int], deadline: float) -> BrokerError | None:
-        if offsets:
-            positions = [TopicPartition(topic, partition, offset) for (topic, partition), offset in offsets.items()]
-            while True:
-                try:
-                    metadata = self._group_metadata()
-                except Exception as exc:  # the consumer is gone: we cannot prove we own the input
-                    return self._group_fenced(exc, "reading the consumer group's metadata")
-                try:
-                    await self._call(
-                        self._producer.send_offsets_to_transaction, positions, metadata, self._call_timeout
-                    )
-                    break
-                except KafkaException as exc:
-                    failure = self._classify(exc, "sending the offsets", deadline)
-                    if failure is not None:
-                        return failure
-                await asyncio.sleep(0.05)
-        return None
+        while True:
+            try:
+                metadata = self._group_metadata()
+            except Exception as exc:  # the consumer is gone: we cannot prove we own the input
+                return self._group_fenced(exc, "reading the consumer group's metadata")
+            sent = offsets or (self._fence_offsets(metadata) if self._fence_offsets else {})
+            if not sent:
+                return None
+            positions = [TopicPartition(topic, partition, offset) for (topic, partition), offset in sent.items()]
+            try:
+                await self._call(
+                    self._producer.send_offsets_to_transaction, positions, metadata, self._call_timeout
+                )
+                return None
+            except KafkaException as exc:
+                failure = self._classify(exc, "sending the offsets", deadline)
+                if failure is not None:
+                    return failure
+            await asyncio.sleep(0.05)
 
     def _classify(self, exc: KafkaException, doing: str, deadline: float) -> BrokerError | None:
         """Map a transaction call's error to the failure of its waiters; None means retry."""

@@ -124,6 +124,7 @@ class Worker:
                 self.bootstrap,
                 transactional_id=home.transactional_id(self.app.name, self.instance_id),
                 group_metadata=lambda: intake.group_metadata(),
+                fence_offsets=lambda metadata: intake.fence_offsets(metadata),
                 on_fenced=_fenced,
                 on_outcome=self.metrics.transaction,
             )
