@@ -45,6 +45,10 @@ __all__ = ["GROUP_FENCING", "PRODUCER_FENCING", "Fenced", "TransactionAborted", 
 
 log = logging.getLogger(__name__)
 
+#: Longest a transaction stays open with records nobody waits for (seconds). Longer than a
+#: batch's decide-to-offsets time, so a batch's records and offsets mostly commit together.
+MAX_OPEN_S: Final = 0.1
+
 
 #: Errors of ``send_offsets_to_transaction`` that say the group moved on without us.
 GROUP_FENCING: Final = frozenset(
@@ -323,6 +327,11 @@ class TransactionalPublisher:
                 settle_future(future, None, TransactionAborted(f"the transaction is failing: {exc}"))
                 return
             raise
+        if not self._produced and not self._waiters and self._wake is not None:
+            # Nothing may wait for these records (an activity's result, journaled with no
+            # input offsets): commit them within MAX_OPEN_S anyway, well inside the
+            # transaction timeout, after which the broker would abort them.
+            asyncio.get_running_loop().call_later(MAX_OPEN_S, self._wake.set)
         self._produced += len(records)
         self._sends.append(future)
 
@@ -370,7 +379,7 @@ class TransactionalPublisher:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            if not (self._waiters or self._doomed):
+            if not (self._waiters or self._doomed or self._produced):
                 continue
             # At most one commit per interval: waiters arriving meanwhile share it.
             pause = self._last_commit + self._interval - time.monotonic()
