@@ -34,6 +34,7 @@ from typing import Any
 
 from ...codec import avro
 from ...core.workflow import (
+    ActivityResult,
     ArmTimer,
     Attempt,
     CancelActivity,
@@ -68,7 +69,7 @@ from ..io import Delivered, Incoming, Outgoing
 from ..owner import PartitionOwner
 from ..pipeline import stop_worker, stop_worker_on_failure
 from ...core.workflow.sends import SendCommand, StopSend
-from .workflow_activities import run_attempt
+from .workflow_activities import ThreadedAttempts, run_attempt, runs_threaded, settle_returned
 from .workflow_replies import RepliesReader
 from .workflow_sends import WorkflowSends
 from .workflow_children import CHILD_EFFECTS, ChildLinks
@@ -169,7 +170,9 @@ class WorkflowAgent:
         self._lock = asyncio.Lock()
         self._cache: OrderedDict[str, WorkflowInstance] = OrderedDict()
         self._inbox_applied: dict[int, int] = {}
-        self._activities: dict[tuple[str, str], tuple[asyncio.Task[None], Attempt]] = {}
+        # Each running attempt: what cancels it (its task, or its pool future) and the attempt.
+        self._activities: dict[tuple[str, str], tuple[asyncio.Future[None] | concurrent.futures.Future[None], Attempt]] = {}
+        self._threaded: ThreadedAttempts[str] | None = None
         self._timers: dict[tuple[str, str], asyncio.TimerHandle] = {}
         self._busy: Counter[str] = Counter()  # live activities and timers: not evictable
         self._dirty: Counter[str] = Counter()  # decided, not yet in RocksDB: not evictable
@@ -536,8 +539,12 @@ class WorkflowAgent:
         if isinstance(effect, RunActivity):
             self._stop_activity(key)
             attempt = Attempt(effect.idempotency_key, effect.attempt)
-            task = asyncio.ensure_future(self._call(instance_id, effect, attempt))
-            self._activities[key] = (task, attempt)
+            running: asyncio.Future[None] | concurrent.futures.Future[None]
+            if self._threaded is not None and runs_threaded(effect, self._clock()):
+                running = self._threaded.submit(instance_id, effect, attempt)
+            else:
+                running = asyncio.ensure_future(self._call(instance_id, effect, attempt))
+            self._activities[key] = (running, attempt)
             self._busy[instance_id] += 1
         elif isinstance(effect, CancelActivity):
             self._stop_activity(key)
@@ -573,8 +580,27 @@ class WorkflowAgent:
         # The instance stays busy (not evictable) until _feed has taken this.
         self._inputs.put_nowait((instance_id, TimerFired(path)))
 
+    def _threaded_ended(self, ended: list[tuple[str, RunActivity, Attempt, Any]]) -> None:
+        """Results of sync attempts run by ``ThreadedAttempts`` (on the loop, in batches)."""
+        for instance_id, effect, attempt, result in ended:
+            if isinstance(result, ActivityResult):
+                self._ended(instance_id, effect, attempt, result)
+            else:  # the function returned an awaitable: await it on the loop
+                key = (instance_id, effect.path)
+                current = self._activities.get(key)
+                if current is None or current[1] is not attempt:
+                    continue
+                task = asyncio.ensure_future(self._settle(instance_id, effect, attempt, result))
+                self._activities[key] = (task, attempt)
+
+    async def _settle(self, instance_id: str, effect: RunActivity, attempt: Attempt, returned: Any) -> None:
+        self._ended(instance_id, effect, attempt, await settle_returned(effect, returned))
+
     async def _call(self, instance_id: str, effect: RunActivity, attempt: Attempt) -> None:
-        result = await run_attempt(effect, attempt, self._executor, self._clock)
+        self._ended(instance_id, effect, attempt,
+                    await run_attempt(effect, attempt, self._executor, self._clock))
+
+    def _ended(self, instance_id: str, effect: RunActivity, attempt: Attempt, result: ActivityResult) -> None:
         self._metrics.activity_attempt(self.definition.name, effect.name,
                                        failed=result.error is not None or result.timed_out)
         key = (instance_id, effect.path)
@@ -797,6 +823,7 @@ class WorkflowAgent:
         self._inputs = asyncio.Queue()
         self._commits = asyncio.Queue()
         self._reply_batches = asyncio.Queue()
+        self._threaded = ThreadedAttempts(self._executor, asyncio.get_running_loop(), self._threaded_ended)
         self._tasks = [asyncio.ensure_future(self._feed()), asyncio.ensure_future(self._commit()),
                        asyncio.ensure_future(self._decide_replies())]
         for task in self._tasks:

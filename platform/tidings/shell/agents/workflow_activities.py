@@ -3,15 +3,21 @@
 An async ``fn`` runs as a task on the loop; a sync one in the agent's thread pool (a
 blocking call must not stall the loop). The attempt starts at ``not_before`` and is given up
 at ``timeout_at``; a sync call's thread cannot be killed, so its late result is dropped.
+
+Most attempts are a sync call due now with no timeout. ``ThreadedAttempts`` runs those
+without an asyncio task or future per attempt: the pool thread appends the result to a
+queue and wakes the loop once for however many results arrived meanwhile, so a busy worker
+pays one loop wake-up per batch of results instead of several hand-offs per attempt.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from ...core.workflow import ActivityResult, Attempt, RunActivity
 
@@ -57,3 +63,80 @@ async def _settled(running: Awaitable[Any]) -> Any:
     while inspect.isawaitable(value):
         value = await value
     return value
+
+
+T = TypeVar("T")
+
+
+def runs_threaded(effect: RunActivity, now_s: float) -> bool:
+    """Whether ``ThreadedAttempts`` can run ``effect``: a sync call, due now, no timeout."""
+    return (
+        effect.timeout_at is None
+        and effect.not_before / 1000 <= now_s
+        and not inspect.iscoroutinefunction(effect.fn)
+    )
+
+
+class ThreadedAttempts(Generic[T]):
+    """Runs sync attempts in a thread pool; hands their results to the loop in batches.
+
+    Args:
+        executor: The agent's activity threads.
+        loop: The agent's event loop.
+        deliver: Called on the loop with ``(token, effect, attempt, result)`` tuples in the
+            order the attempts ended. ``result`` is an ``ActivityResult``, or an awaitable
+            the function returned (``lambda a: client.call(...)``), which the caller awaits.
+    """
+
+    def __init__(
+        self,
+        executor: concurrent.futures.Executor,
+        loop: asyncio.AbstractEventLoop,
+        deliver: Callable[[list[tuple[T, RunActivity, Attempt, Any]]], None],
+    ) -> None:
+        self._executor = executor
+        self._loop = loop
+        self._deliver = deliver
+        self._ended: collections.deque[tuple[T, RunActivity, Attempt, Any]] = collections.deque()
+        self._woken = False
+
+    def submit(self, token: T, effect: RunActivity, attempt: Attempt) -> concurrent.futures.Future[None]:
+        """Start the attempt in a pool thread; ``cancel()`` the returned future to skip it
+        if it has not started (a started call runs to its end; its result is then stale)."""
+        return self._executor.submit(self._run, token, effect, attempt)
+
+    def _run(self, token: T, effect: RunActivity, attempt: Attempt) -> None:
+        try:
+            value = effect.fn(attempt)
+        except Exception as exc:  # noqa: BLE001 - the attempt failed; the policy decides
+            result: Any = ActivityResult(effect.path, effect.attempt, error=exc)
+        else:
+            result = value if inspect.isawaitable(value) else ActivityResult(
+                effect.path, effect.attempt, value=value)
+        self._ended.append((token, effect, attempt, result))
+        if not self._woken:
+            self._woken = True
+            try:
+                self._loop.call_soon_threadsafe(self._drain)
+            except RuntimeError:  # the loop closed: the worker is stopping
+                pass
+
+    def _drain(self) -> None:
+        # Cleared first: a result appended from here on wakes the loop again.
+        self._woken = False
+        ended = []
+        while self._ended:
+            ended.append(self._ended.popleft())
+        if ended:
+            self._deliver(ended)
+
+
+async def settle_returned(effect: RunActivity, returned: Awaitable[Any]) -> ActivityResult:
+    """Await what a sync activity function returned; return how the attempt ended."""
+    try:
+        value = await _settled(returned)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the attempt failed; the policy decides
+        return ActivityResult(effect.path, effect.attempt, error=exc)
+    return ActivityResult(effect.path, effect.attempt, value=value)

@@ -1,0 +1,61 @@
+"""ThreadedAttempts: sync attempts run in pool threads; results reach the loop in batches."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from typing import Any
+
+from tidings.core.workflow import ActivityResult, Attempt, RunActivity
+from tidings.shell.agents.workflow_activities import ThreadedAttempts, runs_threaded
+
+
+def _effect(path: str, fn: Any, *, timeout_at: int | None = None, not_before: int = 0) -> RunActivity:
+    return RunActivity(path=path, name=path, attempt=1, fn=fn, idempotency_key=f"k/{path}",
+                       not_before=not_before, timeout_at=timeout_at)
+
+
+def test_results_errors_and_returned_awaitables_reach_the_loop_in_order_of_ending() -> None:
+    delivered: list[list[tuple[str, Any]]] = []
+    gate = threading.Event()
+
+    def failing(attempt: Attempt) -> int:
+        raise ValueError("nope")
+
+    async def later() -> int:
+        return 7
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            attempts = ThreadedAttempts(pool, loop, lambda ended: delivered.append(
+                [(token, result) for token, _, _, result in ended]))
+            # Held until all three are submitted, so they end while the loop is busy here.
+            attempts.submit("a", _effect("a", lambda a: gate.wait(5) and 41 + 1), Attempt("k/a", 1))
+            attempts.submit("b", _effect("b", failing), Attempt("k/b", 1))
+            attempts.submit("c", _effect("c", lambda a: later()), Attempt("k/c", 1))
+            gate.set()
+            for _ in range(200):
+                if sum(len(batch) for batch in delivered) == 3:
+                    break
+                await asyncio.sleep(0.01)
+
+    asyncio.run(scenario())
+    results = dict(item for batch in delivered for item in batch)
+    assert results["a"] == ActivityResult("a", 1, value=42)
+    assert isinstance(results["b"], ActivityResult) and isinstance(results["b"].error, ValueError)
+    assert asyncio.iscoroutine(results["c"])  # the caller awaits what the function returned
+    results["c"].close()
+    # One loop wake-up may carry several results.
+    assert len(delivered) <= 3
+
+
+def test_only_sync_calls_due_now_without_a_timeout_run_threaded() -> None:
+    async def coroutine_fn(attempt: Attempt) -> int:
+        return 1
+
+    assert runs_threaded(_effect("x", lambda a: 1), now_s=100.0)
+    assert not runs_threaded(_effect("x", lambda a: 1, timeout_at=200_000), now_s=100.0)
+    assert not runs_threaded(_effect("x", lambda a: 1, not_before=150_000), now_s=100.0)
+    assert not runs_threaded(_effect("x", coroutine_fn), now_s=100.0)
