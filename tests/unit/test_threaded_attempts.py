@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import threading
 from typing import Any
 
@@ -28,21 +27,26 @@ def test_results_errors_and_returned_awaitables_reach_the_loop_in_order_of_endin
 
     async def scenario() -> None:
         loop = asyncio.get_running_loop()
-        with concurrent.futures.ThreadPoolExecutor(4) as pool:
-            attempts = ThreadedAttempts(pool, loop, lambda ended: delivered.append(
-                [(token, result) for token, _, _, result in ended]))
-            # Held until all three are submitted, so they end while the loop is busy here.
-            attempts.submit("a", _effect("a", lambda a: gate.wait(5) and 41 + 1), Attempt("k/a", 1))
-            attempts.submit("b", _effect("b", failing), Attempt("k/b", 1))
-            attempts.submit("c", _effect("c", lambda a: later()), Attempt("k/c", 1))
-            gate.set()
-            for _ in range(200):
-                if sum(len(batch) for batch in delivered) == 3:
-                    break
-                await asyncio.sleep(0.01)
+        # One thread: "a" holds it until the gate opens, so "d" is still queued when cancelled.
+        attempts = ThreadedAttempts(1, loop, lambda ended: delivered.append(
+            [(token, result) for token, _, _, result in ended]))
+        # Held until all are submitted, so they end while the loop is busy here.
+        attempts.submit("a", _effect("a", lambda a: gate.wait(5) and 41 + 1), Attempt("k/a", 1))
+        attempts.submit("b", _effect("b", failing), Attempt("k/b", 1))
+        attempts.submit("c", _effect("c", lambda a: later()), Attempt("k/c", 1))
+        skipped = attempts.submit("d", _effect("d", lambda a: 1 / 0), Attempt("k/d", 1))
+        skipped.cancel()
+        gate.set()
+        for _ in range(200):
+            if sum(len(batch) for batch in delivered) >= 3:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)
+        attempts.close()
 
     asyncio.run(scenario())
     results = dict(item for batch in delivered for item in batch)
+    assert "d" not in results  # cancelled before a thread took it
     assert results["a"] == ActivityResult("a", 1, value=42)
     assert isinstance(results["b"], ActivityResult) and isinstance(results["b"].error, ValueError)
     assert asyncio.iscoroutine(results["c"])  # the caller awaits what the function returned

@@ -69,7 +69,7 @@ from ..io import Delivered, Incoming, Outgoing
 from ..owner import PartitionOwner
 from ..pipeline import stop_worker, stop_worker_on_failure
 from ...core.workflow.sends import SendCommand, StopSend
-from .workflow_activities import ThreadedAttempts, run_attempt, runs_threaded, settle_returned
+from .workflow_activities import Skippable, ThreadedAttempts, run_attempt, runs_threaded, settle_returned
 from .workflow_replies import RepliesReader
 from .workflow_sends import WorkflowSends
 from .workflow_children import CHILD_EFFECTS, ChildLinks
@@ -167,11 +167,12 @@ class WorkflowAgent:
         self._started_at: dict[str, int] = {}
         # Sync activities block; the loop's default pool (cores + 4 threads) is far too small.
         self._executor = concurrent.futures.ThreadPoolExecutor(activity_threads, "tidings-activity")
+        self._activity_threads = activity_threads
         self._lock = asyncio.Lock()
         self._cache: OrderedDict[str, WorkflowInstance] = OrderedDict()
         self._inbox_applied: dict[int, int] = {}
         # Each running attempt: what cancels it (its task, or its pool future) and the attempt.
-        self._activities: dict[tuple[str, str], tuple[asyncio.Future[None] | concurrent.futures.Future[None], Attempt]] = {}
+        self._activities: dict[tuple[str, str], tuple[asyncio.Future[None] | Skippable, Attempt]] = {}
         self._threaded: ThreadedAttempts[str] | None = None
         self._timers: dict[tuple[str, str], asyncio.TimerHandle] = {}
         self._busy: Counter[str] = Counter()  # live activities and timers: not evictable
@@ -310,6 +311,8 @@ class WorkflowAgent:
         self._sends.close()
         self._replies.close()
         self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._threaded is not None:
+            self._threaded.close()
         self._store.close()
 
     def _forget_cached(self, *partitions: int) -> None:
@@ -539,7 +542,7 @@ class WorkflowAgent:
         if isinstance(effect, RunActivity):
             self._stop_activity(key)
             attempt = Attempt(effect.idempotency_key, effect.attempt)
-            running: asyncio.Future[None] | concurrent.futures.Future[None]
+            running: asyncio.Future[None] | Skippable
             if self._threaded is not None and runs_threaded(effect, self._clock()):
                 running = self._threaded.submit(instance_id, effect, attempt)
             else:
@@ -823,7 +826,8 @@ class WorkflowAgent:
         self._inputs = asyncio.Queue()
         self._commits = asyncio.Queue()
         self._reply_batches = asyncio.Queue()
-        self._threaded = ThreadedAttempts(self._executor, asyncio.get_running_loop(), self._threaded_ended)
+        self._threaded = ThreadedAttempts(self._activity_threads, asyncio.get_running_loop(),
+                                          self._threaded_ended)
         self._tasks = [asyncio.ensure_future(self._feed()), asyncio.ensure_future(self._commit()),
                        asyncio.ensure_future(self._decide_replies())]
         for task in self._tasks:

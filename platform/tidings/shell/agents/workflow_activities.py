@@ -5,9 +5,10 @@ blocking call must not stall the loop). The attempt starts at ``not_before`` and
 at ``timeout_at``; a sync call's thread cannot be killed, so its late result is dropped.
 
 Most attempts are a sync call due now with no timeout. ``ThreadedAttempts`` runs those
-without an asyncio task or future per attempt: the pool thread appends the result to a
-queue and wakes the loop once for however many results arrived meanwhile, so a busy worker
-pays one loop wake-up per batch of results instead of several hand-offs per attempt.
+on its own threads without an asyncio task or any future per attempt: the thread appends
+the result to a queue and wakes the loop once for however many results arrived meanwhile,
+so a busy worker pays one loop wake-up per batch of results instead of several hand-offs
+(and a ``Condition`` or two) per attempt.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ import asyncio
 import collections
 import concurrent.futures
 import inspect
+import queue
+import threading
 from collections.abc import Awaitable, Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from ...core.workflow import ActivityResult, Attempt, RunActivity
 
@@ -78,32 +81,64 @@ def runs_threaded(effect: RunActivity, now_s: float) -> bool:
 
 
 class ThreadedAttempts(Generic[T]):
-    """Runs sync attempts in a thread pool; hands their results to the loop in batches.
+    """Runs sync attempts on its own threads; hands their results to the loop in batches.
+
+    Its threads take attempts from one ``SimpleQueue``: unlike a ``ThreadPoolExecutor``
+    there is no ``concurrent.futures.Future`` (and its ``Condition``) per attempt. Threads
+    start on demand, up to ``threads``.
 
     Args:
-        executor: The agent's activity threads.
+        threads: Most attempts running at once.
         loop: The agent's event loop.
         deliver: Called on the loop with ``(token, effect, attempt, result)`` tuples in the
             order the attempts ended. ``result`` is an ``ActivityResult``, or an awaitable
             the function returned (``lambda a: client.call(...)``), which the caller awaits.
+        name: The threads' name prefix.
     """
 
     def __init__(
         self,
-        executor: concurrent.futures.Executor,
+        threads: int,
         loop: asyncio.AbstractEventLoop,
         deliver: Callable[[list[tuple[T, RunActivity, Attempt, Any]]], None],
+        name: str = "tidings-activity",
     ) -> None:
-        self._executor = executor
+        self._max = threads
         self._loop = loop
         self._deliver = deliver
+        self._name = name
+        self._queue: queue.SimpleQueue[_Queued[T] | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._idle = 0  # threads waiting for an attempt
         self._ended: collections.deque[tuple[T, RunActivity, Attempt, Any]] = collections.deque()
         self._woken = False
 
-    def submit(self, token: T, effect: RunActivity, attempt: Attempt) -> concurrent.futures.Future[None]:
-        """Start the attempt in a pool thread; ``cancel()`` the returned future to skip it
-        if it has not started (a started call runs to its end; its result is then stale)."""
-        return self._executor.submit(self._run, token, effect, attempt)
+    def submit(self, token: T, effect: RunActivity, attempt: Attempt) -> Skippable:
+        """Queue the attempt; ``cancel()`` the returned handle to skip it if it has not
+        started (a started call runs to its end; its result is then stale)."""
+        queued = _Queued(token, effect, attempt)
+        self._queue.put(queued)
+        if self._idle <= 0 and len(self._threads) < self._max:
+            thread = threading.Thread(target=self._serve, name=f"{self._name}_{len(self._threads)}",
+                                      daemon=True)
+            self._threads.append(thread)
+            thread.start()
+        return queued
+
+    def close(self) -> None:
+        """Let every thread end after its current attempt; queued attempts are dropped."""
+        for _ in self._threads:
+            self._queue.put(None)
+
+    def _serve(self) -> None:
+        while True:
+            self._idle += 1
+            queued = self._queue.get()
+            self._idle -= 1
+            if queued is None:
+                return
+            if not queued.skipped:
+                self._run(queued.token, queued.effect, queued.attempt)
 
     def _run(self, token: T, effect: RunActivity, attempt: Attempt) -> None:
         try:
@@ -129,6 +164,27 @@ class ThreadedAttempts(Generic[T]):
             ended.append(self._ended.popleft())
         if ended:
             self._deliver(ended)
+
+
+class Skippable(Protocol):
+    """What cancels a queued attempt before it starts."""
+
+    def cancel(self) -> Any:
+        ...
+
+
+class _Queued(Generic[T]):
+    __slots__ = ("token", "effect", "attempt", "skipped")
+
+    def __init__(self, token: T, effect: RunActivity, attempt: Attempt) -> None:
+        self.token = token
+        self.effect = effect
+        self.attempt = attempt
+        self.skipped = False
+
+    def cancel(self) -> bool:
+        self.skipped = True
+        return True
 
 
 async def settle_returned(effect: RunActivity, returned: Awaitable[Any]) -> ActivityResult:
