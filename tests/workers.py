@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import os
+import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer
 
 from tidings import App
+from tidings.shell.kafka import watermarks
 from tidings.shell.topics import apply_topics
+from tidings.testing.eventually import assert_eventually
 from tidings.testing.processes import WorkerProcess
+from tidings.testing.topics import read_topic
 
 from .integration.apps import build
 
@@ -34,6 +40,38 @@ only_at_least_once = pytest.mark.skipif(
     "markers take offsets, so foreign-writer detection is off and Kafka's fencing stops "
     "zombies instead (tests/chaos/test_exactly_once_fencing.py)",
 )
+
+
+def assert_each_key_once_when_committed(bootstrap: str, topic: str) -> None:
+    """Exactly-once: a ``read_committed`` reader of a journal (keys ``{instance}/{seq}`` or
+    ``{id}/{version}``) sees no key twice, and no transaction stays open on it.
+
+    What ``read_uncommitted`` holds beyond that are aborted records (a killed worker's open
+    transaction); whether there are any depends on where a kill fell, so it is printed, not
+    required.
+    """
+    committed = read_topic(bootstrap, topic)
+    keys = Counter(record.key for record in committed)
+    assert [key for key, n in keys.items() if n > 1] == [], f"{topic}: a key is visible twice"
+    written = read_topic(bootstrap, topic, isolation="read_uncommitted")
+    print(f"\n{topic}: {len(committed)} records committed, {len(written) - len(committed)} more "
+          f"read_uncommitted (aborted)")
+    # Nothing is left open: the last stable offset is the end of every partition.
+    assert_eventually(lambda: topic_ends(bootstrap, topic, "read_committed")
+                      == topic_ends(bootstrap, topic, "read_uncommitted"),
+                      timeout=15, message=f"a transaction stays open on {topic}")
+
+
+def topic_ends(bootstrap: str, topic: str, isolation: str) -> list[int]:
+    """Each partition's end as a reader of ``isolation`` sees it (read_committed: the LSO)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"ends-{uuid.uuid4().hex}",
+                         "isolation.level": isolation})
+    try:
+        partitions = sorted(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
+        return [watermarks(consumer, topic, p)[1] for p in partitions]
+    finally:
+        consumer.close()
+
 
 @pytest.fixture
 def test_app(kafka_bootstrap: str, app_id: str) -> Iterator[App]:

@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import uuid
 from collections import defaultdict
 from decimal import Decimal
-
-from confluent_kafka import Consumer
 
 from examples.bank import account
 from examples.bank.account import Deposit, Open, Rejected, Withdraw
@@ -16,12 +13,18 @@ from tidings import App, ReplyTimeout
 from tidings.codec import avro
 from tidings.codec.payloads import load_payload
 from tidings.core.records import EventEnvelope, ReplyEnvelope
-from tidings.shell.kafka import watermarks
 from tidings.shell.state import AggregateStore
 from tidings.testing.eventually import assert_eventually
 from tidings.testing.processes import WorkerProcess
 from tidings.testing.topics import group_assignment, read_topic
-from tests.workers import EXACTLY_ONCE, Workers, both_guarantees, test_app, workers  # noqa: F401 - fixtures
+from tests.workers import (  # noqa: F401 - fixtures
+    EXACTLY_ONCE,
+    Workers,
+    both_guarantees,
+    test_app,
+    topic_ends,
+    workers,
+)
 
 ACCOUNTS = [f"acc-{n:02d}" for n in range(50)]
 
@@ -139,19 +142,9 @@ def assert_only_committed_copies_are_visible(
           f"(aborted), {twice} of them second copies of a committed (aggregate, version)")
     # Nothing is left open: the last stable offset is the end of every partition.
     topic = f"{app.name}.aggregate.account.events"
-    assert_eventually(lambda: ends(bootstrap, topic, "read_committed") == ends(bootstrap, topic, "read_uncommitted"),
+    assert_eventually(lambda: topic_ends(bootstrap, topic, "read_committed")
+                      == topic_ends(bootstrap, topic, "read_uncommitted"),
                       timeout=15, message="a transaction stays open on the events topic")
-
-
-def ends(bootstrap: str, topic: str, isolation: str) -> list[int]:
-    """Each partition's end as a reader of ``isolation`` sees it (read_committed: the LSO)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"ends-{uuid.uuid4().hex}",
-                         "isolation.level": isolation})
-    try:
-        partitions = sorted(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
-        return [watermarks(consumer, topic, p)[1] for p in partitions]
-    finally:
-        consumer.close()
 
 
 async def open_and_fund(client, accounts: list[str]) -> dict[str, Decimal]:  # noqa: ANN001
