@@ -40,6 +40,18 @@ def kafka_bootstrap(
 
 
 @pytest.fixture
+def guarantee(request: pytest.FixtureRequest) -> str:
+    """The processing guarantee the test's workers run with (``TIDINGS_PROCESSING_GUARANTEE``).
+
+    A test marked ``tests.workers.both_guarantees`` gets each in turn; any other gets the
+    environment's (so a whole run with ``TIDINGS_PROCESSING_GUARANTEE=exactly_once`` runs every
+    worker exactly once), else at least once.
+    """
+    param = getattr(request, "param", None)
+    return str(param or os.environ.get("TIDINGS_PROCESSING_GUARANTEE") or "at_least_once")
+
+
+@pytest.fixture
 def app_id(request: pytest.FixtureRequest) -> Iterator[str]:
     """Return a fresh app id, so each test's topics and consumer groups are its own.
 

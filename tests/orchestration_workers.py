@@ -29,8 +29,9 @@ from .workers import Workers
 class OrchestrationWorkers(Workers):
     """Worker processes of one test's orchestration App; every one is killed when the test ends."""
 
-    def __init__(self, bootstrap: str, app_id: str, tmp_path: Path) -> None:
-        super().__init__(bootstrap, app_id, tmp_path, app_spec="tests.integration.orchestration_apps:app")
+    def __init__(self, bootstrap: str, app_id: str, tmp_path: Path, guarantee: str | None = None) -> None:
+        super().__init__(bootstrap, app_id, tmp_path, app_spec="tests.integration.orchestration_apps:app",
+                         guarantee=guarantee)
 
 
 @pytest.fixture
@@ -45,10 +46,10 @@ def orchestration_app(kafka_bootstrap: str, app_id: str) -> Iterator[App]:
 
 @pytest.fixture
 def orchestration_workers(
-    kafka_bootstrap: str, app_id: str, tmp_path: Path
+    kafka_bootstrap: str, app_id: str, tmp_path: Path, guarantee: str
 ) -> Iterator[OrchestrationWorkers]:
-    """Start worker processes of the orchestration App; all are killed at the end."""
-    started = OrchestrationWorkers(kafka_bootstrap, app_id, tmp_path)
+    """Start worker processes of the orchestration App under ``guarantee``; all are killed at the end."""
+    started = OrchestrationWorkers(kafka_bootstrap, app_id, tmp_path, guarantee)
     yield started
     started.kill_all()
 

@@ -36,14 +36,18 @@ def workflow_app(
 class WorkflowWorkers(Workers):
     """Worker processes of one test's workflow App; every one is killed when the test ends."""
 
-    def __init__(self, bootstrap: str, app_id: str, tmp_path: Path, calls: Calls) -> None:
+    def __init__(
+        self, bootstrap: str, app_id: str, tmp_path: Path, calls: Calls, guarantee: str | None = None
+    ) -> None:
         super().__init__(bootstrap, app_id, tmp_path, app_spec="tests.integration.workflow_apps:app",
-                         env={"TEST_CALLS_DIR": str(calls.directory)})
+                         env={"TEST_CALLS_DIR": str(calls.directory)}, guarantee=guarantee)
 
 
 @pytest.fixture
-def workflow_workers(kafka_bootstrap: str, app_id: str, tmp_path: Path, calls: Calls) -> Iterator[WorkflowWorkers]:
-    """Start worker processes of the workflow test App; all are killed at the end of the test."""
-    started = WorkflowWorkers(kafka_bootstrap, app_id, tmp_path, calls)
+def workflow_workers(
+    kafka_bootstrap: str, app_id: str, tmp_path: Path, calls: Calls, guarantee: str
+) -> Iterator[WorkflowWorkers]:
+    """Start worker processes of the workflow test App under ``guarantee``; all are killed at the end."""
+    started = WorkflowWorkers(kafka_bootstrap, app_id, tmp_path, calls, guarantee)
     yield started
     started.kill_all()

@@ -17,12 +17,14 @@ from tests.orchestration_workers import (  # noqa: F401 - fixtures
     orchestration_app,
     orchestration_workers,
 )
+from tests.workers import EXACTLY_ONCE, assert_each_key_once_when_committed, both_guarantees
 
 ORDERS = [f"c-{n:02d}" for n in range(40)]
 
 
+@both_guarantees
 def test_an_orchestration_killed_between_events_acts_once_per_position_and_finishes_once(
-    kafka_bootstrap: str, orchestration_app: App, orchestration_workers: OrchestrationWorkers
+    kafka_bootstrap: str, orchestration_app: App, orchestration_workers: OrchestrationWorkers, guarantee: str
 ) -> None:
     worker = orchestration_workers.start()
     client = orchestration_app.client(kafka_bootstrap)
@@ -67,3 +69,5 @@ def test_an_orchestration_killed_between_events_acts_once_per_position_and_finis
         print(worker.log_tail())
         raise
     assert_acted_once(executor, ORDERS)
+    if guarantee == EXACTLY_ONCE:
+        assert_each_key_once_when_committed(kafka_bootstrap, f"{orchestration_app.name}.orchestration.fulfil.journal")

@@ -8,15 +8,28 @@ import time
 from datetime import datetime
 from typing import Any
 
+import pytest
+
 from tidings import App
 from tidings.core.workflow import WorkflowStatus
 from tidings.testing.eventually import assert_eventually
 from tests.integration.workflow_apps import Calls
+from tests.workers import AT_LEAST_ONCE, EXACTLY_ONCE, assert_each_key_once_when_committed, both_guarantees
 from tests.workflow_workers import WorkflowWorkers, calls, workflow_app, workflow_workers  # noqa: F401
 
 
+# Exactly once this fails today (found here, not fixed in this change): the journal records
+# an activity's result produces (step 1 ended, step 2 started) carry no input offsets, and
+# the workflow agent registers no ``committed()`` waiter for them (only ``publish_later`` of
+# outcomes does), so they sit in the open transaction until some inbox batch commits, or
+# the broker aborts it at transaction.timeout.ms. The SIGKILL 3 s later aborts them and the
+# restart runs step 1 again. Fix: the agent's commit of a result with no input waits on
+# (or registers) ``publisher.committed()``.
+@pytest.mark.parametrize("guarantee", [AT_LEAST_ONCE, pytest.param(EXACTLY_ONCE, marks=pytest.mark.xfail(
+    reason="an activity's result is not committed until an inbox batch commits (see above)"))],
+    ids=["alo", "eos"], indirect=True)
 def test_sigkill_while_an_activity_runs_never_calls_a_completed_activity_again(
-    workflow_app: App, workflow_workers: WorkflowWorkers, calls: Calls
+    workflow_app: App, workflow_workers: WorkflowWorkers, calls: Calls, kafka_bootstrap: str, guarantee: str
 ) -> None:
     worker = workflow_workers.start()
     steps = workflow_app.workflow_handle("steps")
@@ -44,8 +57,11 @@ def test_sigkill_while_an_activity_runs_never_calls_a_completed_activity_again(
         assert quick.count(f"steps/{instance_id}/3") == 1, quick
         slow_begun = [l for l in calls.lines("slow") if l.startswith(f"steps/{instance_id}/2 ") and l.endswith("begin")]
         assert len(slow_begun) == 2  # the interrupted call ran again, at least once, as documented
+    if guarantee == EXACTLY_ONCE:
+        assert_each_key_once_when_committed(kafka_bootstrap, steps.topics.journal)
 
 
+@both_guarantees
 def test_sigkill_during_a_sleep_does_not_postpone_its_due_time(
     workflow_app: App, workflow_workers: WorkflowWorkers
 ) -> None:
@@ -73,8 +89,9 @@ def test_sigkill_during_a_sleep_does_not_postpone_its_due_time(
     assert finished < nap + 4.0, workflow_workers.log_tail()
 
 
+@both_guarantees
 def test_sigkill_while_waiting_on_signals_loses_and_duplicates_no_signal(
-    workflow_app: App, workflow_workers: WorkflowWorkers
+    workflow_app: App, workflow_workers: WorkflowWorkers, kafka_bootstrap: str, guarantee: str
 ) -> None:
     worker = workflow_workers.start()
     collector = workflow_app.workflow_handle("collector")
@@ -97,6 +114,8 @@ def test_sigkill_while_waiting_on_signals_loses_and_duplicates_no_signal(
         return await collector.value("c-1", 90)
 
     assert asyncio.run(scenario()) == list(range(count)), workflow_workers.log_tail()
+    if guarantee == EXACTLY_ONCE:
+        assert_each_key_once_when_committed(kafka_bootstrap, collector.topics.journal)
 
 
 async def _in_order(sends: list[Any]) -> None:

@@ -18,7 +18,7 @@ from tidings.core.records import DeadLetter, EventEnvelope
 from tidings.testing.eventually import assert_eventually
 from tidings.testing.topics import read_topic
 from tests.integration.apps import Add, Added, Bump, Read, Total
-from tests.workers import Workers, test_app, workers  # noqa: F401 - fixtures
+from tests.workers import Workers, only_at_least_once, test_app, workers  # noqa: F401 - fixtures
 
 
 def journal(bootstrap: str, app: App, aggregate: str) -> list[EventEnvelope]:
@@ -221,6 +221,7 @@ def test_a_command_on_the_wrong_partition_is_forwarded_to_its_owner(
     assert reply.version == 2
 
 
+@only_at_least_once
 def test_an_event_another_worker_wrote_to_the_journal_is_read_before_the_next_decision(
     kafka_bootstrap: str, test_app: App, workers: Workers
 ) -> None:

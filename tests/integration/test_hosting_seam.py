@@ -25,7 +25,7 @@ from tidings.testing.eventually import assert_eventually
 from tidings.testing.topics import StoredRecord, read_topic
 from tests.counter_kind import INCREMENT, CounterKind
 from tests.integration.counter_apps import build
-from tests.workers import Workers
+from tests.workers import Workers, only_at_least_once
 
 TIMEOUT = 45.0
 
@@ -180,6 +180,7 @@ def test_a_misrouted_increment_is_counted_once_on_its_home_partition(
     assert worker.running
 
 
+@only_at_least_once
 def test_a_journal_record_another_worker_wrote_is_noticed_and_counted(
     counter: Counter, counter_workers: Workers, kafka_bootstrap: str
 ) -> None:

@@ -22,9 +22,11 @@ from tidings.core.workflow import SignalReceived, WorkflowStatus
 from tidings.core.workflow_records import WorkflowJournalEntry
 from tidings.testing.eventually import assert_eventually
 from tidings.testing.topics import read_topic
+from tests.workers import only_at_least_once
 from tests.workflow_workers import WorkflowWorkers, calls, workflow_app, workflow_workers  # noqa: F401
 
 
+@only_at_least_once
 def test_a_record_another_worker_wrote_to_the_journal_is_read_and_replayed(
     workflow_app: App, workflow_workers: WorkflowWorkers, kafka_bootstrap: str
 ) -> None:

@@ -145,6 +145,21 @@ class WorkerProcess:
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
+    def wait(self, timeout: float) -> int | None:
+        """Wait up to ``timeout`` seconds for the worker to exit; return its exit status.
+
+        None when it is still running (or was never started). A worker that exits on its
+        own (status 70: Kafka or RocksDB failed, or it was fenced) is reaped here.
+        """
+        if self._process is None:
+            return None
+        try:
+            code = self._process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        self._forget()
+        return code
+
     def kill(self) -> None:
         """SIGKILL the worker's whole process group, as a crash would, and reap it."""
         self._signal(signal.SIGKILL)

@@ -22,13 +22,21 @@ class StoredRecord:
     headers: dict[str, bytes]
 
 
-def read_topic(bootstrap: str, topic: str, *, timeout: float = 30.0) -> list[StoredRecord]:
-    """Return every record of ``topic`` up to its current end, in (partition, offset) order."""
+def read_topic(
+    bootstrap: str, topic: str, *, timeout: float = 30.0, isolation: str = "read_committed"
+) -> list[StoredRecord]:
+    """Return every record of ``topic`` up to its current end, in (partition, offset) order.
+
+    ``isolation="read_uncommitted"`` also returns the records of aborted (and still open)
+    transactions; the default, librdkafka's, returns only committed ones, up to the last
+    stable offset (nothing of a transaction still open, nor anything after it).
+    """
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": f"tidings-read-{uuid.uuid4().hex}",
             "enable.auto.commit": False,
+            "isolation.level": isolation,
         }
     )
     try:
