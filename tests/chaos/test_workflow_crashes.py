@@ -18,16 +18,7 @@ from tests.workers import AT_LEAST_ONCE, EXACTLY_ONCE, assert_each_key_once_when
 from tests.workflow_workers import WorkflowWorkers, calls, workflow_app, workflow_workers  # noqa: F401
 
 
-# Exactly once this fails today (found here, not fixed in this change): the journal records
-# an activity's result produces (step 1 ended, step 2 started) carry no input offsets, and
-# the workflow agent registers no ``committed()`` waiter for them (only ``publish_later`` of
-# outcomes does), so they sit in the open transaction until some inbox batch commits, or
-# the broker aborts it at transaction.timeout.ms. The SIGKILL 3 s later aborts them and the
-# restart runs step 1 again. Fix: the agent's commit of a result with no input waits on
-# (or registers) ``publisher.committed()``.
-@pytest.mark.parametrize("guarantee", [AT_LEAST_ONCE, pytest.param(EXACTLY_ONCE, marks=pytest.mark.xfail(
-    reason="an activity's result is not committed until an inbox batch commits (see above)"))],
-    ids=["alo", "eos"], indirect=True)
+@both_guarantees
 def test_sigkill_while_an_activity_runs_never_calls_a_completed_activity_again(
     workflow_app: App, workflow_workers: WorkflowWorkers, calls: Calls, kafka_bootstrap: str, guarantee: str
 ) -> None:

@@ -63,3 +63,32 @@ def test_only_sync_calls_due_now_without_a_timeout_run_threaded() -> None:
     assert not runs_threaded(_effect("x", lambda a: 1, timeout_at=200_000), now_s=100.0)
     assert not runs_threaded(_effect("x", lambda a: 1, not_before=150_000), now_s=100.0)
     assert not runs_threaded(_effect("x", coroutine_fn), now_s=100.0)
+
+
+def test_attempts_submitted_back_to_back_run_at_once_up_to_the_thread_count() -> None:
+    began = threading.Semaphore(0)
+    release = threading.Event()
+    delivered: list[str] = []
+
+    def blocking(attempt: Attempt) -> int:
+        began.release()
+        release.wait(5)
+        return 1
+
+    async def scenario() -> int:
+        attempts = ThreadedAttempts(3, asyncio.get_running_loop(),
+                                    lambda ended: delivered.extend(t for t, _, _, _ in ended))
+        for round_ in range(2):  # the second round reuses the threads the first one started
+            for n in range(3):
+                attempts.submit(f"{round_}-{n}", _effect(f"p{n}", blocking), Attempt(f"k{n}", 1))
+            running = sum(began.acquire(timeout=2) for _ in range(3))
+            release.set()
+            while len(delivered) < 3 * (round_ + 1):
+                await asyncio.sleep(0.01)
+            release.clear()
+            if running != 3:
+                return running
+        attempts.close()
+        return 3
+
+    assert asyncio.run(asyncio.wait_for(scenario(), 20)) == 3

@@ -141,6 +141,7 @@ class WorkflowAgent:
         self._partitions = runtime.partitions
         self._store = store
         self._runtime = runtime
+        self._exactly_once = runtime.exactly_once
         self._publisher = runtime.publisher
         self._clock = runtime.clock
         self._cache_size = cache_size
@@ -665,6 +666,11 @@ class WorkflowAgent:
                     await self._publisher.publish(commit.dead)
                 if commit.links:
                     await self._children.send(self._publisher, commit.links)
+                if self._exactly_once:
+                    # Acknowledged is not yet durable: the journal records count once their
+                    # transaction commits. The effects below (the next activity, the
+                    # outcome) must not run on a result a crash would still abort.
+                    await self._publisher.committed()  # type: ignore[attr-defined]
                 self._store.write(commit.write)
             except Exception:  # noqa: BLE001 - Kafka or RocksDB failed: restart the worker
                 stop_worker(f"committing workflow {self.definition.name} records")

@@ -109,7 +109,11 @@ class ThreadedAttempts(Generic[T]):
         self._name = name
         self._queue: queue.SimpleQueue[_Queued[T] | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
-        self._idle = 0  # threads waiting for an attempt
+        # Threads that finished an attempt and wait for the next, less those already
+        # promised to an attempt submitted since: a submit takes one or starts a thread
+        # (ThreadPoolExecutor's rule), so two attempts never count on one idle thread.
+        self._idle = 0
+        self._lock = threading.Lock()
         self._ended: collections.deque[tuple[T, RunActivity, Attempt, Any]] = collections.deque()
         self._woken = False
 
@@ -118,11 +122,16 @@ class ThreadedAttempts(Generic[T]):
         started (a started call runs to its end; its result is then stale)."""
         queued = _Queued(token, effect, attempt)
         self._queue.put(queued)
-        if self._idle <= 0 and len(self._threads) < self._max:
-            thread = threading.Thread(target=self._serve, name=f"{self._name}_{len(self._threads)}",
-                                      daemon=True)
-            self._threads.append(thread)
-            thread.start()
+        with self._lock:
+            if self._idle > 0:
+                self._idle -= 1
+                return queued
+            if len(self._threads) >= self._max:
+                return queued  # it waits for the first thread that ends its attempt
+        thread = threading.Thread(target=self._serve, name=f"{self._name}_{len(self._threads)}",
+                                  daemon=True)
+        self._threads.append(thread)
+        thread.start()
         return queued
 
     def close(self) -> None:
@@ -132,13 +141,13 @@ class ThreadedAttempts(Generic[T]):
 
     def _serve(self) -> None:
         while True:
-            self._idle += 1
             queued = self._queue.get()
-            self._idle -= 1
             if queued is None:
                 return
             if not queued.skipped:
                 self._run(queued.token, queued.effect, queued.attempt)
+            with self._lock:
+                self._idle += 1
 
     def _run(self, token: T, effect: RunActivity, attempt: Attempt) -> None:
         try:
