@@ -1,5 +1,9 @@
 """``python -m bench`` (``make bench``): measure raw Kafka, then tidings, print one table.
 
+The targets are issue 11's where it sets one, else SPEC §10's. The aggregate and workflow
+rows are measured twice, at-least-once then exactly-once (``--no-exactly-once`` skips the
+second), and every worker's own Prometheus metrics are scraped around each phase.
+
 Starts its own local broker unless ``TIDINGS_BOOTSTRAP`` is set, and stops everything it
 started, by PID, on the way out: normal exit, an error, Ctrl-C or SIGTERM.
 """
@@ -32,11 +36,15 @@ QUICK = (100_000, 20_000, aggregates.Workload(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="a ~1 min run with smaller counts")
+    parser.add_argument("--quick", action="store_true",
+                        help="a ~2 min run with smaller counts (exactly-once rows included)")
     parser.add_argument("--commands", type=int, help="aggregate commands to measure")
     parser.add_argument("--in-flight", type=int, help="commands awaiting a reply at once")
     parser.add_argument("--no-aiokafka", action="store_true", help="skip the aiokafka reference")
     parser.add_argument("--no-workflows", action="store_true", help="skip the workflow rows")
+    parser.add_argument("--no-exactly-once", action="store_true",
+                        help="skip the exactly-once runs (aggregate and workflow rows measured again "
+                        "with TIDINGS_PROCESSING_GUARANTEE=exactly_once)")
     parser.add_argument("--no-flows", action="store_true",
                         help="skip the flow throughput row (part of the workflow rows)")
     parser.add_argument("--no-sagas", action="store_true", help="skip the saga transfers row")
@@ -119,9 +127,14 @@ def _measure(
                                               progress=progress)
     agg = aggregates.run(bootstrap, workload, workdir=workdir, stack=stack, progress=progress,
                          profile=args.profile)
+    agg_eos = None if args.no_exactly_once else aggregates.run(
+        bootstrap, workload, workdir=workdir, stack=stack, progress=progress, exactly_once=True)
+    wf_workload = workflows.QUICK if args.quick else workflows.DEFAULT
     wf = None if args.no_workflows else workflows.run(
-        bootstrap, workflows.QUICK if args.quick else workflows.DEFAULT, workdir=workdir,
-        stack=stack, progress=progress, flows=not args.no_flows)
+        bootstrap, wf_workload, workdir=workdir, stack=stack, progress=progress,
+        flows=not args.no_flows)
+    wf_eos = None if args.no_workflows or args.no_exactly_once else workflows.run(
+        bootstrap, wf_workload, workdir=workdir, stack=stack, progress=progress, exactly_once=True)
     saga = None if args.no_sagas else sagas.run(
         bootstrap, sagas.QUICK if args.quick else sagas.DEFAULT, workdir=workdir, stack=stack,
         progress=progress)
@@ -130,7 +143,7 @@ def _measure(
         progress=progress)
 
     raw_e2e = rate(raw.records, raw.end_to_end_s or 0)
-    w = workload
+    faust_per_s = (faust_records - 2000) / faust_s
     rows = [
         Row("raw confluent-kafka produce (200 B, linger 5 ms, acks=all)",
             rate(raw.records, raw.produce_s)),
@@ -147,33 +160,32 @@ def _measure(
     rows += [
         Row("Faust agent doing nothing (pipelined batches, manual acks)",
             rate(faust_records - 2000, faust_s), "—", raw_e2e),
-        Row(f"aggregate commands e2e, tidings client ({w.in_flight:,} in flight, "
-            f"{w.accounts:,} accounts)", rate(w.commands, agg.client_s), "≥ 5,000 /s", raw_e2e),
-        Row("aggregate commands e2e, worker fed by a raw producer",
-            rate(w.commands, agg.fed_s), "≥ 5,000 /s", raw_e2e),
-        Row("client side alone: encode + produce command envelopes",
-            rate(w.commands, agg.send_only_s), "—", rate(raw.records, raw.produce_s)),
-        Row("aggregate command latency, idle worker, p50 / p99",
-            latency(agg.latencies_s), "—", latency(raw.round_trips_s)),
+        *aggregates.rows(agg, raw_e2e, rate(raw.records, raw.produce_s), raw.round_trips_s,
+                         faust_per_s),
     ]
+    if agg_eos is not None:
+        rows += aggregates.exactly_once_rows(agg_eos, agg)
     if wf is not None:
-        rows += workflows.rows(wf, raw_e2e, latency(raw.round_trips_s))
+        rows += workflows.rows(wf, raw_e2e, raw.round_trips_s)
+    if wf is not None and wf_eos is not None:
+        rows += workflows.exactly_once_rows(wf_eos, wf, raw.round_trips_s)
     if saga is not None:
         rows += sagas.rows(saga, raw_e2e)
     if sched is not None:
         rows += schedules.rows(sched)
-    statuses = ", ".join(f"{n:,} {s}" for s, n in sorted(agg.statuses.items()))
-    notes = [
-        "",
-        f"aggregate runs: {w.commands:,} deposits each after opening {w.accounts:,} accounts and "
-        f"{w.warm_up:,} warm-up deposits; one worker process (8 partitions); replies: {statuses}.",
-        f"CPU through the tidings client: {agg.client_cpu.describe(w.commands, agg.client_s)}.",
-        f"CPU fed by a raw producer: {agg.fed_cpu.describe(w.commands, agg.fed_s)}.",
-        f"raw figures: {raw.records:,} records (confluent), "
-        f"{aio.records if aio else 0:,} (aiokafka), 8 partitions.",
-    ]
+    notes = ["", *aggregates.notes(agg, raw.round_trips_s)]
+    if agg_eos is not None:
+        notes += aggregates.notes(agg_eos)
+    notes.append(f"raw figures: {raw.records:,} records (confluent), "
+                 f"{aio.records if aio else 0:,} (aiokafka), 8 partitions.")
     if wf is not None:
-        notes += workflows.notes(wf)
+        notes += workflows.notes(wf, raw.round_trips_s)
+    if wf_eos is not None:
+        notes += workflows.notes(wf_eos)
+    if agg_eos is not None or wf_eos is not None:
+        notes.append("exactly-once rows: the same workloads on a fresh app whose worker runs with "
+                     "TIDINGS_PROCESSING_GUARANTEE=exactly_once, measured right after the "
+                     "at-least-once run; clients read read_committed.")
     if saga is not None:
         notes += sagas.notes(saga)
     if sched is not None:

@@ -23,7 +23,7 @@ class Row:
     Attributes:
         workload: What was measured.
         measured: The figure, formatted (e.g. ``5,210 /s``).
-        target: The SPEC §10 target, or ``—``.
+        target: Issue 11's target where it sets one, else SPEC §10's, or ``—``.
         reference: The raw Kafka figure it compares to, or ``—``.
     """
 
@@ -62,6 +62,35 @@ def latency(samples_s: Sequence[float]) -> str:
     return f"{percentile(samples_s, 0.50) * 1000:.1f} / {percentile(samples_s, 0.99) * 1000:.1f} ms"
 
 
+def p50(samples_s: Sequence[float]) -> float:
+    """The median of ``samples_s``."""
+    return percentile(samples_s, 0.50)
+
+
+#: Issue 11: the exactly-once rows may be at most this much worse than at-least-once.
+EXACTLY_ONCE_TARGET = "≤ 10 % below at-least-once"
+EXACTLY_ONCE_LATENCY_TARGET = "p50 ≤ 10 % above at-least-once"
+
+
+def versus(exactly_once: float, at_least_once: float, *, higher_is_better: bool = True) -> str:
+    """How an exactly-once figure compares with its at-least-once one, in words.
+
+    Throughput (``higher_is_better``): ``"12 % below at-least-once"`` (or ``above``);
+    latency: ``"12 % above at-least-once"`` means slower.
+    """
+    if not (at_least_once > 0 and exactly_once == exactly_once):  # 0 or NaN
+        return "n/a"
+    change = (exactly_once - at_least_once) / at_least_once
+    if higher_is_better:
+        return f"{abs(change):.0%} {'below' if change < 0 else 'above'} at-least-once".replace("%", " %")
+    return f"{abs(change):.0%} {'above' if change > 0 else 'below'} at-least-once".replace("%", " %")
+
+
+def ratio(numerator: float, denominator: float) -> str:
+    """``numerator / denominator`` as ``0.55 ×``."""
+    return f"{numerator / denominator:.2f} ×" if denominator > 0 else "n/a"
+
+
 def machine(
     kafka_version: str, bootstrap: str, started_broker: bool, load_before: float
 ) -> list[str]:
@@ -98,7 +127,7 @@ def machine(
 
 def table(rows: Sequence[Row]) -> str:
     """Render ``rows`` as a Markdown table with aligned columns."""
-    header = Row("workload", "measured", "target (SPEC §10)", "raw Kafka reference")
+    header = Row("workload", "measured", "target (issue 11, else SPEC §10)", "raw Kafka reference")
     cells = [(r.workload, r.measured, r.target, r.reference) for r in (header, *rows)]
     widths = [max(len(line[i]) for line in cells) for i in range(4)]
 
