@@ -110,6 +110,10 @@ class Metrics:
         self.transactions = Counter(
             "tidings_transactions", "Kafka transactions ended, by outcome (committed, aborted).",
             ["outcome"], registry=r)
+        self.transaction_seconds = Histogram(
+            "tidings_transaction_commit_seconds", "Seconds from the start of a transaction's "
+            "commit (offsets sent with the group's metadata) to its end.", buckets=LATENCY_BUCKETS,
+            registry=r)
         self._instances = _InstancesCollector()
         r.register(self._instances)
         # Label children, looked up once: labels() costs a hash, a lock and a dict lookup.
@@ -217,9 +221,12 @@ class Metrics:
         """Set the consumer lag of ``topic``/``partition`` (the intake calls this)."""
         self._child(self.consumer_lag, topic, str(partition)).set(lag)
 
-    def transaction(self, outcome: str) -> None:
-        """Count a transaction that ended with ``outcome`` (``"committed"``, ``"aborted"``)."""
+    def transaction(self, outcome: str, seconds: float | None = None) -> None:
+        """Count a transaction that ended with ``outcome`` (``"committed"``, ``"aborted"``);
+        ``seconds``: how long its commit took."""
         self._child(self.transactions, outcome).inc()
+        if seconds is not None:
+            self.transaction_seconds.observe(seconds)
 
     def register_instances(self, kind: str, name: str, sample: InstanceSample) -> None:
         """Report ``tidings_instances{kind,name,state}`` from ``sample()`` on every scrape.

@@ -90,8 +90,8 @@ class TransactionalPublisher:
             meanwhile share the next transaction.
         transaction_timeout_ms: ``transaction.timeout.ms``: the broker aborts a transaction
             left open longer (a crashed worker's).
-        on_outcome: Called with ``"committed"`` or ``"aborted"`` after each transaction
-            (``Metrics.transaction``).
+        on_outcome: Called with ``"committed"`` or ``"aborted"`` and the commit's seconds
+            (None when unknown) after each transaction (``Metrics.transaction``).
     """
 
     def __init__(
@@ -104,7 +104,7 @@ class TransactionalPublisher:
         on_fenced: Callable[[BaseException], None],
         commit_interval_ms: float = 5.0,
         transaction_timeout_ms: int = 10_000,
-        on_outcome: Callable[[str], None] | None = None,
+        on_outcome: Callable[[str, float | None], None] | None = None,
     ) -> None:
         config = producer_config(bootstrap)
         config["transactional.id"] = transactional_id
@@ -248,9 +248,9 @@ class TransactionalPublisher:
         """
         return self._waiter()
 
-    def _outcome(self, outcome: str) -> None:
+    def _outcome(self, outcome: str, seconds: float | None = None) -> None:
         if self._on_outcome is not None:
-            self._on_outcome(outcome)
+            self._on_outcome(outcome, seconds)
 
     def close(self, timeout: float = 10.0) -> None:
         """Abort what nobody waits for, fail what waits, stop (blocks up to ``timeout``).
@@ -418,7 +418,7 @@ class TransactionalPublisher:
         )
         if failure is None:
             self.commits += 1
-            self._outcome("committed")
+            self._outcome("committed", time.monotonic() - self._last_commit)
             for waiter in waiters:
                 settle_future(waiter, None, None)
         else:
