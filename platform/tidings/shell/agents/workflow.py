@@ -658,38 +658,49 @@ class WorkflowAgent:
     async def _commit(self) -> None:
         assert self._commits is not None
         while True:
-            commit, delivery, done = await self._commits.get()
+            # Every commit waiting now is completed in one go: under exactly-once they
+            # share one transaction commit instead of paying one each.
+            waiting = [await self._commits.get()]
+            while not self._commits.empty():
+                waiting.append(self._commits.get_nowait())
             try:
-                delivered = await delivery
-                commit.write.journal_offsets.update(self.owner.settle(delivered))
-                if commit.dead:
-                    await self._publisher.publish(commit.dead)
-                if commit.links:
-                    await self._children.send(self._publisher, commit.links)
+                for commit, delivery, _ in waiting:
+                    delivered = await delivery
+                    commit.write.journal_offsets.update(self.owner.settle(delivered))
+                    if commit.dead:
+                        await self._publisher.publish(commit.dead)
+                    if commit.links:
+                        await self._children.send(self._publisher, commit.links)
                 if self._exactly_once:
                     # Acknowledged is not yet durable: the journal records count once their
                     # transaction commits. The effects below (the next activity, the
                     # outcome) must not run on a result a crash would still abort.
                     await self._publisher.committed()  # type: ignore[attr-defined]
-                self._store.write(commit.write)
+                for commit, _, _ in waiting:
+                    self._store.write(commit.write)
             except Exception:  # noqa: BLE001 - Kafka or RocksDB failed: restart the worker
                 stop_worker(f"committing workflow {self.definition.name} records")
-            for instance_id in commit.touched:
-                self._dirty[instance_id] -= 1
-                if self._dirty[instance_id] <= 0:
-                    del self._dirty[instance_id]
-            self._unsettled.subtract(commit.unsettled)
-            self._unsettled = +self._unsettled
-            if commit.after:
-                self._publisher.publish_later(commit.after)
-            if commit.ended:
-                self._metrics.workflow_ended(self.definition.name, commit.ended)
-            for instance_id, effect in commit.effects:
-                if self.owner.is_ready(self._partition(instance_id)):
-                    self._carry_out(instance_id, effect)
-            self._evict(commit.touched)
-            if not done.done():
-                done.set_result(None)
+            for commit, _, done in waiting:
+                self._completed(commit, done)
+
+    def _completed(self, commit: _Commit, done: asyncio.Future[None]) -> None:
+        """``commit`` is durable: publish what waited for it and carry out its effects."""
+        for instance_id in commit.touched:
+            self._dirty[instance_id] -= 1
+            if self._dirty[instance_id] <= 0:
+                del self._dirty[instance_id]
+        self._unsettled.subtract(commit.unsettled)
+        self._unsettled = +self._unsettled
+        if commit.after:
+            self._publisher.publish_later(commit.after)
+        if commit.ended:
+            self._metrics.workflow_ended(self.definition.name, commit.ended)
+        for instance_id, effect in commit.effects:
+            if self.owner.is_ready(self._partition(instance_id)):
+                self._carry_out(instance_id, effect)
+        self._evict(commit.touched)
+        if not done.done():
+            done.set_result(None)
 
     def _recover_again(self, partition: int) -> None:
         """Someone else wrote ``partition``'s journal (``PartitionOwner.settle``): drop what
