@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from ..errors import BrokerError, RecordRejected
 from .io import Delivered, Incoming, Outgoing
+from .threads import OwnThread
 
 log = logging.getLogger(__name__)
 
@@ -363,6 +364,8 @@ class KafkaPartitionReader:
         self._consumer: Consumer | None = None
         # One consumer is not safe to share between concurrent reads.
         self._lock = asyncio.Lock()
+        # Its own thread: its reads would hold one of asyncio's few shared ones (threads.py).
+        self._calls = OwnThread("tidings-reader")
 
     def _client(self) -> Consumer:
         if self._consumer is None:
@@ -383,7 +386,7 @@ class KafkaPartitionReader:
 
     async def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
         async with self._lock:
-            return await asyncio.to_thread(watermarks, self._client(), topic, partition)
+            return await self._calls.run(watermarks, self._client(), topic, partition)
 
     async def read(
         self, topic: str, partition: int, start: int, end: int
@@ -394,7 +397,7 @@ class KafkaPartitionReader:
             position = start
             try:
                 while position < end:
-                    messages = await asyncio.to_thread(consumer.consume, self._chunk, 0.1)
+                    messages = await self._calls.run(consumer.consume, self._chunk, 0.1)
                     if not messages:
                         # Compaction can leave no record at the last offsets: trust the
                         # fetch position once nothing more arrives.
@@ -421,3 +424,5 @@ class KafkaPartitionReader:
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
+        self._calls.close()
+        self._calls.close()

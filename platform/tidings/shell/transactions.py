@@ -39,6 +39,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from ..errors import BrokerError, Fenced, RecordRejected, TransactionAborted
 from .io import Delivered, Outgoing
+from .threads import OwnThread
 from .kafka import _Batch, produce_records, producer_config, settle_future
 
 __all__ = ["GROUP_FENCING", "PRODUCER_FENCING", "Fenced", "TransactionAborted", "TransactionalPublisher"]
@@ -110,6 +111,8 @@ class TransactionalPublisher:
         config["transactional.id"] = transactional_id
         config["transaction.timeout.ms"] = transaction_timeout_ms
         self._producer = Producer(config)
+        # Its own thread: in asyncio's shared pool the commit queued behind readers' polls.
+        self._calls = OwnThread("tidings-txn-calls")
         self._group_metadata = group_metadata
         self._fence_offsets = fence_offsets
         self._on_fenced = on_fenced
@@ -279,6 +282,7 @@ class TransactionalPublisher:
         self._open = False
         self._stopping.set()
         self._thread.join(timeout)
+        self._calls.close()
 
     async def aclose(self, timeout: float = 10.0) -> None:
         """Let the waiting commits finish (up to ``timeout``), then ``close``."""
@@ -370,7 +374,7 @@ class TransactionalPublisher:
         """Run one blocking transaction call in a thread (librdkafka allows one at a time)."""
         self._in_call = True
         try:
-            return await asyncio.to_thread(function, *args)
+            return await self._calls.run(function, *args)
         finally:
             self._in_call = False
 

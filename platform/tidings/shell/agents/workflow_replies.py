@@ -28,6 +28,7 @@ from confluent_kafka import Consumer, TopicPartition
 from ..io import Incoming
 from ..kafka import incoming, watermarks
 from ..pipeline import stop_worker_on_failure
+from ..threads import OwnThread
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,8 @@ class RepliesReader:
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
+        # Its own thread: its polls would hold one of asyncio's few shared ones (threads.py).
+        self._calls = OwnThread(f"tidings-replies-{topic[:40]}")
 
     async def follow(self, partitions: Iterable[int]) -> None:
         """Start reading ``partitions`` from their current end; return once positioned there.
@@ -117,18 +120,19 @@ class RepliesReader:
                     if not (self._closing or self._to_follow or self._to_drop):
                         await self._changed.wait()
                     continue
-                records = await asyncio.to_thread(self._read)
+                records = await self._calls.run(self._read)
                 if records and not self._closing:
                     self._handle(records)
         finally:
             if self._consumer is not None:
                 consumer, self._consumer = self._consumer, None
-                await asyncio.to_thread(consumer.close)
+                await self._calls.run(consumer.close)
+                self._calls.close()
 
     async def _reassign(self) -> None:
         follow = dict(self._to_follow)
         drop, self._to_drop = self._to_drop, set()
-        ends = await asyncio.to_thread(self._apply, list(follow), drop)
+        ends = await self._calls.run(self._apply, list(follow), drop)
         for partition, waiting in follow.items():
             if self._to_follow.get(partition) is waiting:
                 del self._to_follow[partition]

@@ -51,6 +51,7 @@ from ...core.workflow.sends import (
 )
 from ...errors import RecordError, SchemaError
 from ..io import Incoming, Outgoing
+from ..threads import OwnThread
 
 if TYPE_CHECKING:
     from .workflow import WorkflowAgent, _Commit
@@ -318,6 +319,8 @@ class EventsTail:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
+        # Its own thread: its polls would hold one of asyncio's few shared ones (threads.py).
+        self._calls = OwnThread("tidings-sends-tail")
 
     def watch(self, watch: _Watch) -> None:
         where = (watch.topic, watch.partition)
@@ -360,6 +363,7 @@ class EventsTail:
             if self._consumer is not None:
                 self._consumer.close()
                 self._consumer = None
+            self._calls.close()
 
     async def _read(self) -> None:
         while not self._closing:
@@ -367,7 +371,7 @@ class EventsTail:
             gone = {where for where in self._assigned if where not in self._tails}
             if starts or gone:
                 try:
-                    await asyncio.to_thread(self._reassign, starts, gone)
+                    await self._calls.run(self._reassign, starts, gone)
                 except Exception:  # noqa: BLE001 - e.g. offsets_for_times timed out: the watches wait
                     log.warning("positioning the events reader of workflow sends failed; retrying", exc_info=True)
                     for where, from_ms in starts.items():  # every start is tried again
@@ -381,7 +385,7 @@ class EventsTail:
                 continue
             consumer = self._client()
             try:
-                messages = await asyncio.to_thread(consumer.consume, 500, 0.05)
+                messages = await self._calls.run(consumer.consume, 500, 0.05)
             except Exception:  # noqa: BLE001 - a broker hiccup: try again, the watches wait
                 log.warning("reading events for workflow sends failed; retrying", exc_info=True)
                 await asyncio.sleep(1.0)
