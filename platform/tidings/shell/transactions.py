@@ -103,13 +103,18 @@ class TransactionalPublisher:
         group_metadata: Callable[[], object],
         fence_offsets: Callable[[object], Mapping[tuple[str, int], int]] | None = None,
         on_fenced: Callable[[BaseException], None],
-        commit_interval_ms: float = 5.0,
+        commit_interval_ms: float = 0.0,
         transaction_timeout_ms: int = 10_000,
         on_outcome: Callable[[str, float | None], None] | None = None,
     ) -> None:
         config = producer_config(bootstrap)
         config["transactional.id"] = transactional_id
         config["transaction.timeout.ms"] = transaction_timeout_ms
+        # A transaction begun while the last one's markers are still being written gets
+        # CONCURRENT_TRANSACTIONS and is retried after retry.backoff.ms: librdkafka's 100 ms
+        # default put a 100 ms step into the exactly-once latency tail.
+        config["retry.backoff.ms"] = 5
+        config["retry.backoff.max.ms"] = 100
         self._producer = Producer(config)
         # Its own thread: in asyncio's shared pool the commit queued behind readers' polls.
         self._calls = OwnThread("tidings-txn-calls")

@@ -672,9 +672,15 @@ class WorkflowAgent:
                     if commit.links:
                         await self._children.send(self._publisher, commit.links)
                 if self._exactly_once:
+                    # Outcomes, statuses and answers go into the journal's own transaction:
+                    # it makes them visible together, so they need not wait for it first.
+                    for commit, _, _ in waiting:
+                        if commit.after:
+                            self._publisher.publish_later(commit.after)
+                            commit.after = []
                     # Acknowledged is not yet durable: the journal records count once their
-                    # transaction commits. The effects below (the next activity, the
-                    # outcome) must not run on a result a crash would still abort.
+                    # transaction commits. The effects below (the next activity) must not
+                    # run on a result a crash would still abort.
                     await self._publisher.committed()  # type: ignore[attr-defined]
                 for commit, _, _ in waiting:
                     self._store.write(commit.write)
