@@ -8,13 +8,11 @@ import time
 from datetime import datetime
 from typing import Any
 
-import pytest
-
 from tidings import App
 from tidings.core.workflow import WorkflowStatus
 from tidings.testing.eventually import assert_eventually
 from tests.integration.workflow_apps import Calls
-from tests.workers import AT_LEAST_ONCE, EXACTLY_ONCE, assert_each_key_once_when_committed, both_guarantees
+from tests.workers import EXACTLY_ONCE, assert_each_key_once_when_committed, both_guarantees
 from tests.workflow_workers import WorkflowWorkers, calls, workflow_app, workflow_workers  # noqa: F401
 
 

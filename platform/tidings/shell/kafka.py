@@ -186,17 +186,7 @@ class ConfluentPublisher:
         """
         future = self.send(records)
         self._background.add(future)
-        future.add_done_callback(self._finished)
-
-    def _finished(self, future: asyncio.Future[Any]) -> None:
-        self._background.discard(future)
-        if future.cancelled():
-            return
-        error = future.exception()
-        if isinstance(error, RecordRejected):
-            log.warning("records sent without waiting were refused by Kafka and dropped: %s", error)
-        elif error is not None:
-            log.warning("records sent without waiting were lost: %s", error)
+        future.add_done_callback(partial(sent_in_background, self._background))
 
     def _serve(self) -> None:
         while not self._stopping.is_set():
@@ -268,6 +258,18 @@ def produce_records(producer: Producer, records: Sequence[Outgoing], batch: _Bat
                 # A topic name with a NUL or a lone surrogate never reaches librdkafka.
                 batch.rejected(index, record.topic, f"{type(exc).__name__}: {exc}")
                 break
+
+
+def sent_in_background(background: set[asyncio.Future[Any]], future: asyncio.Future[Any]) -> None:
+    """Done-callback of a send nobody waits for: forget it, and log it if it failed."""
+    background.discard(future)
+    if future.cancelled():
+        return
+    error = future.exception()
+    if isinstance(error, RecordRejected):
+        log.warning("records sent without waiting were refused by Kafka and dropped: %s", error)
+    elif error is not None:
+        log.warning("records sent without waiting were lost: %s", error)
 
 
 #: Kafka errors tied to one record rather than to the producer or the broker: retrying

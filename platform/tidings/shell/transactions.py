@@ -33,14 +33,15 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any, Final
 
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
-from ..errors import BrokerError, Fenced, RecordRejected, TransactionAborted
+from ..errors import BrokerError, Fenced, TransactionAborted
 from .io import Delivered, Outgoing
+from .kafka import _Batch, produce_records, producer_config, sent_in_background, settle_future
 from .threads import OwnThread
-from .kafka import _Batch, produce_records, producer_config, settle_future
 
 __all__ = ["GROUP_FENCING", "PRODUCER_FENCING", "Fenced", "TransactionAborted", "TransactionalPublisher"]
 
@@ -221,10 +222,10 @@ class TransactionalPublisher:
         """
         future = self.send(records)
         self._background.add(future)
-        future.add_done_callback(self._finished)
+        future.add_done_callback(partial(sent_in_background, self._background))
         commit = self.committed()
         self._background.add(commit)
-        commit.add_done_callback(self._finished)
+        commit.add_done_callback(partial(sent_in_background, self._background))
 
     def commit_offsets(self, offsets: Mapping[tuple[str, int], int]) -> asyncio.Future[None]:
         """Add consumed offsets to the transaction; resolve once it has committed.
@@ -550,16 +551,6 @@ class TransactionalPublisher:
         self.aborts += 1
         self._outcome("aborted")
         return failure
-
-    def _finished(self, future: asyncio.Future[Any]) -> None:
-        self._background.discard(future)
-        if future.cancelled():
-            return
-        error = future.exception()
-        if isinstance(error, RecordRejected):
-            log.warning("records sent without waiting were refused by Kafka and dropped: %s", error)
-        elif error is not None:
-            log.warning("records sent without waiting were lost: %s", error)
 
     def _serve(self) -> None:
         while not self._stopping.is_set():
