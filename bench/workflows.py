@@ -522,7 +522,7 @@ def notes(f: WorkflowFigures, raw_round_trips_s: Sequence[float] = ()) -> list[s
     lines = []
     if f.recovery_s is not None and f.kill_after_s is not None and f.first_after_restart_s is not None:
         lines.append(
-            f"workflow runs: one worker process (4 partitions, 64 activity threads per workflow); "
+            f"workflow runs: one worker process (4 partitions, up to 256 activity threads per workflow); "
             f"recovery: {w.recovery:,} started, SIGKILL {f.kill_after_s:.2f} s after the first start, "
             f"first outcome {f.first_after_restart_s:.2f} s after the restart (worker start + group "
             f"join + recovery), last {f.recovery_s:.2f} s.")

@@ -188,6 +188,9 @@ class Intake:
         self._stopped = self._loop.create_future()
         for feed in self._all_feeds:
             feed.run()
+        if not self._feeds:
+            log.warning("this app declares nothing that consumes a topic: the worker only waits")
+            return
         self._consumer = Consumer(self._config)
         self._consumer.subscribe(sorted(self._feeds), on_assign=self._assigned,
                                  on_revoke=self._revoked, on_lost=self._lost)

@@ -128,7 +128,9 @@ class WorkflowAgent:
         store: WorkflowStore,
         runtime: Runtime,
         cache_size: int = 10_000,
-        activity_threads: int = 64,
+        # Sync activities mostly wait on I/O (an HTTP call, a database), and threads start on
+        # demand: 64 made a restart with 2,000 pending 50 ms activities take 1.6 s on its own.
+        activity_threads: int = 256,
         command_timeout: float = 30.0,
         workflows: Collection[str] | None = None,
     ) -> None:
