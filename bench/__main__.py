@@ -125,6 +125,10 @@ def _measure(
     faust_records = max(workload.commands * 3, 20_000)
     faust_s = faust_stream.noop_agent_seconds(bootstrap, faust_records, workdir=workdir,
                                               progress=progress)
+    # The measurement that chose the worker's intake over Faust's stream (docs/architecture.md).
+    faust_take_s = faust_stream.noop_agent_seconds(bootstrap, faust_records, workdir=workdir,
+                                                   progress=progress, take=True)
+    intake_s = faust_stream.intake_noop_seconds(bootstrap, faust_records, progress=progress)
     agg = aggregates.run(bootstrap, workload, workdir=workdir, stack=stack, progress=progress,
                          profile=args.profile)
     agg_eos = None if args.no_exactly_once else aggregates.run(
@@ -160,6 +164,10 @@ def _measure(
     rows += [
         Row("Faust agent doing nothing (pipelined batches, manual acks)",
             rate(faust_records - 2000, faust_s), "—", raw_e2e),
+        Row("Faust agent doing nothing, stream.take(2,000, within 5 ms)",
+            rate(faust_records - 2000, faust_take_s), "—", raw_e2e),
+        Row("tidings intake doing nothing (the worker's consumer, pipelined Feed)",
+            rate(faust_records - 2000, intake_s), "—", raw_e2e),
         *aggregates.rows(agg, raw_e2e, rate(raw.records, raw.produce_s), raw.round_trips_s,
                          faust_per_s),
     ]
