@@ -239,8 +239,15 @@ class Intake:
                 self._loop.call_soon_threadsafe(_resolve, self._stopped)
 
     def _close(self, consumer: Consumer) -> None:
-        # Revoking (in close) waits for the batches in flight and commits them.
+        # A static member's close leaves its partitions assigned (no revocation follows):
+        # complete the batches in flight and commit them here, whatever close does next.
+        self._call_in_loop(self._drain_all())
+        self._commit(consumer, last=True)
         consumer.close()
+
+    async def _drain_all(self) -> None:
+        for feed in self._all_feeds:
+            await feed.drain(())
 
     def _hand_over(self, messages: list[Message]) -> None:
         by_topic: dict[str, list[Any]] = {}
