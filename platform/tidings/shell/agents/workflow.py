@@ -682,8 +682,10 @@ class WorkflowAgent:
                             commit.after = []
                     # Acknowledged is not yet durable: the journal records count once their
                     # transaction commits. The effects below (the next activity) must not
-                    # run on a result a crash would still abort.
-                    await self._publisher.committed()  # type: ignore[attr-defined]
+                    # run on a result a crash would still abort. Without effects there is
+                    # nothing to hold back: the outcome's own waiter commits it soon.
+                    if any(commit.effects for commit, _, _ in waiting):
+                        await self._publisher.committed()  # type: ignore[attr-defined]
                 for commit, _, _ in waiting:
                     self._store.write(commit.write)
             except Exception:  # noqa: BLE001 - Kafka or RocksDB failed: restart the worker
