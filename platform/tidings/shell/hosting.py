@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -126,6 +126,8 @@ class Runtime:
         name: That definition's name.
         exactly_once: The publisher writes in Kafka transactions
             (``App(processing_guarantee="exactly_once")``).
+        committed: Exactly once: resolves once every record sent before the call is in a
+            committed transaction (``TransactionalPublisher.committed``); None otherwise.
     """
 
     bootstrap: str
@@ -137,6 +139,7 @@ class Runtime:
     deadletter_value_limit: int = DEAD_LETTER_VALUE_BYTES
     json_outcomes: bool = False
     exactly_once: bool = False
+    committed: Callable[[], Awaitable[None]] | None = None
     clock: Callable[[], float] = time.time
     metrics: Metrics = field(default_factory=Metrics)
     kind: str = ""

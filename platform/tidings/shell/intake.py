@@ -131,8 +131,6 @@ class Intake:
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopped: asyncio.Future[None] | None = None
-        #: Records handed to the feeds, per topic (read by metrics).
-        self.records_in: dict[str, int] = {}
 
     def add(self, topics: Sequence[str], start: Start, what: str, *, max_in_flight: int = 2) -> Feed:
         """Feed the records of ``topics`` to ``start`` in pipelined batches (before ``start``)."""
@@ -342,13 +340,10 @@ class Intake:
     # -- offsets (on the loop) ----------------------------------------------------------------
 
     def _dispatch(self, by_topic: dict[str, list[Any]]) -> None:
-        buffered = 0
         for topic, records in by_topic.items():
-            self.records_in[topic] = self.records_in.get(topic, 0) + len(records)
             for feed in self._feeds.get(topic, ()):
                 feed.put(records)
-        buffered = max((feed.buffered for feed in self._all_feeds), default=0)
-        if buffered >= self._max_buffered:
+        if max((feed.buffered for feed in self._all_feeds), default=0) >= self._max_buffered:
             self._room.clear()
             asyncio.ensure_future(self._wait_for_room())
 

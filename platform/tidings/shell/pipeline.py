@@ -67,7 +67,7 @@ class Feed:
         self._buffer: list[Incoming] = []
         self._arrived = asyncio.Event()
         self._slots = asyncio.Semaphore(max_in_flight)
-        self._finishing: asyncio.Queue[tuple[Finish, Offsets, int]] = asyncio.Queue()
+        self._finishing: asyncio.Queue[tuple[Finish, Offsets]] = asyncio.Queue()
         self._started = 0  # batches taken from the buffer
         self._completed = 0  # batches whose on_done returned
         self._progress = asyncio.Condition()
@@ -125,11 +125,11 @@ class Feed:
                 continue
             self._started += 1
             finish = await self._start(batch)
-            self._finishing.put_nowait((finish, next_offsets(batch), len(batch)))
+            self._finishing.put_nowait((finish, next_offsets(batch)))
 
     async def _complete(self) -> None:
         while True:
-            finish, offsets, _ = await self._finishing.get()
+            finish, offsets = await self._finishing.get()
             await finish()
             await self._on_done(offsets)
             self._slots.release()

@@ -141,6 +141,7 @@ class Worker:
             deadletter_value_limit=self.app.deadletter_value_limit,
             json_outcomes=self.app.json_outcomes,
             exactly_once=self.exactly_once,
+            committed=publisher.committed if isinstance(publisher, TransactionalPublisher) else None,
         )
         runtime.on_close(publisher.close)  # closed last: the agents' last writes go out
         self._runtime = runtime

@@ -144,6 +144,7 @@ class WorkflowAgent:
         self._store = store
         self._runtime = runtime
         self._exactly_once = runtime.exactly_once
+        self._committed = runtime.committed
         self._publisher = runtime.publisher
         self._clock = runtime.clock
         self._cache_size = cache_size
@@ -685,7 +686,8 @@ class WorkflowAgent:
                     # run on a result a crash would still abort. Without effects there is
                     # nothing to hold back: the outcome's own waiter commits it soon.
                     if any(commit.effects for commit, _, _ in waiting):
-                        await self._publisher.committed()  # type: ignore[attr-defined]
+                        assert self._committed is not None
+                        await self._committed()
                 for commit, _, _ in waiting:
                     self._store.write(commit.write)
             except Exception:  # noqa: BLE001 - Kafka or RocksDB failed: restart the worker
