@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
@@ -10,7 +11,7 @@ from examples.bank import account
 from examples.bank.account import Deposit, Open, Withdraw
 from tidings.codec.payloads import load_payload, payload_of, type_registry
 from tidings.core.aggregate import (
-    RECENT_COMMANDS,
+    DEFAULT_COMMAND_RETENTION,
     AggregateDefinition,
     AggregateInstance,
     Ignore,
@@ -105,10 +106,37 @@ def test_repeated_command_id_does_not_call_decide_again() -> None:
         return __import__("tidings").Persist(1)
 
     definition = AggregateDefinition("count", 0, decide, lambda e, s: s + e, {"json": dict}, {"json": dict})
-    first = handle(definition, AggregateInstance.new("m", 0), envelope("same", {}), {}, now_ms=1, encode=payload_of)
-    again = handle(definition, first.instance, envelope("same", {}), {}, now_ms=2, encode=payload_of)
+    verdicts: set[str] = set()
+    first = handle(definition, AggregateInstance.new("m", 0), envelope("same", {}), {}, now_ms=1,
+                   encode=payload_of, seen=verdicts.__contains__)
+    assert not first.duplicate and first.reply is not None
+    verdicts.add(first.reply.command_id)
+    again = handle(definition, first.instance, envelope("same", {}), {}, now_ms=2, encode=payload_of,
+                   seen=verdicts.__contains__)
     assert again.duplicate and again.stored == () and again.instance is first.instance
+    assert again.reply is None
     assert len(calls) == 1
+
+
+def test_a_command_id_is_a_duplicate_whatever_came_in_between() -> None:
+    # No count window: the core asks the shell's store of first verdicts, nothing else.
+    verdicts: set[str] = set()
+    instance = opened()
+    for n in range(1_000):
+        handled = handle(BANK, instance, envelope(f"d{n}", Deposit(amount=Decimal(1))),
+                         Deposit(amount=Decimal(1)), now_ms=5, encode=payload_of, seen=verdicts.__contains__)
+        verdicts.add(f"d{n}")
+        instance = handled.instance
+    again = handle(BANK, instance, envelope("d0", Deposit(amount=Decimal(1))), Deposit(amount=Decimal(1)),
+                   now_ms=6, encode=payload_of, seen=verdicts.__contains__)
+    assert again.duplicate and again.stored == ()
+    assert instance.version == 1_001
+
+
+def test_the_default_command_retention_is_days() -> None:
+    assert BANK.command_retention == DEFAULT_COMMAND_RETENTION
+    assert DEFAULT_COMMAND_RETENTION.days >= 7
+    assert BANK.command_retention_ms == 7 * 24 * 3600 * 1000
 
 
 def test_expected_version_mismatch_is_a_conflict_and_stores_nothing() -> None:
@@ -116,17 +144,6 @@ def test_expected_version_mismatch_is_a_conflict_and_stores_nothing() -> None:
     assert handled.reply.status == "conflict"
     assert (handled.reply.version, handled.reply.expected_version) == (1, 7)
     assert handled.stored == ()
-
-
-def test_the_dedup_window_forgets_the_oldest_command_ids() -> None:
-    instance = opened()
-    forgotten: list[str] = []
-    for n in range(RECENT_COMMANDS + 5):
-        handled = run(instance, f"d{n}", Deposit(amount=Decimal(1)))
-        instance = handled.instance
-        forgotten.extend(handled.forget)
-    assert len(instance.recent) == RECENT_COMMANDS
-    assert forgotten == ["c0", "d0", "d1", "d2", "d3", "d4"]
 
 
 def test_restore_folds_the_journal_and_skips_versions_out_of_order() -> None:
@@ -143,11 +160,12 @@ def test_restore_folds_the_journal_and_skips_versions_out_of_order() -> None:
         rebuilt = restore(BANK, rebuilt, event, value) or rebuilt
     assert rebuilt.version == live.version == 4
     assert rebuilt.state == live.state
-    assert rebuilt.recent == ("c0", "d0", "d1", "d2")
     assert reply_for_stored([journal[1]]).command_id == "d1"
 
 
 def test_a_definition_lists_every_problem() -> None:
     with pytest.raises(DefinitionError) as caught:
-        AggregateDefinition("bad name", 0, None, None, {}, {})  # type: ignore[arg-type]
-    assert len(caught.value.reasons) == 5
+        AggregateDefinition("bad name", 0, None, None, {}, {},  # type: ignore[arg-type]
+                            command_retention=timedelta(0))
+    assert len(caught.value.reasons) == 6
+    assert "command_retention must be a positive timedelta" in caught.value.reasons[-1]

@@ -66,11 +66,16 @@ def test_receive_and_refund_credit_without_looking_the_transfer_up() -> None:
 
 
 def test_a_repeated_saga_command_id_gets_its_first_verdict_and_moves_no_money() -> None:
+    verdicts: set[str] = set()  # what the worker's store of first verdicts holds
+
     def send(instance: AggregateInstance[AccountState], command_id: str, value: object):  # noqa: ANN202
         type_name, payload = payload_of(value)
         envelope = CommandEnvelope(command_id=command_id, correlation_id="t-1", aggregate_id="bob",
                                    type=type_name, payload=payload, timestamp_ms=1)
-        return handle(BANK, instance, envelope, value, now_ms=1, encode=payload_of)
+        handled = handle(BANK, instance, envelope, value, now_ms=1, encode=payload_of,
+                         seen=verdicts.__contains__)
+        verdicts.add(command_id)
+        return handled
 
     bob = send(AggregateInstance.new("bob", account.initial), "open", Open(owner="Bob")).instance
     receive = ReceiveTransfer(transfer_id="t-1", source="alice", amount=Decimal(5))

@@ -164,14 +164,18 @@ DEFINITION = AggregateDefinition(
 )
 
 
-def run(instance: AggregateInstance[int], command_id: str, how: str, correlation_id: str,
-        started: set[tuple[str, str]]) -> Any:
-    value = Go(how=how)
-    type_name, payload = payload_of(value)
-    command = CommandEnvelope(
+def _command(command_id: str, how: str, correlation_id: str) -> CommandEnvelope:
+    type_name, payload = payload_of(Go(how=how))
+    return CommandEnvelope(
         command_id=command_id, correlation_id=correlation_id, aggregate_id="alice",
         type=type_name, payload=payload, timestamp_ms=1,
     )
+
+
+def run(instance: AggregateInstance[int], command_id: str, how: str, correlation_id: str,
+        started: set[tuple[str, str]]) -> Any:
+    value = Go(how=how)
+    command = _command(command_id, how, correlation_id)
     return handle(DEFINITION, instance, command, value, now_ms=5, encode=payload_of,
                   starters=[Starter("transfer")],
                   started=lambda saga, corr: (saga, corr) in started)
@@ -193,9 +197,12 @@ def test_the_core_refuses_a_reused_correlation_id_and_stores_nothing() -> None:
     assert refused.reply.reason.startswith(REFUSAL_PREFIX)
     # Nothing changed but the remembered verdict: same version and state.
     assert (refused.instance.version, refused.instance.state) == (1, 1)
-    assert refused.instance.recent == ("c1", "c2")
-    # The repeat of the refused command gets its first verdict back (a duplicate).
-    assert run(refused.instance, "c2", "start", "t-1", set()).duplicate
+    # The repeat of the refused command gets its first verdict back (a duplicate): the
+    # shell remembers the verdict like any other.
+    again = handle(DEFINITION, refused.instance, _command("c2", "start", "t-1"), Go(how="start"), now_ms=6,
+                   encode=payload_of, starters=[Starter("transfer")], started=lambda saga, corr: False,
+                   seen={"c1", "c2"}.__contains__)
+    assert again.duplicate and again.stored == ()
 
 
 def test_the_core_refuses_a_command_whose_two_events_start_one_saga() -> None:

@@ -10,6 +10,9 @@ Rules (SPEC §3):
   batch at n+1, n+2, ...; ``Defer(e)`` folds ``e`` into the live state only (never stored,
   version unchanged); ``Ignore()`` changes nothing.
 - A command whose ``command_id`` was seen gets its first verdict again; decide is not called.
+  Whether it was seen is the shell's to answer (``seen``): first verdicts are kept by time,
+  ``command_retention`` of the definition (default 7 days), however many other commands
+  the instance took in between (docs/aggregates.md, "Repeated commands").
 - A command whose ``expected_version`` differs from the persisted version is refused with
   status ``conflict``; the caller raises ``AggregateVersionConflict``.
 - A command whose stored events would start a saga this instance already started for the
@@ -26,6 +29,7 @@ import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import timedelta
 from typing import Any, Generic, TypeVar
 
 from ..errors import DefinitionError
@@ -36,8 +40,10 @@ C = TypeVar("C")
 E = TypeVar("E")
 S = TypeVar("S")
 
-#: How many command ids per instance are remembered for de-duplication.
-RECENT_COMMANDS = 256
+#: How long a command's first verdict is remembered by default: a resend within it gets that
+#: verdict again. Days, not minutes: it must outlast every resend the platform makes itself
+#: (``Retry.command``: 5 minutes; saga expectations; ``App(command_timeout)``).
+DEFAULT_COMMAND_RETENTION = timedelta(days=7)
 
 # Event ids derive from the command id, so a re-processed command yields the same ids.
 _EVENT_ID_NAMESPACE = uuid.UUID("6f1d2c8e-3b1a-4c56-9a57-0e7f5b8a2d41")
@@ -81,6 +87,7 @@ class AggregateDefinition(Generic[C, E, S]):
     """A validated aggregate: its name, pure functions and payload types.
 
     ``command_types`` and ``event_types`` map each stable type name to its class.
+    ``command_retention`` is how long a command id's first verdict is remembered.
     """
 
     name: str
@@ -89,6 +96,7 @@ class AggregateDefinition(Generic[C, E, S]):
     fold: Callable[[E, S], S]
     command_types: Mapping[str, type]
     event_types: Mapping[str, type]
+    command_retention: timedelta = DEFAULT_COMMAND_RETENTION
 
     def __post_init__(self) -> None:
         reasons: list[str] = []
@@ -102,13 +110,20 @@ class AggregateDefinition(Generic[C, E, S]):
             reasons.append("command= must name at least one command type")
         if not self.event_types:
             reasons.append("event= must name at least one event type")
+        if not isinstance(self.command_retention, timedelta) or self.command_retention <= timedelta(0):
+            reasons.append(f"command_retention must be a positive timedelta, not {self.command_retention!r}")
         if reasons:
             raise DefinitionError(f"aggregate {self.name!r}", reasons)
+
+    @property
+    def command_retention_ms(self) -> int:
+        """``command_retention`` in milliseconds."""
+        return int(self.command_retention.total_seconds() * 1000)
 
 
 @dataclass(frozen=True, slots=True)
 class AggregateInstance(Generic[S]):
-    """What one instance knows: persisted state and version, live state, recent commands.
+    """What one instance knows: persisted state and version, live state.
 
     ``live`` differs from ``state`` only after a ``Defer``: deferred folds live in memory
     and are gone after a restart, as the reference specifies.
@@ -118,7 +133,6 @@ class AggregateInstance(Generic[S]):
     version: int
     state: S
     live: S
-    recent: tuple[str, ...] = ()
 
     @classmethod
     def new(cls, aggregate_id: str, initial: S) -> AggregateInstance[S]:
@@ -129,7 +143,6 @@ class AggregateInstance(Generic[S]):
 class Handled(Generic[S]):
     """The result of one command: the new instance, events to store, the reply.
 
-    ``forget`` lists command ids that fell out of the de-duplication window.
     ``duplicate`` is true when the command id was seen before (reply comes from storage).
     ``sagas`` lists the (saga name, correlation id) pairs the stored events start, to be
     remembered with them.
@@ -138,12 +151,13 @@ class Handled(Generic[S]):
     instance: AggregateInstance[S]
     stored: tuple[EventEnvelope, ...]
     reply: ReplyEnvelope | None
-    forget: tuple[str, ...] = ()
     duplicate: bool = False
     sagas: tuple[tuple[str, str], ...] = ()
 
 
 EncodePayload = Callable[[Any], tuple[str, bytes]]
+SeenLookup = Callable[[str], bool]
+"""Whether the instance gave ``command_id`` a verdict that is still remembered."""
 
 
 def event_id_for(command_id: str, index: int) -> str:
@@ -169,6 +183,7 @@ def handle(
     encode: EncodePayload,
     starters: Sequence[SagaStarter] = (),
     started: StartedLookup | None = None,
+    seen: SeenLookup | None = None,
 ) -> Handled[S]:
     """Decide one command against ``instance``.
 
@@ -181,12 +196,14 @@ def handle(
         encode: Turns an event value into ``(type name, JSON bytes)``.
         starters: The sagas subscribed to this aggregate (``App.sagas_of``).
         started: Whether this instance already started a saga for a correlation id.
+        seen: Whether this instance already gave ``command.command_id`` a verdict (the
+            shell's store of first verdicts); None: nothing was seen.
 
     Returns:
         A ``Handled``. When the command id was seen before, ``duplicate`` is true,
         ``reply`` is None (the caller returns the stored first verdict) and nothing changes.
     """
-    if command.command_id in instance.recent:
+    if seen is not None and seen(command.command_id):
         return Handled(instance, (), None, duplicate=True)
     if command.expected_version is not None and command.expected_version != instance.version:
         reply = _reply(command, instance.version, now_ms, "conflict")
@@ -228,11 +245,8 @@ def restore(
     if event.version != instance.version + 1 or event.deferred:
         return None
     state = definition.fold(value, instance.state)
-    recent = instance.recent
-    if not recent or recent[-1] != event.command_id:
-        recent = (recent + (event.command_id,))[-RECENT_COMMANDS:]
     # A restored instance has no deferred folds: live equals persisted.
-    return AggregateInstance(instance.aggregate_id, event.version, state, state, recent)
+    return AggregateInstance(instance.aggregate_id, event.version, state, state)
 
 
 def reply_for_stored(events: Iterable[EventEnvelope]) -> ReplyEnvelope:
@@ -294,7 +308,7 @@ def _persist(
             return _remember(instance, refusal, ())
         sagas = verdict.pairs
     reply = _reply(command, version, now_ms, "accepted", tuple(stored))
-    updated = AggregateInstance(instance.aggregate_id, version, state, live, instance.recent)
+    updated = AggregateInstance(instance.aggregate_id, version, state, live)
     return _remember(updated, reply, tuple(stored), sagas)
 
 
@@ -304,11 +318,7 @@ def _remember(
     stored: tuple[EventEnvelope, ...],
     sagas: tuple[tuple[str, str], ...] = (),
 ) -> Handled[S]:
-    recent = instance.recent + (reply.command_id,)
-    forget: tuple[str, ...] = ()
-    if len(recent) > RECENT_COMMANDS:
-        forget, recent = recent[:-RECENT_COMMANDS], recent[-RECENT_COMMANDS:]
-    return Handled(replace(instance, recent=recent), stored, reply, forget, sagas=sagas)
+    return Handled(instance, stored, reply, sagas=sagas)
 
 
 def _event(
@@ -359,13 +369,14 @@ def _reply(
 __all__ = [
     "AggregateDefinition",
     "AggregateInstance",
+    "DEFAULT_COMMAND_RETENTION",
     "Decision",
     "Defer",
     "Handled",
     "Ignore",
     "Persist",
     "PersistAll",
-    "RECENT_COMMANDS",
+    "SeenLookup",
     "event_id_for",
     "handle",
     "reply_for_stored",

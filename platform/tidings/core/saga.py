@@ -116,12 +116,26 @@ class Expect:
 
 @dataclass(frozen=True, slots=True)
 class Send:
-    """A command ``on_enter`` sends to ``aggregate`` (an aggregate handle) ``aggregate_id``."""
+    """A command ``on_enter`` sends to ``aggregate`` (an aggregate handle) ``aggregate_id``.
+
+    Raises:
+        DefinitionError: ``expect`` resends for longer than the aggregate remembers a
+            command id (its ``command_retention``): a late resend would be decided again.
+    """
 
     aggregate: Any
     aggregate_id: str
     command: Any
     expect: Expect | None = None
+
+    def __post_init__(self) -> None:
+        retention = getattr(getattr(self.aggregate, "definition", None), "command_retention", None)
+        within = getattr(self.expect, "within", None)
+        if isinstance(retention, timedelta) and isinstance(within, timedelta) and within > retention:
+            raise DefinitionError(f"Send to {self.aggregate.name}", [
+                f"Expect(within={within}) resends longer than the aggregate remembers a command id "
+                f"(command_retention={retention}): shorten within, or declare the aggregate with a "
+                f"longer command_retention"])
 
 
 def saga_command_id(name: str, saga_id: str, seq: int, index: int) -> str:

@@ -73,11 +73,15 @@ class AggregateHandle(Generic[C, E, S]):
     # -- the hosting protocol (the worker side) ------------------------------------------
 
     def topic_specs(self) -> list[TopicSpec]:
-        """The commands and events topics, co-partitioned."""
+        """The commands, events and verdicts topics, co-partitioned; the verdicts topic
+        keeps its records for the definition's ``command_retention``."""
         partitions = self.app.partitions
+        verdicts = spec_for("verdicts", self.topics.verdicts, partitions=partitions)
+        verdicts.config["retention.ms"] = str(self.definition.command_retention_ms)
         return [
             spec_for("commands", self.topics.commands, partitions=partitions),
             spec_for("events", self.topics.events, partitions=partitions),
+            verdicts,
         ]
 
     def open(self, runtime: Runtime) -> AggregateAgent:

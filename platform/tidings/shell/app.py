@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..codec.payloads import type_registry
-from ..core.aggregate import AggregateDefinition, Decision
+from ..core.aggregate import DEFAULT_COMMAND_RETENTION, AggregateDefinition, Decision
+from ..core.workflow.retry import Retry
 from ..core.saga_starts import SagaStarter
 from ..errors import BrokerError, DefinitionError
 from .agents.aggregate import AggregateTopics
@@ -129,6 +130,7 @@ class App:
         command: Any,
         event: Any,
         cache_size: int = 100_000,
+        command_retention: timedelta = DEFAULT_COMMAND_RETENTION,
     ) -> AggregateHandle[C, E, S]:
         """Declare an aggregate; returns its handle.
 
@@ -141,6 +143,11 @@ class App:
             event: The event model(s), likewise.
             cache_size: Instances a worker keeps in memory per partition, most recently
                 used first (the rest are read from RocksDB when a command comes).
+            command_retention: How long a command id's first verdict is remembered: a
+                command sent again within it gets that verdict, however many other
+                commands came in between (7 days; at least the longest resend the
+                platform makes itself: ``Retry.command``'s 5 minutes and
+                ``command_timeout``). It is also the verdicts topic's ``retention.ms``.
 
         Raises:
             DefinitionError: listing every problem with the definition.
@@ -150,6 +157,11 @@ class App:
             reasons.append(f"cache_size must be a positive int, not {cache_size!r}")
         if ("aggregate", name) in self._hosted:
             reasons.append(f"an aggregate named {name!r} is already declared")
+        shortest = max(Retry.command.deadline or timedelta(0), timedelta(seconds=self.command_timeout))
+        if isinstance(command_retention, timedelta) and command_retention < shortest:
+            reasons.append(f"command_retention {command_retention} is shorter than the resends the "
+                           f"platform makes itself ({shortest}: Retry.command and command_timeout); "
+                           f"a resend after it would be applied again")
         registries = []
         for what, types_ in (("command", command), ("event", event)):
             try:
@@ -161,7 +173,9 @@ class App:
                 reasons.append(f"{what}=: {exc}")
                 registries.append({})
         try:
-            definition = AggregateDefinition(name, initial, decide, fold, *registries)
+            commands, events = registries
+            definition = AggregateDefinition(name, initial, decide, fold, commands, events,
+                                             command_retention)
         except DefinitionError as exc:
             reasons.extend(exc.reasons)
         if reasons:
@@ -170,6 +184,7 @@ class App:
             commands=topic_name(self.name, "aggregate", name, "commands"),
             events=topic_name(self.name, "aggregate", name, "events"),
             deadletter=deadletter_topic(self.name),
+            verdicts=topic_name(self.name, "aggregate", name, "verdicts"),
         )
         handle = AggregateHandle(self, definition, topics, cache_size)
         self.host(handle)

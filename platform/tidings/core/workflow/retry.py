@@ -86,6 +86,22 @@ class RetryPolicy:
         """Return a copy with some fields changed, e.g. ``Retry.command.replace(attempt_timeout=...)``."""
         return dataclasses.replace(self, **changes)
 
+    def horizon(self, attempt_timeout: timedelta) -> timedelta | None:
+        """How long after the step's start an attempt may still begin: the deadline, or for
+        a policy with a limited number of attempts and no deadline, every attempt timing out
+        (``attempt_timeout`` when the policy sets none) plus the backoffs between them;
+        None when attempts go on for ever.
+        """
+        if self.deadline is not None:
+            return self.deadline
+        if self.attempts is None:
+            return None
+        each = _ms(self.attempt_timeout or attempt_timeout)
+        waits = sum(self.backoff.delay_ms(n) for n in range(1, min(self.attempts, 64)))
+        # Past 64 failures every backoff is at its maximum (or the float overflowed to it).
+        waits += max(self.attempts - 64, 0) * _ms(self.backoff.maximum)
+        return timedelta(milliseconds=self.attempts * each + waits)
+
     def deadline_at(self, started_at: int) -> int | None:
         """Return when the step started at ``started_at`` must end (ms), or None."""
         return None if self.deadline is None else started_at + _ms(self.deadline)

@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from tidings.core.limits import MAX_ID_BYTES
@@ -42,7 +43,7 @@ from tidings.core.workflow.journal import StepCompleted, StepFailed, StepKind, S
 from tidings.core.workflow.paths import idempotency_key
 from tidings.core.workflow.requests import StepRequest
 from tidings.core.workflow.retry import GiveUp, RetryPolicy
-from tidings.errors import WorkflowStepFailed
+from tidings.errors import DefinitionError, WorkflowStepFailed
 
 if TYPE_CHECKING:
     from tidings.core.workflow.interpreter import WorkflowInstance
@@ -79,6 +80,7 @@ class SendRequest(StepRequest[T]):
             raise TypeError(f"send needs a non-empty aggregate id, not {aggregate_id!r}")
         if filter is not None and not callable(filter):
             raise TypeError(f"send_with_filter needs a callable filter, not {filter!r}")
+        _check_horizon(policy, aggregate)
         self.aggregate = aggregate
         self.aggregate_id = aggregate_id
         self.command = command
@@ -90,6 +92,31 @@ class SendRequest(StepRequest[T]):
     def aggregate_name(self) -> str:
         """The aggregate's name, stored as the step's name."""
         return str(self.aggregate.name)
+
+
+#: What an attempt of a send waits for its reply when neither the policy nor the app says:
+#: ``App(command_timeout)``'s default, used only to bound a policy's horizon.
+DEFAULT_ATTEMPT_TIMEOUT: Final = timedelta(seconds=30)
+
+
+def _check_horizon(policy: RetryPolicy, aggregate: Any) -> None:
+    """Refuse a policy that may resend after the aggregate forgot the command's first verdict.
+
+    Every send of a step carries one command id; the aggregate recognises it for its
+    ``command_retention``. A resend later than that would be decided again.
+    """
+    retention = getattr(getattr(aggregate, "definition", None), "command_retention", None)
+    if not isinstance(retention, timedelta) or not isinstance(policy, RetryPolicy):
+        return
+    horizon = policy.horizon(DEFAULT_ATTEMPT_TIMEOUT)
+    if horizon is None or horizon > retention:
+        lasts = "for ever" if horizon is None else f"for {horizon}"
+        raise DefinitionError(
+            f"send to {aggregate.name}", [
+                f"the retry policy resends {lasts}, longer than the aggregate remembers a command "
+                f"id (command_retention={retention}): give the policy a deadline within it, or "
+                f"declare the aggregate with a longer command_retention"
+            ])
 
 
 # -- what the shell feeds in ---------------------------------------------------------------

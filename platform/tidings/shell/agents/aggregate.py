@@ -14,12 +14,19 @@ One ``process`` call handles one batch of command records from the commands topi
    also refuses a command whose events would start a saga this instance already started
    for its correlation id (``tidings.core.saga_starts``; the started pairs live in RocksDB
    and are rebuilt from the journal by running the same starters over stored events);
-4. produce the new events and wait until the broker has them all; only then produce the
-   replies (without waiting: a lost reply is re-sent when the caller retries) and the
-   dead letters (waiting: they must not be lost), so no reply ever acknowledges an event
-   that could be lost;
-5. write instances, replies, started sagas and the applied events offset in one RocksDB
-   batch.
+4. produce the new events, and each first verdict that stored no event (rejected,
+   ignored, deferred, a conflict) to the verdicts topic, and wait until the broker has them
+   all; only then produce the replies (without waiting: a lost reply is re-sent when the
+   caller retries) and the dead letters (waiting: they must not be lost), so no reply ever
+   acknowledges an event or a verdict that could be lost;
+5. write instances, first verdicts, started sagas and the applied events and verdicts
+   offsets in one RocksDB batch.
+
+A command id that got a verdict is answered with that verdict again, without deciding,
+for the definition's ``command_retention`` (7 days by default) however many commands came
+in between: the store keeps first verdicts by time (``state.py``), and a store rebuilt
+from Kafka finds them again in the events (a verdict that stored events) and the verdicts
+topic (one that stored none), whose retention is the same.
 
 The caller acks the batch's offsets only after ``process`` returns, so a crash at any
 point re-delivers commands whose effects are either stored (the command id is then known
@@ -51,7 +58,7 @@ from ...core.records import CommandEnvelope, EventEnvelope, ReplyEnvelope
 from ...core.saga_starts import SagaStarter, started_by
 from ...errors import HandlerFailed, RecordError, SchemaError
 from ..hosting import Input, Runtime, TopicPartition
-from ..io import Incoming, Outgoing
+from ..io import Delivered, Incoming, Outgoing
 from ..owner import PartitionOwner
 from ..state import AggregateStore
 
@@ -70,8 +77,7 @@ class _Decided:
     after: list[Outgoing] = field(default_factory=list)  # dead letters, forwards: awaited
     notices: list[Outgoing] = field(default_factory=list)  # replies: sent, not awaited
     dirty: dict[str, AggregateInstance[Any]] = field(default_factory=dict)
-    replies: dict[tuple[str, str], bytes] = field(default_factory=dict)
-    forget: list[tuple[str, str]] = field(default_factory=list)
+    verdicts: dict[tuple[str, str], tuple[bytes, int]] = field(default_factory=dict)
     sagas: list[tuple[str, str, str]] = field(default_factory=list)  # (id, saga, correlation)
     replied: list[int | None] = field(default_factory=list)  # Kafka timestamps of the commands answered
 
@@ -83,6 +89,7 @@ class AggregateTopics:
     commands: str
     events: str
     deadletter: str
+    verdicts: str
 
 
 class AggregateAgent:
@@ -107,11 +114,14 @@ class AggregateAgent:
         self._clock = runtime.clock
         self._cache_size = cache_size
         self._metrics = runtime.metrics
+        self._retention_ms = definition.command_retention_ms
+        self._expired_at = 0.0  # when expired verdicts were last removed (clock seconds)
+        self._reader = runtime.reader()
         self.owner = PartitionOwner(
             f"aggregate {definition.name}",
             journal=topics.events,
             partitions=runtime.partitions,
-            reader=runtime.reader(),
+            reader=self._reader,
             # Transactions fence a second writer; their commit markers take offsets too.
             foreign_writers=not runtime.exactly_once,
             applied=store.offset,
@@ -169,6 +179,7 @@ class AggregateAgent:
         async def finish() -> None:
             delivered = await delivery
             offsets = self.owner.settle(delivered)
+            verdict_offsets = self._verdict_ends(delivered)
             if decided.notices:
                 # Not awaited: a lost reply makes the caller retry with the same command
                 # id, which gets this verdict again; waiting would only slow the pipeline.
@@ -176,13 +187,37 @@ class AggregateAgent:
                 self._metrics.replied(self.definition.name, decided.replied)
             if decided.after:
                 await self._publisher.publish(decided.after)
-            self._store.write(decided.dirty.values(), decided.replies, decided.forget, offsets,
-                              decided.sagas)
-            for key in decided.replies:
+            self._store.write(decided.dirty.values(), decided.verdicts, offsets, decided.sagas,
+                              verdict_offsets)
+            for key in decided.verdicts:
                 self._unwritten.pop(key, None)
             self._unwritten_sagas.difference_update(decided.sagas)
+            self._expire()
 
         return finish
+
+    def _verdict_ends(self, delivered: Sequence[Delivered]) -> dict[int, int]:
+        """The verdicts topic's next offset per ready partition, after this batch's writes.
+
+        Records someone else wrote before ours are skipped (never read into the store):
+        only this worker writes the partitions it owns.
+        """
+        ends: dict[int, int] = {}
+        for position in delivered:
+            if position.topic == self.topics.verdicts and self.owner.is_ready(position.partition):
+                ends[position.partition] = max(ends.get(position.partition, 0), position.offset + 1)
+        return ends
+
+    def _expire(self) -> None:
+        """Forget first verdicts older than ``command_retention``, at most once a minute."""
+        now = self._clock()
+        if now - self._expired_at < 60:
+            return
+        self._expired_at = now
+        forgotten = self._store.expire(int(now * 1000) - self._retention_ms)
+        if forgotten:
+            log.info("aggregate %s forgot %d first verdicts older than %s", self.definition.name,
+                     forgotten, self.definition.command_retention)
 
     async def _decide(self, batch: Sequence[Incoming]) -> _Decided:
         now_ms = int(self._clock() * 1000)
@@ -217,6 +252,10 @@ class AggregateAgent:
             value = load_payload(command.type, command.payload, self.definition.command_types)
             handled = self._handle(self._instance(partition, command.aggregate_id), command, value, now_ms)
             events = [self._event_record(partition, event) for event in handled.stored]
+            encoded_reply = None if handled.reply is None else avro.encode(handled.reply)
+            if encoded_reply is not None and not handled.stored:
+                # No event tells a rebuilt store this verdict: journal the verdict itself.
+                events.append(self._verdict_record(partition, command, encoded_reply))
         except RecordError as exc:
             # The command named where to answer: say why it was refused (it is dead-lettered too).
             if reply_to:
@@ -232,12 +271,10 @@ class AggregateAgent:
         self._cache_put(partition, handled.instance)
         decided.dirty[command.aggregate_id] = handled.instance
         decided.events.extend(events)
-        assert handled.reply is not None
-        encoded_reply = avro.encode(handled.reply)
-        decided.replies[key] = encoded_reply
+        assert handled.reply is not None and encoded_reply is not None
+        decided.verdicts[key] = (encoded_reply, now_ms)
         # Until RocksDB has it, a repeat of this command finds its reply here.
         self._unwritten[key] = encoded_reply
-        decided.forget.extend((command.aggregate_id, gone) for gone in handled.forget)
         for saga, correlation_id in handled.sagas:
             # Until RocksDB has it, the next command (this batch or a pipelined one) sees it here.
             start = (command.aggregate_id, saga, correlation_id)
@@ -261,9 +298,14 @@ class AggregateAgent:
                 self._store.saga_started(aggregate_id, saga, correlation_id)
             )
 
+        def seen(command_id: str) -> bool:
+            return (aggregate_id, command_id) in self._unwritten or (
+                self._store.reply(aggregate_id, command_id) is not None
+            )
+
         try:
             return handle(self.definition, instance, command, value, now_ms=now_ms,
-                          encode=payload_of, starters=self._starters, started=started)
+                          encode=payload_of, starters=self._starters, started=started, seen=seen)
         except RecordError:
             raise
         except Exception as exc:
@@ -274,19 +316,51 @@ class AggregateAgent:
 
     # -- recovery --------------------------------------------------------------------------
 
-    def _caught_up(self, partition: int, end: int) -> None:
-        self._store.write((), {}, (), {partition: end})
+    async def _caught_up(self, partition: int, end: int) -> None:
+        """The events are applied up to ``end``: read the verdicts the store lacks, then
+        note both offsets."""
+        topic = self.topics.verdicts
+        low, high = await self._reader.watermarks(topic, partition)
+        start = max(self._store.verdicts_offset(partition) or 0, low)
+        if start < high:
+            log.info("restoring aggregate %s partition %d from the verdicts: offsets %d..%d",
+                     self.definition.name, partition, start, high)
+            async for chunk in self._reader.read(topic, partition, start, high):
+                self._store.write((), self._restored_verdicts(partition, chunk), {})
+        self._store.write((), {}, {partition: end}, verdict_offsets={partition: high})
+
+    def _restored_verdicts(self, partition: int, chunk: list[Incoming]) -> dict[tuple[str, str], tuple[bytes, int]]:
+        """The first verdicts of a chunk of the verdicts topic still inside the retention."""
+        cutoff = int(self._clock() * 1000) - self._retention_ms
+        verdicts: dict[tuple[str, str], tuple[bytes, int]] = {}
+        for record in chunk:
+            try:
+                reply = avro.decode_as(record.value or b"", ReplyEnvelope)
+                if self.owner.home(reply.aggregate_id) != partition:
+                    raise SchemaError(f"a verdict of {reply.aggregate_id[:100]!r} on partition "
+                                      f"{partition}, which is not its home partition")
+            except Exception as exc:  # noqa: BLE001 - any producer can write here
+                log.error("skipping verdict record %s/%d@%d: %s: %s", record.topic,
+                          record.partition, record.offset, type(exc).__name__, exc)
+                continue
+            if reply.timestamp_ms >= cutoff:
+                verdicts.setdefault((reply.aggregate_id, reply.command_id),
+                                    (record.value or b"", reply.timestamp_ms))
+        return verdicts
 
     def _restore_chunk(self, partition: int, chunk: list[Incoming]) -> None:
         dirty: dict[str, AggregateInstance[Any]] = {}
-        replies: dict[tuple[str, str], bytes] = {}
+        verdicts: dict[tuple[str, str], tuple[bytes, int]] = {}
         sagas: list[tuple[str, str, str]] = []
         group: list[EventEnvelope] = []
+        cutoff = int(self._clock() * 1000) - self._retention_ms
 
         def close_group() -> None:
             if group:
                 reply = reply_for_stored(group)
-                replies[(reply.aggregate_id, reply.command_id)] = avro.encode(reply)
+                if reply.timestamp_ms >= cutoff:  # older ones would only be expired again
+                    verdicts[(reply.aggregate_id, reply.command_id)] = (avro.encode(reply),
+                                                                        reply.timestamp_ms)
                 group.clear()
 
         for record in chunk:
@@ -317,8 +391,7 @@ class AggregateAgent:
             sagas.extend(self._restored_starts(event, value))
         close_group()
         end = chunk[-1].offset + 1 if chunk else None
-        self._store.write(dirty.values(), replies, (), {} if end is None else {partition: end},
-                          sagas)
+        self._store.write(dirty.values(), verdicts, {} if end is None else {partition: end}, sagas)
 
     def _restored_starts(self, event: EventEnvelope, value: Any) -> list[tuple[str, str, str]]:
         """The sagas a stored event started, so a refusal still holds after a restart."""
@@ -363,6 +436,15 @@ class AggregateAgent:
                 f"larger than {MAX_EVENT_BYTES} bytes cannot be stored"
             )
         return Outgoing(self.topics.events, key, value, partition)
+
+    def _verdict_record(self, partition: int, command: CommandEnvelope, reply: bytes) -> Outgoing:
+        key = f"{command.aggregate_id}/{command.command_id}".encode()
+        if len(reply) + len(key) > MAX_EVENT_BYTES:
+            raise SchemaError(
+                f"the verdict on command {command.type} of {command.aggregate_id!r} is {len(reply)} "
+                f"bytes; verdicts larger than {MAX_EVENT_BYTES} bytes cannot be stored"
+            )
+        return Outgoing(self.topics.verdicts, key, reply, partition)
 
     def _rejection(
         self, command: CommandEnvelope, reply_to: str, reason: str, now_ms: int, as_json: bool

@@ -215,7 +215,7 @@ class ScheduleDispatcher:
                                   "which is not its home partition")
             value = load_payload(event.type, event.payload, self._definition.event_types)
             current = changed.get(schedule_id) or self._stored(partition, schedule_id)
-            instance = AggregateInstance(schedule_id, current.version, current.state, current.state, ())
+            instance = AggregateInstance(schedule_id, current.version, current.state, current.state)
             restored = restore(self._definition, instance, event, value)
         except Exception as exc:  # noqa: BLE001 - the aggregate's own catch-up skips it too
             log.error("schedule dispatcher skips journal record %s/%d@%d: %s: %s", record.topic,
