@@ -24,7 +24,7 @@ from types import FrameType
 
 from tidings.broker import KAFKA_VERSION, LocalBroker
 
-from . import aggregates, faust_stream, raw_kafka, sagas, schedules, workflows
+from . import aggregates, dedup, faust_stream, raw_kafka, sagas, schedules, workflows
 from .report import Progress, Row, latency, machine, rate, table
 
 #: (raw confluent records, raw aiokafka records, aggregate workload) per mode.
@@ -50,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-sagas", action="store_true", help="skip the saga transfers row")
     parser.add_argument("--no-schedules", action="store_true",
                         help="skip the schedule dispatch lag and memory rows")
+    parser.add_argument("--no-dedup", action="store_true",
+                        help="skip the command-id rows (issue 16: 1,000,000 first verdicts held)")
     parser.add_argument("--profile", type=Path, metavar="FILE",
                         help="cProfile the worker; write its stats to FILE and print the top")
     args = parser.parse_args(argv)
@@ -145,6 +147,9 @@ def _measure(
     sched = None if args.no_schedules else schedules.run(
         bootstrap, schedules.QUICK if args.quick else schedules.DEFAULT, workdir=workdir, stack=stack,
         progress=progress)
+    dd = None if args.no_dedup else dedup.run(
+        bootstrap, dedup.QUICK if args.quick else dedup.DEFAULT, workdir=workdir, stack=stack,
+        progress=progress)
 
     raw_e2e = rate(raw.records, raw.end_to_end_s or 0)
     faust_per_s = (faust_records - 2000) / faust_s
@@ -181,6 +186,8 @@ def _measure(
         rows += sagas.rows(saga, raw_e2e)
     if sched is not None:
         rows += schedules.rows(sched)
+    if dd is not None:
+        rows += dedup.rows(dd)
     notes = ["", *aggregates.notes(agg, raw.round_trips_s)]
     if agg_eos is not None:
         notes += aggregates.notes(agg_eos)
@@ -198,6 +205,8 @@ def _measure(
         notes += sagas.notes(saga)
     if sched is not None:
         notes += schedules.notes(sched)
+    if dd is not None:
+        notes += dedup.notes(dd)
     return rows, notes
 
 
