@@ -19,11 +19,10 @@ import pytest
 from tidings import App
 from tidings.codec import avro
 from tidings.core.orchestration_records import OrchestrationActions, OrchestrationOutcome
-from tidings.shell.topics import apply_topics
 from tidings.testing.topics import read_topic
 
 from .integration.orchestration_apps import REPLIES, Happen, build
-from .workers import Workers
+from .workers import Workers, applied
 
 
 class OrchestrationWorkers(Workers):
@@ -37,11 +36,7 @@ class OrchestrationWorkers(Workers):
 @pytest.fixture
 def orchestration_app(kafka_bootstrap: str, app_id: str) -> Iterator[App]:
     """The orchestration test App named for this test, its topics applied."""
-    app = build(app_id)
-    apply_topics(kafka_bootstrap, app.topic_specs(), out=lambda line: None)
-    yield app
-    for client in list(app._clients.values()):
-        client.close()
+    yield from applied(kafka_bootstrap, build(app_id))
 
 
 @pytest.fixture

@@ -11,22 +11,17 @@ from tidings import App
 from tidings.codec import avro
 from tidings.core.records import CommandEnvelope, EventEnvelope
 from tidings.core.saga_records import SagaJournalEntry
-from tidings.shell.topics import apply_topics
 from tidings.testing.topics import read_topic
 
 from .integration.saga_apps import build
-from .workers import Workers
+from .workers import Workers, applied
 
 
 @pytest.fixture
 def saga_app(kafka_bootstrap: str, app_id: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[App]:
     """The saga test App named for this test, its topics applied; handles use the broker."""
     monkeypatch.setenv("TIDINGS_BOOTSTRAP", kafka_bootstrap)
-    app = build(app_id)
-    apply_topics(kafka_bootstrap, app.topic_specs(), out=lambda line: None)
-    yield app
-    for client in list(app._clients.values()):
-        client.close()
+    yield from applied(kafka_bootstrap, build(app_id))
 
 
 @pytest.fixture

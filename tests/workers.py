@@ -73,14 +73,19 @@ def topic_ends(bootstrap: str, topic: str, isolation: str) -> list[int]:
         consumer.close()
 
 
-@pytest.fixture
-def test_app(kafka_bootstrap: str, app_id: str) -> Iterator[App]:
-    """The test App (account + tally) named for this test, its topics applied."""
-    app = build(app_id)
-    apply_topics(kafka_bootstrap, app.topic_specs(), out=lambda line: None)
+def applied(bootstrap: str, app: App) -> Iterator[App]:
+    """Apply ``app``'s topics, yield it, close the clients the test made of it: the body of
+    every test-App fixture."""
+    apply_topics(bootstrap, app.topic_specs(), out=lambda line: None)
     yield app
     for client in list(app._clients.values()):
         client.close()
+
+
+@pytest.fixture
+def test_app(kafka_bootstrap: str, app_id: str) -> Iterator[App]:
+    """The test App (account + tally) named for this test, its topics applied."""
+    yield from applied(kafka_bootstrap, build(app_id))
 
 
 class Workers:

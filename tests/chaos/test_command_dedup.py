@@ -36,22 +36,17 @@ from tidings.codec import avro
 from tidings.codec.payloads import payload_of
 from tidings.core.partitioning import partition_for
 from tidings.core.records import CommandEnvelope, EventEnvelope, ReplyEnvelope
-from tidings.shell.topics import apply_topics
 from tidings.testing.eventually import assert_eventually
 from tidings.testing.topics import read_topic
 from tests.integration.dedup_apps import BUSY, NUDGE_AMOUNT, PARTITIONS, build
-from tests.workers import Workers, both_guarantees
+from tests.workers import Workers, applied, both_guarantees
 
 OTHERS = 10_000
 
 
 @pytest.fixture
 def dedup_app(kafka_bootstrap: str, app_id: str) -> Iterator[App]:
-    app = build(app_id)
-    apply_topics(kafka_bootstrap, app.topic_specs(), out=lambda line: None)
-    yield app
-    for client in list(app._clients.values()):
-        client.close()
+    yield from applied(kafka_bootstrap, build(app_id))
 
 
 @pytest.fixture

@@ -30,23 +30,18 @@ from confluent_kafka import Producer
 from tidings import App
 from tidings.codec import avro
 from tidings.core.records import CommandEnvelope, EventEnvelope
-from tidings.shell.topics import apply_topics
 from tidings.testing.eventually import assert_eventually
 from tidings.testing.processes import WorkerProcess
 from tidings.testing.topics import group_assignment, read_topic
 from tests.integration.stall_apps import MARKER, Note, Noted, Stall, build
-from tests.workers import EXACTLY_ONCE, Workers, topic_ends
+from tests.workers import EXACTLY_ONCE, Workers, applied, topic_ends
 
 FENCED_EXIT = 70  # the worker's "restart me" status
 
 
 @pytest.fixture
 def stall_app(kafka_bootstrap: str, app_id: str) -> Iterator[App]:
-    app = build(app_id)
-    apply_topics(kafka_bootstrap, app.topic_specs(), out=lambda line: None)
-    yield app
-    for client in list(app._clients.values()):
-        client.close()
+    yield from applied(kafka_bootstrap, build(app_id))
 
 
 @pytest.fixture

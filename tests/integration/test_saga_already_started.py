@@ -19,19 +19,14 @@ from tidings import App
 from tidings.codec import avro
 from tidings.core.records import EventEnvelope
 from tidings.errors import SagaAlreadyStarted
-from tidings.shell.topics import apply_topics
 from tidings.testing.topics import read_topic
 from tests.integration.saga_start_apps import Note, Start, StartDeferred, StartTwice, build
-from tests.workers import Workers
+from tests.workers import Workers, applied
 
 
 @pytest.fixture
 def saga_app(kafka_bootstrap: str, app_id: str) -> Iterator[App]:
-    app = build(app_id)
-    apply_topics(kafka_bootstrap, app.topic_specs(), out=lambda line: None)
-    yield app
-    for client in list(app._clients.values()):
-        client.close()
+    yield from applied(kafka_bootstrap, build(app_id))
 
 
 @pytest.fixture

@@ -39,7 +39,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from ...codec import avro
 from ...codec.answers import JSON_HEADERS, encode_answer, reply_as_json
@@ -63,6 +63,8 @@ from ..owner import PartitionOwner
 from ..state import AggregateStore
 
 log = logging.getLogger(__name__)
+
+R = TypeVar("R", EventEnvelope, ReplyEnvelope)
 
 #: Largest event record the agent produces; a command whose events are larger is refused
 #: (the broker's default ``max.message.bytes`` is 1 MiB, and the reply carries them too).
@@ -335,10 +337,7 @@ class AggregateAgent:
         verdicts: dict[tuple[str, str], tuple[bytes, int]] = {}
         for record in chunk:
             try:
-                reply = avro.decode_as(record.value or b"", ReplyEnvelope)
-                if self.owner.home(reply.aggregate_id) != partition:
-                    raise SchemaError(f"a verdict of {reply.aggregate_id[:100]!r} on partition "
-                                      f"{partition}, which is not its home partition")
+                reply = self._at_home(record, ReplyEnvelope, "a verdict")
             except Exception as exc:  # noqa: BLE001 - any producer can write here
                 log.error("skipping verdict record %s/%d@%d: %s: %s", record.topic,
                           record.partition, record.offset, type(exc).__name__, exc)
@@ -347,6 +346,19 @@ class AggregateAgent:
                 verdicts.setdefault((reply.aggregate_id, reply.command_id),
                                     (record.value or b"", reply.timestamp_ms))
         return verdicts
+
+    def _at_home(self, record: Incoming, envelope: type[R], what: str) -> R:
+        """Decode a record read back from Kafka; refuse it off its aggregate's home partition.
+
+        Any producer can write there; an instance's history is only what its home partition
+        holds, so a record elsewhere never changes what the store knows of it.
+        """
+        decoded = avro.decode_as(record.value or b"", envelope)
+        aggregate_id: str = decoded.aggregate_id  # type: ignore[attr-defined]
+        if self.owner.home(aggregate_id) != record.partition:
+            raise SchemaError(f"{what} of {aggregate_id[:100]!r} on partition {record.partition}, "
+                              "which is not its home partition")
+        return decoded
 
     def _restore_chunk(self, partition: int, chunk: list[Incoming]) -> None:
         dirty: dict[str, AggregateInstance[Any]] = {}
@@ -365,12 +377,7 @@ class AggregateAgent:
 
         for record in chunk:
             try:
-                event = avro.decode_as(record.value or b"", EventEnvelope)
-                if self.owner.home(event.aggregate_id) != partition:
-                    # Any producer can write here; an instance's history is only what its
-                    # home partition holds, so a record elsewhere never changes its state.
-                    raise SchemaError(f"an event of {event.aggregate_id[:100]!r} on partition "
-                                      f"{partition}, which is not its home partition")
+                event = self._at_home(record, EventEnvelope, "an event")
                 value = load_payload(event.type, event.payload, self.definition.event_types)
                 instance = dirty.get(event.aggregate_id) or self._instance(partition, event.aggregate_id)
                 restored = restore(self.definition, instance, event, value)
