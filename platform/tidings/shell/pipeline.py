@@ -67,7 +67,8 @@ class Feed:
         self._buffer: list[Incoming] = []
         self._arrived = asyncio.Event()
         self._slots = asyncio.Semaphore(max_in_flight)
-        self._finishing: asyncio.Queue[tuple[Finish, Offsets]] = asyncio.Queue()
+        self._finishing: asyncio.Queue[tuple[Finish, Offsets, int]] = asyncio.Queue()
+        self._in_flight = 0  # records of batches taken but not completed
         self._started = 0  # batches taken from the buffer
         self._completed = 0  # batches whose on_done returned
         self._progress = asyncio.Condition()
@@ -83,6 +84,11 @@ class Feed:
     def buffered(self) -> int:
         """Records waiting for a batch."""
         return len(self._buffer)
+
+    @property
+    def pending(self) -> int:
+        """Records not completed yet: buffered, or in a batch in flight (liveness.py)."""
+        return len(self._buffer) + self._in_flight
 
     def run(self) -> None:
         """Start the feed's tasks (on the running loop); a failing one stops the worker."""
@@ -124,14 +130,16 @@ class Feed:
                 self._slots.release()
                 continue
             self._started += 1
+            self._in_flight += len(batch)
             finish = await self._start(batch)
-            self._finishing.put_nowait((finish, next_offsets(batch)))
+            self._finishing.put_nowait((finish, next_offsets(batch), len(batch)))
 
     async def _complete(self) -> None:
         while True:
-            finish, offsets = await self._finishing.get()
+            finish, offsets, size = await self._finishing.get()
             await finish()
             await self._on_done(offsets)
+            self._in_flight -= size
             self._slots.release()
             async with self._progress:
                 self._completed += 1
