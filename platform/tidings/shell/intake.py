@@ -331,7 +331,11 @@ class Intake:
         # Another member may already own them: drop what was not committed.
         pairs = [(tp.topic, tp.partition) for tp in partitions]
         log.warning("lost %d partitions (this worker was out of the group)", len(pairs))
-        self._call_in_loop(self._revoke(pairs))
+        # Not waiting for their batches in flight: they cannot be committed any more, and
+        # after a broker restart they may wait for a long time, with this thread (the only
+        # one that sees the consumer's errors, e.g. the fatal error of a fenced static
+        # member that often follows) blocked here.
+        self._call_in_loop(self._forget(pairs))
         with self._lock:
             self._to_commit.clear()
 
@@ -351,6 +355,13 @@ class Intake:
             readers = len(self._feeds.get(pair[0], ()))
             self._positions[pair] = _Position(readers)
         self._on_assigned(pairs)
+
+    async def _forget(self, pairs: Partitions) -> None:
+        for feed in self._all_feeds:
+            feed.drop(pairs)
+        for pair in pairs:
+            self._positions.pop(pair, None)
+        self._on_revoked(pairs)
 
     async def _revoke(self, pairs: Partitions) -> None:
         for feed in self._all_feeds:
@@ -411,7 +422,7 @@ def _client_error(error: KafkaError) -> None:
     if is_fatal(error):
         raise fatal_error(error, "consuming the inputs")
     # Brokers down or restarting, a coordinator moving: librdkafka reconnects by itself.
-    log.info("consumer: %s", error.str())
+    log.debug("consumer: %s", error.str())
 
 
 def _raise_if_fatal(exc: KafkaException, doing: str) -> None:

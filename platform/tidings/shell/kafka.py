@@ -266,13 +266,27 @@ class ConfluentPublisher:
             else:
                 log.error("%s", failure)
         else:  # librdkafka reconnects and retries by itself
-            log.info("producer: %s", error.str())
+            log.debug("producer: %s", error.str())
 
     def close(self, timeout: float = 10.0) -> None:
-        """Deliver what is queued (up to ``timeout``), then stop serving callbacks."""
-        self._producer.flush(timeout)
+        """Deliver what is queued (up to ``timeout``), stop serving callbacks, destroy the
+        producer (what is still queued, the brokers down, is dropped: nothing was acked)."""
         self._stopping.set()
         self._thread.join(timeout)
+        close_producer(self._producer, timeout)
+
+
+def close_producer(producer: Producer, timeout: float) -> None:
+    """Flush ``producer`` for up to ``timeout`` s, purge what is left, and destroy it.
+
+    Without ``close`` the librdkafka handle lives until Python frees the object, and keeps
+    reconnecting and retrying meanwhile (seen: a closed Client's producer retrying for the
+    rest of the process after a broker restart).
+    """
+    if producer.flush(timeout) > 0:
+        producer.purge()  # fails their delivery reports with _PURGE_QUEUE
+        producer.flush(1.0)  # serves those reports
+    producer.close()
 
 
 

@@ -215,9 +215,5 @@ class LivenessWatch:
         if self._timeout_s is not None and health.stalled_for >= self._timeout_s:
             stop_worker(f"the intake (deaf: no progress for {health.stalled_for:.0f} s with "
                         f"{health.waiting} records waiting and {health.held} held while the "
-                        "brokers answer)", _Deaf("stall timeout reached"))
+                        "brokers answer)", TimeoutError(f"stall timeout of {self._timeout_s:.0f} s reached"))
         return health
-
-
-class _Deaf(Exception):
-    """The intake made no progress past the stall timeout."""

@@ -103,15 +103,19 @@ class Feed:
             task.cancel()
         self._tasks.clear()
 
+    def drop(self, partitions: Collection[tuple[str, int]]) -> None:
+        """Drop buffered records of ``partitions`` (lost: another worker may own them)."""
+        gone = set(partitions)
+        self._buffer = [r for r in self._buffer if (r.topic, r.partition) not in gone]
+        if not self._buffer:
+            self._arrived.clear()
+
     async def drain(self, partitions: Collection[tuple[str, int]]) -> None:
         """Drop buffered records of ``partitions``; wait until every batch taken so far
         has completed (the partitions are being revoked: their records will go to the
         next owner from the last committed offset)."""
         if partitions:
-            gone = set(partitions)
-            self._buffer = [r for r in self._buffer if (r.topic, r.partition) not in gone]
-            if not self._buffer:
-                self._arrived.clear()
+            self.drop(partitions)
         target = self._started
         async with self._progress:
             await self._progress.wait_for(lambda: self._completed >= target)
