@@ -147,6 +147,15 @@ def test_a_commit_marker_after_the_last_record_is_not_work_waiting() -> None:
     assert read is not None and read.waiting == 0
 
 
+def test_a_consumer_out_of_its_group_has_work_waiting_one_in_steady_state_none() -> None:
+    def group(join_state: str) -> str:
+        return json.dumps({"topics": {}, "brokers": UP, "cgrp": {"state": "up", "join_state": join_state}})
+
+    rejoining, steady = read_statistics(group("wait-join")), read_statistics(group("steady"))
+    assert rejoining is not None and rejoining.waiting == 1
+    assert steady is not None and steady.waiting == 0
+
+
 def test_only_a_known_broker_that_is_up_counts_as_answering() -> None:
     down = {"127.0.0.1:9092/1": {"state": "TRY_CONNECT", "nodeid": 1},
             "GroupCoordinator": {"state": "UP", "nodeid": -1}}

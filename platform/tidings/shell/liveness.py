@@ -9,7 +9,8 @@ rebalances (see the Helm chart's values), so the clock runs only while a broker 
 
 - **work waiting**: librdkafka's statistics show records of an assigned partition not yet
   taken by the intake (fetched but still in its queue, or not fetched up to the partition's
-  end), or the intake holds records that no batch has completed yet;
+  end), or the consumer is not a steady member of its group (rejoining), or the intake holds
+  records that no batch has completed yet;
 - **progress**: a batch completed, or a catch-up read a chunk of a journal (a long store
   rebuild is work, not deafness);
 - **brokers answer**: the statistics show a connection to a broker in state ``UP``.
@@ -86,6 +87,11 @@ def read_statistics(stats: str) -> Statistics | None:
                     lags.append((topic, int(partition), lag))
                 if numbers.get("desired"):
                     waiting += _waiting(numbers)
+        # Out of the group (a session lost, a rejoin that never completes): it holds no
+        # partition, so none shows records waiting, but its topics' records wait for it.
+        group = report.get("cgrp")
+        if isinstance(group, dict) and group.get("join_state", "steady") != "steady":
+            waiting += 1
         brokers_up = any(broker.get("state") == "UP" and int(broker.get("nodeid", -1)) >= 0
                          for broker in report.get("brokers", {}).values())
         return Statistics(lags, waiting, brokers_up)
