@@ -17,6 +17,21 @@ import pytest
 from tidings.broker import LocalBroker
 
 
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--long", action="store_true",
+                     help="also run the tests marked long (the ten-round chaos variants)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip the ``long`` variants unless ``--long`` asks for them (CI runs the short ones)."""
+    if config.getoption("--long"):
+        return
+    skip = pytest.mark.skip(reason="a long variant: run with --long")
+    for item in items:
+        if "long" in item.keywords:
+            item.add_marker(skip)
+
 @pytest.fixture(scope="session")
 def kafka_bootstrap(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory

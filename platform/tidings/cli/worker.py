@@ -53,6 +53,16 @@ def register(subparsers: Any) -> None:
         help="serve Prometheus metrics at http://0.0.0.0:PORT/metrics (default "
         "$TIDINGS_METRICS_PORT; none when unset). docs/operations.md lists every metric",
     )
+    parser.add_argument(
+        "--stall-timeout",
+        type=_seconds,
+        # A string default goes through type= too, so a bad $TIDINGS_STALL_TIMEOUT is a usage error.
+        default=os.environ.get("TIDINGS_STALL_TIMEOUT") or None,
+        metavar="SECONDS",
+        help="exit 70 when the intake makes no progress for this long with records waiting "
+        "while the brokers answer (default $TIDINGS_STALL_TIMEOUT, else 120; 0 never exits). "
+        "docs/operations.md, \"Liveness\"",
+    )
     parser.set_defaults(run=run)
 
 
@@ -60,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     app = load_app(args.app)
     worker = app.worker(
         bootstrap=args.bootstrap, data_dir=args.data_dir, instance_id=args.instance_id,
-        metrics_port=args.metrics_port,
+        metrics_port=args.metrics_port, stall_timeout_s=args.stall_timeout,
         processing_guarantee=args.processing_guarantee,
     )
     worker.run(loglevel=args.loglevel)
@@ -75,3 +85,13 @@ def _port(text: str) -> int:
     if not 0 < port < 65536:
         raise argparse.ArgumentTypeError(f"not a port number: {text!r} (1..65535)")
     return port
+
+
+def _seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not (seconds == 0 or 1 <= seconds <= 86_400):  # NaN and inf fail both
+        raise argparse.ArgumentTypeError(f"not a stall timeout: {text!r} (0, or 1..86400 seconds)")
+    return seconds

@@ -508,6 +508,7 @@ class App:
         instance_id: str | None = None,
         metrics_port: int | None = None,
         processing_guarantee: str | None = None,
+        stall_timeout_s: float | None = None,
     ) -> Worker:
         """Build the worker that runs every definition of this app (no I/O until run).
 
@@ -517,6 +518,9 @@ class App:
         ``metrics_port`` serves Prometheus metrics on that port (docs/operations.md).
         ``processing_guarantee`` (default ``TIDINGS_PROCESSING_GUARANTEE``, else the
         app's) overrides ``App(processing_guarantee=...)`` for this worker.
+        ``stall_timeout_s`` (default 120): seconds the intake may make no progress with
+        work waiting while the brokers answer before the worker exits 70; 0 never exits
+        (docs/operations.md, "Liveness").
 
         Raises:
             ValueError: ``processing_guarantee`` is not one the worker offers.
@@ -535,6 +539,7 @@ class App:
             instance_id=instance_id or os.environ.get("TIDINGS_INSTANCE_ID") or None,
             metrics_port=metrics_port,
             exactly_once=guarantee == EXACTLY_ONCE,
+            stall_timeout_s=stall_timeout_s,
         )
 
 

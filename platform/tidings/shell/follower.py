@@ -23,7 +23,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Top
 
 from ..errors import BrokerError
 from .io import Incoming
-from .kafka import incoming, topic_partitions, watermarks
+from .kafka import incoming, is_transient, topic_partitions, watermarks
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +177,7 @@ class TopicFollower:
         if error is not None:
             if error.code() == KafkaError._PARTITION_EOF:
                 return None
-            if error.retriable():
+            if is_transient(error):  # a broker restarting, a leader moving
                 log.warning("reading %s: %s (retrying)", self.topic, error)
                 return None
             raise BrokerError(f"reading {self.topic}/{message.partition()}: {error}")

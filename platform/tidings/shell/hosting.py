@@ -128,6 +128,8 @@ class Runtime:
             (``App(processing_guarantee="exactly_once")``).
         committed: Exactly once: resolves once every record sent before the call is in a
             committed transaction (``TransactionalPublisher.committed``); None otherwise.
+        progress: Told of every chunk a partition reader reads (a catch-up is progress for
+            the worker's liveness detector, ``liveness.py``); None when nobody listens.
     """
 
     bootstrap: str
@@ -140,6 +142,7 @@ class Runtime:
     json_outcomes: bool = False
     exactly_once: bool = False
     committed: Callable[[], Awaitable[None]] | None = None
+    progress: Callable[[], None] | None = None
     clock: Callable[[], float] = time.time
     metrics: Metrics = field(default_factory=Metrics)
     kind: str = ""
@@ -161,7 +164,7 @@ class Runtime:
 
     def reader(self) -> PartitionReader:
         """Return a new partition reader, closed when the worker stops."""
-        reader = KafkaPartitionReader(self.bootstrap)
+        reader = KafkaPartitionReader(self.bootstrap, on_read=self.progress)
         self._closers.append(reader.close)
         return reader
 

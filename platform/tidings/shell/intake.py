@@ -39,7 +39,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from .kafka import incoming
+from .kafka import fatal_error, incoming, is_fatal
+from .liveness import Liveness, read_statistics
 from .pipeline import BATCH_SIZE, Feed, Offsets, Start, stop_worker
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,8 @@ class Intake:
         max_buffered: Records the feeds may hold before the consumer waits.
         on_lag: Called (in the consumer thread) every ``lag_interval_ms`` with each
             assigned partition's consumer lag, from librdkafka's statistics.
+        liveness: Told what the statistics say (records waiting, brokers up) and of every
+            completed batch (``liveness.py``); ``held()`` tells it what the intake holds.
     """
 
     def __init__(
@@ -87,6 +90,7 @@ class Intake:
         session_timeout_ms: int = 6000,
         on_lag: Callable[[str, int, int], None] | None = None,
         lag_interval_ms: int = 5000,
+        liveness: Liveness | None = None,
     ) -> None:
         config: dict[str, Any] = {
             "bootstrap.servers": bootstrap,
@@ -107,10 +111,14 @@ class Intake:
         }
         if instance_id:
             config["group.instance.id"] = instance_id
-        if on_lag is not None:
+        if on_lag is not None or liveness is not None:
             config["statistics.interval.ms"] = lag_interval_ms
-            config["stats_cb"] = partial(_report_lag, on_lag)
+            config["stats_cb"] = partial(_read_statistics, on_lag, liveness)
+        # Served inside poll, in the consumer thread: a fatal error raises out of the loop.
+        config["error_cb"] = _client_error
         self._config = config
+        self._liveness = liveness
+        self._undispatched = 0  # records handed to the loop, not yet in a feed (under _lock)
         self._on_assigned = on_assigned
         self._on_revoked = on_revoked
         self._on_commit = on_commit
@@ -142,6 +150,8 @@ class Intake:
         return feed
 
     async def _done(self, feed: Feed, offsets: Offsets) -> None:
+        if self._liveness is not None:
+            self._liveness.progressed()
         committable = self._complete(feed, offsets)
         if not committable:
             return
@@ -177,6 +187,12 @@ class Intake:
         it, they make Kafka check this worker's generation (KIP-447) before it commits."""
         current, fence = self._group
         return dict(fence) if metadata is current and current is not None else {}
+
+    def held(self) -> int:
+        """Records the intake holds that no batch has completed (read from any thread)."""
+        with self._lock:
+            undispatched = self._undispatched
+        return undispatched + sum(feed.pending for feed in self._all_feeds)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -258,11 +274,15 @@ class Intake:
             by_topic.setdefault(record.topic, []).append(record)
         if by_topic:
             assert self._loop is not None
+            with self._lock:
+                self._undispatched += sum(len(records) for records in by_topic.values())
             self._loop.call_soon_threadsafe(self._dispatch, by_topic)
 
     def _consumer_error(self, error: KafkaError) -> None:
-        if error.fatal():
-            raise KafkaException(error)
+        if is_fatal(error):
+            # The consumer is unusable (a static member fenced by its instance id): it
+            # fetches and commits nothing more. Exit 70; the restarted worker rejoins.
+            raise fatal_error(error, "consuming the inputs")
         # A subscribed topic not there yet (another app's events topic) and transient
         # broker errors: librdkafka retries on its own.
         log.warning("consumer: %s", error.str())
@@ -280,6 +300,7 @@ class Intake:
             else:
                 consumer.commit(offsets=partitions, asynchronous=True)
         except KafkaException as exc:
+            _raise_if_fatal(exc, "committing the inputs' offsets")
             # The group moved on (a rebalance): the next owner re-reads from the last
             # committed offset; idempotent decisions make that safe.
             log.warning("committing offsets failed: %s", exc)
@@ -295,6 +316,7 @@ class Intake:
                     if tp.offset >= 0 and tp.error is None:
                         fence[(tp.topic, tp.partition)] = tp.offset
             except KafkaException as exc:
+                _raise_if_fatal(exc, "reading the group's committed offsets")
                 log.warning("reading the group's committed offsets failed: %s", exc)
         self._group = (consumer.consumer_group_metadata(), fence)
         log.info("assigned %d partitions", len(pairs))
@@ -309,7 +331,11 @@ class Intake:
         # Another member may already own them: drop what was not committed.
         pairs = [(tp.topic, tp.partition) for tp in partitions]
         log.warning("lost %d partitions (this worker was out of the group)", len(pairs))
-        self._call_in_loop(self._revoke(pairs))
+        # Not waiting for their batches in flight: they cannot be committed any more, and
+        # after a broker restart they may wait for a long time, with this thread (the only
+        # one that sees the consumer's errors, e.g. the fatal error of a fenced static
+        # member that often follows) blocked here.
+        self._call_in_loop(self._forget(pairs))
         with self._lock:
             self._to_commit.clear()
 
@@ -330,6 +356,13 @@ class Intake:
             self._positions[pair] = _Position(readers)
         self._on_assigned(pairs)
 
+    async def _forget(self, pairs: Partitions) -> None:
+        for feed in self._all_feeds:
+            feed.drop(pairs)
+        for pair in pairs:
+            self._positions.pop(pair, None)
+        self._on_revoked(pairs)
+
     async def _revoke(self, pairs: Partitions) -> None:
         for feed in self._all_feeds:
             await feed.drain(pairs)
@@ -340,6 +373,8 @@ class Intake:
     # -- offsets (on the loop) ----------------------------------------------------------------
 
     def _dispatch(self, by_topic: dict[str, list[Any]]) -> None:
+        with self._lock:
+            self._undispatched -= sum(len(records) for records in by_topic.values())
         for topic, records in by_topic.items():
             for feed in self._feeds.get(topic, ()):
                 feed.put(records)
@@ -369,17 +404,31 @@ class Intake:
         return committable
 
 
-def _report_lag(on_lag: Callable[[str, int, int], None], stats: str) -> None:
-    """Hand each assigned partition's ``consumer_lag`` from librdkafka's statistics to ``on_lag``."""
-    try:
-        topics = json.loads(stats).get("topics", {})
-        for topic, described in topics.items():
-            for partition, numbers in described.get("partitions", {}).items():
-                lag = numbers.get("consumer_lag", -1)
-                if int(partition) >= 0 and numbers.get("fetch_state") == "active" and lag >= 0:
-                    on_lag(topic, int(partition), int(lag))
-    except (ValueError, AttributeError, TypeError):  # statistics are best effort
-        log.debug("unreadable consumer statistics", exc_info=True)
+def _read_statistics(on_lag: Callable[[str, int, int], None] | None, liveness: Liveness | None,
+                     stats: str) -> None:
+    """Hand librdkafka's statistics to ``on_lag`` (each partition's lag) and ``liveness``."""
+    read = read_statistics(stats)
+    if read is None:
+        return
+    if on_lag is not None:
+        for topic, partition, lag in read.lags:
+            on_lag(topic, partition, lag)
+    if liveness is not None:
+        liveness.observe(read.waiting, read.brokers_up)
+
+
+def _client_error(error: KafkaError) -> None:
+    """The consumer's error callback: a fatal error stops the intake; others pass."""
+    if is_fatal(error):
+        raise fatal_error(error, "consuming the inputs")
+    # Brokers down or restarting, a coordinator moving: librdkafka reconnects by itself.
+    log.debug("consumer: %s", error.str())
+
+
+def _raise_if_fatal(exc: KafkaException, doing: str) -> None:
+    error = exc.args[0] if exc.args else None
+    if isinstance(error, KafkaError) and is_fatal(error):
+        raise fatal_error(error, doing) from exc
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

@@ -20,7 +20,7 @@ from ..core.workflow.journal import JournalRecord
 from ..core.workflow_records import WorkflowJournalEntry
 from ..errors import BrokerError, RecordError
 from .io import Incoming
-from .kafka import incoming, topic_partitions, watermarks
+from .kafka import incoming, is_transient, topic_partitions, watermarks
 
 log = logging.getLogger(__name__)
 
@@ -117,8 +117,11 @@ def _read(consumer: Consumer, topic: str, partition: int, low: int, high: int, t
             continue
         deadline = time.monotonic() + timeout
         for message in messages:
-            if message.error() is not None:
-                raise BrokerError(f"reading {topic}/{partition}: {message.error()}")
+            error = message.error()
+            if error is not None:
+                if is_transient(error):  # a broker restarting: librdkafka fetches again
+                    continue
+                raise BrokerError(f"reading {topic}/{partition}: {error.str()}")
             record = incoming(message)
             if record.offset >= high:
                 position = high

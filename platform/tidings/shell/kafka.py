@@ -10,7 +10,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from functools import partial
 from typing import Any, Final, cast
 
@@ -23,24 +23,33 @@ from .threads import OwnThread
 log = logging.getLogger(__name__)
 
 
-def watermarks(consumer: Consumer, topic: str, partition: int, timeout: float = 30.0) -> tuple[int, int]:
-    """Return the (low, high) offsets of a partition, waiting out a new topic's election.
+def watermarks(
+    consumer: Consumer, topic: str, partition: int, timeout: float = 30.0, *,
+    ride_out_s: float | None = None,
+) -> tuple[int, int]:
+    """Return the (low, high) offsets of a partition, waiting out transient broker states.
 
     Right after a topic is created, metadata can name a leader before that broker serves
-    the partition; offset requests then fail with NOT_LEADER for a moment.
+    the partition; during and after a broker restart, offset requests fail for a while
+    with a leader change, an unknown partition (metadata being refreshed), a transport
+    error. Those are retried for ``ride_out_s`` (default ``timeout``); any other error, or
+    a fatal one, is raised at once.
     """
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + (timeout if ride_out_s is None else ride_out_s)
     while True:
         try:
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout)
             return int(low), int(high)
         except KafkaException as exc:
             error = exc.args[0] if exc.args else None
-            retriable = isinstance(error, KafkaError) and error.code() in _ELECTION_ERRORS
-            if not retriable or time.monotonic() > deadline:
+            if not (isinstance(error, KafkaError) and is_transient(error)) or time.monotonic() > deadline:
                 raise BrokerError(f"reading the offsets of {topic}/{partition}: {exc}") from exc
-            time.sleep(0.05)
+            time.sleep(0.05 if error.code() in _ELECTION_ERRORS else 0.5)
 
+
+#: How long a worker's own readers wait out a broker's transient errors (a restart) before
+#: they give up and the worker exits 70: longer than a broker takes to come back.
+RIDE_OUT_S = 120.0
 
 _ELECTION_ERRORS = frozenset(
     {
@@ -50,6 +59,55 @@ _ELECTION_ERRORS = frozenset(
         KafkaError._TIMED_OUT,
     }
 )
+
+#: Errors a broker restart or a leader change causes for a while; librdkafka recovers from
+#: them by itself (reconnects, refreshes metadata), so a caller waits and asks again.
+TRANSIENT_ERRORS: Final = _ELECTION_ERRORS | frozenset(
+    {
+        KafkaError._UNKNOWN_PARTITION,  # metadata not refreshed yet after the restart
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._MSG_TIMED_OUT,
+        KafkaError._WAIT_COORD,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.NOT_ENOUGH_REPLICAS,
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.OFFSET_NOT_AVAILABLE,
+        KafkaError.BROKER_NOT_AVAILABLE,
+        KafkaError.NETWORK_EXCEPTION,
+        KafkaError._RESOLVE,
+    }
+)
+
+
+def is_fatal(error: KafkaError) -> bool:
+    """Whether librdkafka says the client is unusable: only a new client can go on.
+
+    A consumer's fatal error (a static member fenced by its ``group.instance.id``,
+    FENCED_INSTANCE_ID) reaches the application as an error with code ``_FATAL`` on a
+    consumed message, and confluent-kafka builds message errors with ``fatal()`` unset: the
+    code must be checked too.
+    """
+    return bool(error.fatal()) or error.code() == KafkaError._FATAL
+
+
+def is_transient(error: KafkaError) -> bool:
+    """Whether ``error`` is a broker's passing state (restart, leader change): wait and retry."""
+    return not is_fatal(error) and (error.code() in TRANSIENT_ERRORS or bool(error.retriable()))
+
+
+def fatal_error(error: KafkaError, doing: str) -> BrokerError:
+    """A ``BrokerError`` for a fatal ``error`` of a client that was ``doing`` something, in one line."""
+    hint = ""
+    if "group.instance.id" in error.str() or "FENCED_INSTANCE_ID" in error.str():
+        hint = (" (a worker restarted with the same instance id takes its partitions back; if "
+                "two run with one id, give each its own --instance-id)")
+    return BrokerError(f"{doing}: Kafka client failed fatally, only a new one can go on: "
+                       f"{error.str()}{hint}")
 
 
 def incoming(message: Message) -> Incoming:
@@ -148,8 +206,16 @@ class ConfluentPublisher:
     idempotent, so retries neither duplicate nor reorder records of one partition.
     """
 
-    def __init__(self, bootstrap: str, *, linger_ms: float = 0.0) -> None:
-        self._producer = Producer(producer_config(bootstrap, linger_ms=linger_ms))
+    def __init__(
+        self, bootstrap: str, *, linger_ms: float = 0.0,
+        on_fatal: Callable[[BrokerError], None] | None = None,
+    ) -> None:
+        config = producer_config(bootstrap, linger_ms=linger_ms)
+        # A fatal error (the idempotent producer lost its sequence) makes every later
+        # produce fail; sends nobody waits for would only log that: tell the owner at once.
+        self._on_fatal = on_fatal
+        config["error_cb"] = self._error
+        self._producer = Producer(config)
         self._background: set[asyncio.Future[Any]] = set()
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="tidings-producer", daemon=True)
@@ -192,11 +258,35 @@ class ConfluentPublisher:
         while not self._stopping.is_set():
             self._producer.poll(0.05)
 
+    def _error(self, error: KafkaError) -> None:
+        if is_fatal(error):
+            failure = fatal_error(error, "producing")
+            if self._on_fatal is not None:
+                self._on_fatal(failure)
+            else:
+                log.error("%s", failure)
+        else:  # librdkafka reconnects and retries by itself
+            log.debug("producer: %s", error.str())
+
     def close(self, timeout: float = 10.0) -> None:
-        """Deliver what is queued (up to ``timeout``), then stop serving callbacks."""
-        self._producer.flush(timeout)
+        """Deliver what is queued (up to ``timeout``), stop serving callbacks, destroy the
+        producer (what is still queued, the brokers down, is dropped: nothing was acked)."""
         self._stopping.set()
         self._thread.join(timeout)
+        close_producer(self._producer, timeout)
+
+
+def close_producer(producer: Producer, timeout: float) -> None:
+    """Flush ``producer`` for up to ``timeout`` s, purge what is left, and destroy it.
+
+    Without ``close`` the librdkafka handle lives until Python frees the object, and keeps
+    reconnecting and retrying meanwhile (seen: a closed Client's producer retrying for the
+    rest of the process after a broker restart).
+    """
+    if producer.flush(timeout) > 0:
+        producer.purge()  # fails their delivery reports with _PURGE_QUEUE
+        producer.flush(1.0)  # serves those reports
+    producer.close()
 
 
 
@@ -360,9 +450,12 @@ def settle_future(
 class KafkaPartitionReader:
     """Reads partitions by assignment (no consumer group), with confluent-kafka in a thread."""
 
-    def __init__(self, bootstrap: str, *, chunk: int = 2000) -> None:
+    def __init__(self, bootstrap: str, *, chunk: int = 2000,
+                 on_read: Callable[[], None] | None = None) -> None:
         self._bootstrap = bootstrap
         self._chunk = chunk
+        # Told of every chunk read: a long catch-up is progress (liveness.py), not deafness.
+        self._on_read = on_read
         self._consumer: Consumer | None = None
         # One consumer is not safe to share between concurrent reads.
         self._lock = asyncio.Lock()
@@ -388,7 +481,8 @@ class KafkaPartitionReader:
 
     async def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
         async with self._lock:
-            return await self._calls.run(watermarks, self._client(), topic, partition)
+            return await self._calls.run(partial(watermarks, ride_out_s=RIDE_OUT_S),
+                                         self._client(), topic, partition)
 
     async def read(
         self, topic: str, partition: int, start: int, end: int
@@ -409,14 +503,22 @@ class KafkaPartitionReader:
                         continue
                     chunk: list[Incoming] = []
                     for message in messages:
-                        if message.error() is not None:
-                            raise BrokerError(f"reading {topic}/{partition}: {message.error()}")
+                        error = message.error()
+                        if error is not None:
+                            if is_transient(error):  # a broker restart: librdkafka fetches again
+                                log.info("reading %s/%d: %s", topic, partition, error.str())
+                                continue
+                            if is_fatal(error):
+                                raise fatal_error(error, f"reading {topic}/{partition}")
+                            raise BrokerError(f"reading {topic}/{partition}: {error}")
                         record = incoming(message)
                         if record.offset >= end:
                             position = end
                             break
                         position = record.offset + 1
                         chunk.append(record)
+                    if self._on_read is not None:
+                        self._on_read()
                     if chunk:
                         yield chunk
             finally:

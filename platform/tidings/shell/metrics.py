@@ -114,6 +114,10 @@ class Metrics:
             "tidings_transaction_commit_seconds", "Seconds from the start of a transaction's "
             "commit (offsets sent with the group's metadata) to its end.", buckets=LATENCY_BUCKETS,
             registry=r)
+        self.intake_stalled = Gauge(
+            "tidings_intake_stalled_seconds", "Seconds the intake has made no progress with records "
+            "waiting while the brokers answer (0 when healthy); the worker exits 70 past its stall "
+            "timeout.", registry=r)
         self._instances = _InstancesCollector()
         r.register(self._instances)
         # Label children, looked up once: labels() costs a hash, a lock and a dict lookup.
@@ -220,6 +224,10 @@ class Metrics:
     def set_lag(self, topic: str, partition: int, lag: int) -> None:
         """Set the consumer lag of ``topic``/``partition`` (the intake calls this)."""
         self._child(self.consumer_lag, topic, str(partition)).set(lag)
+
+    def set_stalled(self, seconds: float) -> None:
+        """Set how long the intake has been stalled (the liveness watch calls this)."""
+        self.intake_stalled.set(seconds)
 
     def transaction(self, outcome: str, seconds: float | None = None) -> None:
         """Count a transaction that ended with ``outcome`` (``"committed"``, ``"aborted"``);

@@ -67,7 +67,8 @@ class Feed:
         self._buffer: list[Incoming] = []
         self._arrived = asyncio.Event()
         self._slots = asyncio.Semaphore(max_in_flight)
-        self._finishing: asyncio.Queue[tuple[Finish, Offsets]] = asyncio.Queue()
+        self._finishing: asyncio.Queue[tuple[Finish, Offsets, int]] = asyncio.Queue()
+        self._in_flight = 0  # records of batches taken but not completed
         self._started = 0  # batches taken from the buffer
         self._completed = 0  # batches whose on_done returned
         self._progress = asyncio.Condition()
@@ -84,6 +85,11 @@ class Feed:
         """Records waiting for a batch."""
         return len(self._buffer)
 
+    @property
+    def pending(self) -> int:
+        """Records not completed yet: buffered, or in a batch in flight (liveness.py)."""
+        return len(self._buffer) + self._in_flight
+
     def run(self) -> None:
         """Start the feed's tasks (on the running loop); a failing one stops the worker."""
         for body in (self._decide, self._complete):
@@ -97,15 +103,19 @@ class Feed:
             task.cancel()
         self._tasks.clear()
 
+    def drop(self, partitions: Collection[tuple[str, int]]) -> None:
+        """Drop buffered records of ``partitions`` (lost: another worker may own them)."""
+        gone = set(partitions)
+        self._buffer = [r for r in self._buffer if (r.topic, r.partition) not in gone]
+        if not self._buffer:
+            self._arrived.clear()
+
     async def drain(self, partitions: Collection[tuple[str, int]]) -> None:
         """Drop buffered records of ``partitions``; wait until every batch taken so far
         has completed (the partitions are being revoked: their records will go to the
         next owner from the last committed offset)."""
         if partitions:
-            gone = set(partitions)
-            self._buffer = [r for r in self._buffer if (r.topic, r.partition) not in gone]
-            if not self._buffer:
-                self._arrived.clear()
+            self.drop(partitions)
         target = self._started
         async with self._progress:
             await self._progress.wait_for(lambda: self._completed >= target)
@@ -124,14 +134,16 @@ class Feed:
                 self._slots.release()
                 continue
             self._started += 1
+            self._in_flight += len(batch)
             finish = await self._start(batch)
-            self._finishing.put_nowait((finish, next_offsets(batch)))
+            self._finishing.put_nowait((finish, next_offsets(batch), len(batch)))
 
     async def _complete(self) -> None:
         while True:
-            finish, offsets = await self._finishing.get()
+            finish, offsets, size = await self._finishing.get()
             await finish()
             await self._on_done(offsets)
+            self._in_flight -= size
             self._slots.release()
             async with self._progress:
                 self._completed += 1

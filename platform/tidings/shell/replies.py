@@ -10,6 +10,7 @@ the asyncio future of the caller waiting for each key.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import uuid
 from collections.abc import Callable
@@ -18,12 +19,18 @@ from typing import Generic, TypeVar
 from confluent_kafka import Consumer, TopicPartition
 
 from ..errors import BrokerError
-from .kafka import topic_partitions, watermarks
+from .kafka import is_fatal, topic_partitions, watermarks
+from .liveness import Liveness, read_statistics
 
 R = TypeVar("R")
 
+log = logging.getLogger(__name__)
+
 #: Seconds to wait for Kafka when the reader starts.
 START_TIMEOUT = 30.0
+#: Seconds with replies waiting, a broker answering and nothing read before the reader
+#: starts a new consumer where the old one was (nothing skipped, nothing read twice).
+RECOVER_AFTER_S = 10.0
 
 
 class ReplyReader(Generic[R]):
@@ -51,6 +58,7 @@ class ReplyReader(Generic[R]):
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._start_error: BaseException | None = None
+        self._liveness = Liveness(report_after_s=0.0)
 
     async def start(self) -> None:
         """Start reading (once); return when the reader is positioned at the topic's end.
@@ -91,15 +99,10 @@ class ReplyReader(Generic[R]):
             self._thread = None
 
     def _run(self) -> None:
-        consumer = Consumer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "group.id": f"tidings-client-{uuid.uuid4().hex}",
-                "enable.auto.commit": False,
-            }
-        )
+        consumer = self._consumer_at(None)
         try:
-            consumer.assign(self._end_positions(consumer))
+            positions = {tp.partition: tp.offset for tp in self._end_positions(consumer)}
+            consumer.assign([TopicPartition(self.topic, p, o) for p, o in positions.items()])
         except Exception as exc:  # reported to the caller by start()
             self._start_error = exc
             self._started.set()
@@ -108,17 +111,69 @@ class ReplyReader(Generic[R]):
         self._started.set()
         try:
             while not self._stopping.is_set():
-                # poll() returns at the first answer; consume(n, 0) then drains what else
-                # is there without waiting (consume(n, t) would wait for n or t).
-                first = consumer.poll(0.02)
-                if first is None:
+                if self._liveness.health().stalled_for >= RECOVER_AFTER_S:
+                    # Replies wait on the topic, a broker answers, and this consumer reads
+                    # nothing (seen after broker restarts): a new one, from where this one was.
+                    log.warning("the replies reader of %s read nothing for %.0f s with replies "
+                                "waiting; reading again with a new consumer", self.topic,
+                                RECOVER_AFTER_S)
+                    consumer = self._renew(consumer, positions)
+                try:
+                    # poll() returns at the first answer; consume(n, 0) then drains what else
+                    # is there without waiting (consume(n, t) would wait for n or t).
+                    first = consumer.poll(0.02)
+                    messages = [] if first is None else [first, *consumer.consume(1000, 0)]
+                except Exception:  # noqa: BLE001 - a callback raised: callers would hang
+                    log.warning("reading %s failed; reading again with a new consumer",
+                                self.topic, exc_info=True)
+                    consumer = self._renew(consumer, positions)
                     continue
-                for message in (first, *consumer.consume(1000, 0)):
+                for message in messages:
+                    error = message.error()
+                    if error is not None:
+                        if is_fatal(error):
+                            log.warning("reading %s: %s; reading again with a new consumer",
+                                        self.topic, error.str())
+                            consumer = self._renew(consumer, positions)
+                            break
+                        continue
+                    partition, offset = message.partition(), message.offset()
+                    if partition is not None and offset is not None:
+                        positions[partition] = offset + 1
+                    self._liveness.progressed()
                     value = message.value()
-                    if message.error() is None and isinstance(value, bytes):
+                    if isinstance(value, bytes):
                         self._deliver(value)
         finally:
             consumer.close()
+
+    def _consumer_at(self, positions: dict[int, int] | None) -> Consumer:
+        self._liveness = Liveness(report_after_s=0.0)
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": f"tidings-client-{uuid.uuid4().hex}",
+                "enable.auto.commit": False,
+                # Tells the liveness check whether replies wait and a broker answers.
+                "statistics.interval.ms": 1000,
+                "stats_cb": self._statistics,
+            }
+        )
+        if positions is not None:
+            consumer.assign([TopicPartition(self.topic, p, o) for p, o in positions.items()])
+        return consumer
+
+    def _renew(self, consumer: Consumer, positions: dict[int, int]) -> Consumer:
+        try:
+            consumer.close()
+        except Exception:  # noqa: BLE001 - a fatal consumer may refuse even that
+            log.debug("closing the old replies consumer failed", exc_info=True)
+        return self._consumer_at(positions)
+
+    def _statistics(self, stats: str) -> None:
+        read = read_statistics(stats)
+        if read is not None:
+            self._liveness.observe(read.waiting, read.brokers_up)
 
     def _end_positions(self, consumer: Consumer) -> list[TopicPartition]:
         return [

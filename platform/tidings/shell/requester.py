@@ -40,7 +40,7 @@ from ..codec.answers import decode_reply
 from ..core.records import CommandEnvelope, ReplyEnvelope
 from ..core.workflow_records import WorkflowInbox, WorkflowReply
 from ..errors import BrokerError
-from .kafka import settle_future, watermarks
+from .kafka import close_producer, settle_future, watermarks
 from .replies import ReplyReader
 
 log = logging.getLogger(__name__)
@@ -234,10 +234,11 @@ class RequestProducer:
         return int(self._producer.flush(timeout))
 
     def close(self, timeout: float = 10.0) -> None:
-        """Deliver what is queued (up to ``timeout``), then stop serving delivery reports."""
-        self._producer.flush(timeout)
+        """Deliver what is queued (up to ``timeout``), stop serving delivery reports and
+        destroy the producer: nothing of it keeps retrying once the client is closed."""
         self._stopping.set()
         self._thread.join(timeout)
+        close_producer(self._producer, timeout)
 
     def _serve(self) -> None:
         while not self._stopping.is_set():

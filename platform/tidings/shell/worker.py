@@ -26,6 +26,7 @@ from faust.app.base import BootStrategy
 from .hosting import Agent, Runtime, TopicPartition
 from .intake import Intake, describe
 from .kafka import ConfluentPublisher
+from .liveness import STALL_TIMEOUT_S, Liveness, LivenessWatch
 from .metrics import Metrics, MetricsServer
 from .pipeline import stop_worker, stop_worker_on_failure
 from .topics import apply_topics, deadletter_topic
@@ -62,6 +63,7 @@ class Worker:
         instance_id: str | None = None,
         metrics_port: int | None = None,
         exactly_once: bool = False,
+        stall_timeout_s: float | None = None,
     ) -> None:
         self.app = app
         self.exactly_once = exactly_once
@@ -74,6 +76,11 @@ class Worker:
         # Prometheus /metrics on this port while running (None: not served).
         self.metrics_port = metrics_port
         self.metrics = Metrics()
+        # Deafness (liveness.py): work waiting, no progress, brokers answering; exit 70 past
+        # this many seconds (0: never).
+        self.stall_timeout_s = STALL_TIMEOUT_S if stall_timeout_s is None else stall_timeout_s
+        self.liveness = Liveness()
+        self._watch: LivenessWatch | None = None
         self._metrics_server: MetricsServer | None = None
         self.agents: list[Agent] = []
         self._runtime: Runtime | None = None
@@ -93,6 +100,9 @@ class Worker:
 
     def close(self) -> None:
         """Close every agent, then readers, stores and the publisher."""
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
         for agent in self.agents:
             agent.close()
         self.agents.clear()
@@ -129,7 +139,7 @@ class Worker:
                 on_outcome=self.metrics.transaction,
             )
         else:
-            publisher = ConfluentPublisher(self.bootstrap)
+            publisher = ConfluentPublisher(self.bootstrap, on_fatal=_producer_failed)
         runtime = Runtime(
             bootstrap=self.bootstrap,
             data_dir=self.data_dir,
@@ -142,6 +152,7 @@ class Worker:
             json_outcomes=self.app.json_outcomes,
             exactly_once=self.exactly_once,
             committed=publisher.committed if isinstance(publisher, TransactionalPublisher) else None,
+            progress=self.liveness.progressed,
         )
         runtime.on_close(publisher.close)  # closed last: the agents' last writes go out
         self._runtime = runtime
@@ -167,6 +178,7 @@ class Worker:
 
         intake = Intake(self.bootstrap, self.app.name, instance_id=self.instance_id,
                         on_assigned=assigned, on_revoked=revoked, on_lag=self.metrics.set_lag,
+                        liveness=self.liveness,
                         on_commit=publisher.commit_offsets
                         if isinstance(publisher, TransactionalPublisher) else None)
         for hosted in self.app.hosted:
@@ -186,8 +198,14 @@ class Worker:
                     # Aborts what a killed run left open before any journal is read.
                     await publisher.start()
                 await intake.start()
+                worker._watch = LivenessWatch(worker.liveness, held=intake.held,
+                                              report=worker.metrics.set_stalled,
+                                              timeout_s=worker.stall_timeout_s)
+                worker._watch.start()
 
             async def on_stop(self) -> None:
+                if worker._watch is not None:  # a stopping worker takes nothing more
+                    worker._watch.close()
                 await intake.stop()
                 if isinstance(publisher, TransactionalPublisher):
                     # Clean only when every write of this run is committed: the next run
@@ -198,6 +216,11 @@ class Worker:
 
         return fapp
 
+
+
+def _producer_failed(error: BaseException) -> None:
+    """The worker's producer failed fatally: every later write would fail; restart now."""
+    stop_worker("producing", error)
 
 
 def _fenced(error: BaseException) -> None:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from confluent_kafka import Consumer, TopicPartition
 
 from ..io import Incoming
-from ..kafka import incoming, watermarks
+from ..kafka import RIDE_OUT_S, fatal_error, incoming, is_fatal, watermarks
 from ..pipeline import stop_worker_on_failure
 from ..threads import OwnThread
 
@@ -161,7 +161,9 @@ class RepliesReader:
         if drop:
             consumer.incremental_unassign([TopicPartition(self._topic, p) for p in drop])
             self._assigned -= drop
-        ends = {p: watermarks(consumer, self._topic, p)[1] for p in follow if p not in self._assigned}
+        # A broker restarting answers "unknown partition", "not leader" for a while: wait.
+        ends = {p: watermarks(consumer, self._topic, p, ride_out_s=RIDE_OUT_S)[1]
+                for p in follow if p not in self._assigned}
         if ends:
             consumer.incremental_assign([TopicPartition(self._topic, p, end) for p, end in ends.items()])
             self._assigned.update(ends)
@@ -176,8 +178,11 @@ class RepliesReader:
         messages = [first, *consumer.consume(READ_BATCH - 1, 0)]
         records = []
         for message in messages:
-            if message.error() is not None:
-                log.warning("reading %s: %s", self._topic, message.error())
+            error = message.error()
+            if error is not None:
+                if is_fatal(error):  # the consumer is unusable: the task's end stops the worker
+                    raise fatal_error(error, f"reading {self._topic}")
+                log.warning("reading %s: %s", self._topic, error.str())
                 continue
             records.append(incoming(message))
         return records

@@ -51,6 +51,8 @@ from ...core.workflow.sends import (
 )
 from ...errors import RecordError, SchemaError
 from ..io import Incoming, Outgoing
+from ..kafka import fatal_error, is_fatal
+from ..pipeline import stop_worker
 from ..threads import OwnThread
 
 if TYPE_CHECKING:
@@ -424,8 +426,11 @@ class EventsTail:
             self._assigned.add(where)
 
     def _match(self, message: Any) -> None:
-        if message.error() is not None:
-            log.warning("reading events for workflow sends: %s", message.error())
+        error = message.error()
+        if error is not None:
+            if is_fatal(error):  # this reader can read nothing more: restart the worker
+                stop_worker("reading events for workflow sends", fatal_error(error, "reading events"))
+            log.warning("reading events for workflow sends: %s", error.str())
             return
         tail = self._tails.get((message.topic(), message.partition()))
         if tail is None:
