@@ -24,13 +24,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer
 
 from tidings.broker import LocalBroker
 from tidings.codec import avro
 from tidings.core.records import EventEnvelope
 from tidings.errors import BrokerError, ReplyTimeout
 from tidings.shell.client import Client
-from tidings.shell.topics import apply_topics
+from tidings.shell.requester import OutcomeWatcher
+from tidings.shell.topics import apply_topics, spec_for
 from tidings.testing.eventually import assert_eventually
 from tidings.testing.processes import WorkerProcess
 from tidings.testing.topics import read_topic
@@ -197,3 +199,35 @@ def test_a_static_member_keeps_answering_through_ten_broker_restarts(
 def _native_threads() -> int:
     """This process's OS threads (librdkafka's are not Python threads)."""
     return len(os.listdir("/proc/self/task"))
+
+
+def test_a_clients_outcome_watcher_reads_outcomes_written_after_a_broker_restart(
+    own_broker: LocalBroker, app_id: str
+) -> None:
+    """A ``Client`` waiting for a workflow outcome across a broker restart still gets it: its
+    outcome watcher (one consumer for every waiter) reads on, or starts a new consumer where
+    the old one was (``requester.OutcomeWatcher``)."""
+    bootstrap = own_broker.status().bootstrap
+    assert bootstrap is not None
+    topic = f"{app_id}.workflow.w.outcomes"
+    apply_topics(bootstrap, [spec_for("outcomes", topic, partitions=2)], out=lambda line: None)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    watcher = OutcomeWatcher(bootstrap)
+
+    async def scenario() -> None:
+        before = await watcher.watch(topic, 1, "before", bytes)
+        producer.produce(topic, b"v1", b"before", partition=1)
+        producer.flush(10)
+        assert await asyncio.wait_for(before.future, 30) == b"v1"
+        after = await watcher.watch(topic, 1, "after", bytes)
+        await asyncio.to_thread(own_broker.stop)
+        await asyncio.sleep(7.0)  # past a session timeout: what a consumer notices
+        await asyncio.to_thread(own_broker.start)
+        producer.produce(topic, b"v2", b"after", partition=1)
+        assert producer.flush(60) == 0
+        assert await asyncio.wait_for(after.future, 60) == b"v2"
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        watcher.close()

@@ -40,8 +40,9 @@ from ..codec.answers import decode_reply
 from ..core.records import CommandEnvelope, ReplyEnvelope
 from ..core.workflow_records import WorkflowInbox, WorkflowReply
 from ..errors import BrokerError
-from .kafka import close_producer, settle_future, watermarks
-from .replies import ReplyReader
+from .kafka import close_producer, is_fatal, settle_future, watermarks
+from .liveness import Liveness, read_statistics
+from .replies import RECOVER_AFTER_S, ReplyReader
 
 log = logging.getLogger(__name__)
 
@@ -312,24 +313,18 @@ class OutcomeWatcher:
     consumer the thread polls waited for the poll (seconds, or its whole timeout), and one
     made by the thread between polls would queue behind its long fetch.
 
+    Like the reply reader, the thread starts a new consumer where the old one was when
+    records wait on its partitions, a broker answers and it read nothing for
+    ``RECOVER_AFTER_S`` (seen after broker restarts), or when the consumer fails fatally.
+
     Args:
         bootstrap: Kafka bootstrap servers.
     """
 
     def __init__(self, bootstrap: str) -> None:
         self.bootstrap = bootstrap
-        self._consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": f"tidings-outcomes-{uuid.uuid4().hex}",
-                "enable.auto.commit": False,
-                # Reading from further back only costs records; skipping one loses a wake-up.
-                "auto.offset.reset": "earliest",
-                # One fetch is in flight at a time: a partition assigned during an idle long
-                # poll is first fetched when it returns (librdkafka's default holds it 500 ms).
-                "fetch.wait.max.ms": 50,
-            }
-        )
+        self._liveness = Liveness(report_after_s=0.0)
+        self._consumer = self._new_consumer()
         self._offsets = Consumer(
             {
                 "bootstrap.servers": bootstrap,
@@ -412,6 +407,42 @@ class OutcomeWatcher:
 
     # -- internals ---------------------------------------------------------------------
 
+    def _new_consumer(self) -> Consumer:
+        self._liveness = Liveness(report_after_s=0.0)
+        return Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": f"tidings-outcomes-{uuid.uuid4().hex}",
+                "enable.auto.commit": False,
+                # Reading from further back only costs records; skipping one loses a wake-up.
+                "auto.offset.reset": "earliest",
+                # One fetch is in flight at a time: a partition assigned during an idle long
+                # poll is first fetched when it returns (librdkafka's default holds it 500 ms).
+                "fetch.wait.max.ms": 50,
+                # Tells the recovery check whether records wait and a broker answers.
+                "statistics.interval.ms": 1000,
+                "stats_cb": self._statistics,
+            }
+        )
+
+    def _statistics(self, stats: str) -> None:
+        read = read_statistics(stats)
+        if read is not None:
+            self._liveness.observe(read.waiting, read.brokers_up)
+
+    def _renew(self, positions: dict[tuple[str, int], int]) -> None:
+        """Replace the polled consumer by a new one assigned where the old one was."""
+        with self._offsets_lock:
+            if self._closed:
+                return
+            old, self._consumer = self._consumer, self._new_consumer()
+        try:
+            old.close()
+        except Exception:  # noqa: BLE001 - a fatal consumer may refuse even that
+            log.debug("closing the old outcomes consumer failed", exc_info=True)
+        if positions:
+            self._consumer.assign([TopicPartition(t, p, o) for (t, p), o in positions.items()])
+
     def _add(self, waiter: Waiter[Any]) -> None:
         watched = self._partitions[(waiter.topic, waiter.partition)]
         watched.waiters.setdefault(waiter.key, []).append(waiter)
@@ -431,26 +462,44 @@ class OutcomeWatcher:
                 self._consumer.close()
 
     def _run(self) -> None:
-        assigned: set[tuple[str, int]] = set()
+        # Where the thread is in each assigned partition: a new consumer starts there.
+        positions: dict[tuple[str, int], int] = {}
         try:
             while not self._stopping.is_set():
-                self._reassign(assigned)
-                if not assigned:
+                self._reassign(positions)
+                if not positions:
                     self._wake.wait(1.0)
                     self._wake.clear()
                     continue
+                if self._liveness.health().stalled_for >= RECOVER_AFTER_S:
+                    log.warning("the outcome watcher read nothing for %.0f s with outcomes waiting; "
+                                "reading again with a new consumer", RECOVER_AFTER_S)
+                    self._renew(positions)
                 for message in self._consumer.consume(500, POLL_S):
-                    if message.error() is None:
+                    error = message.error()
+                    if error is None:
+                        where = (message.topic(), message.partition())
+                        offset = message.offset()
+                        if where in positions and offset is not None:
+                            positions[where] = offset + 1
+                        self._liveness.progressed()
                         self._deliver(message.topic(), message.partition(), message.key(), message.value())
+                    elif is_fatal(error):
+                        log.warning("reading outcomes: %s; reading again with a new consumer", error.str())
+                        self._renew(positions)
+                        break
                     else:
-                        log.debug("reading outcomes: %s", message.error())
+                        log.debug("reading outcomes: %s", error)
         except Exception:  # noqa: BLE001 - a caller would hang; its timeout still ends its wait
             log.exception("the outcome watcher stopped; waiting callers time out")
         finally:
             self._close_consumers()
 
-    def _reassign(self, assigned: set[tuple[str, int]]) -> None:
-        """Assign the partitions new waiters noted; drop the ones idle beyond ``LINGER_S``."""
+    def _reassign(self, assigned: dict[tuple[str, int], int]) -> None:
+        """Assign the partitions new waiters noted; drop the ones idle beyond ``LINGER_S``.
+
+        ``assigned`` maps each assigned partition to the position read up to.
+        """
         now = time.monotonic()
         with self._lock:
             new = []
@@ -466,11 +515,12 @@ class OutcomeWatcher:
                 del self._partitions[where]
         if new:
             self._consumer.incremental_assign(new)
-            assigned.update((tp.topic, tp.partition) for tp in new)
+            assigned.update(((tp.topic, tp.partition), tp.offset) for tp in new)
         dropped = [TopicPartition(*where) for where in idle if where in assigned]
         if dropped:
             self._consumer.incremental_unassign(dropped)
-            assigned.difference_update(idle)
+            for where in idle:
+                assigned.pop(where, None)
 
     def _deliver(self, topic: Any, partition: Any, key: Any, value: Any) -> None:
         if not isinstance(key, bytes) or not isinstance(value, bytes):
