@@ -331,10 +331,18 @@ class Intake:
         # Another member may already own them: drop what was not committed.
         pairs = [(tp.topic, tp.partition) for tp in partitions]
         log.warning("lost %d partitions (this worker was out of the group)", len(pairs))
-        # Not waiting for their batches in flight: they cannot be committed any more, and
-        # after a broker restart they may wait for a long time, with this thread (the only
-        # one that sees the consumer's errors, e.g. the fatal error of a fenced static
-        # member that often follows) blocked here.
+        # Not waiting for their batches in flight: after a broker restart they may wait long,
+        # and this thread is the only one that sees the consumer's errors (the fatal error
+        # of a fenced static member often follows a lost session).
+        if self._on_commit is not None and any(feed.in_flight for feed in self._all_feeds):
+            # Exactly once, their writes are in the open transaction, which would commit
+            # under the next assignment's group metadata although another worker may have
+            # decided the same records meanwhile: never let it commit.
+            log.critical("this worker was fenced: it was out of its group and lost %d partitions "
+                         "with batches in flight; their transaction must not commit", len(pairs))
+            raise RuntimeError(f"lost {len(pairs)} partitions with batches in flight (exactly once)")
+        # At least once, a batch completing later is harmless: its writes are acknowledged
+        # and idempotent, its offsets name records it did process.
         self._call_in_loop(self._forget(pairs))
         with self._lock:
             self._to_commit.clear()

@@ -86,6 +86,11 @@ class Feed:
         return len(self._buffer)
 
     @property
+    def in_flight(self) -> bool:
+        """Whether a batch is taken and not completed yet."""
+        return self._completed < self._started
+
+    @property
     def pending(self) -> int:
         """Records not completed yet: buffered, or in a batch in flight (liveness.py)."""
         return len(self._buffer) + self._in_flight
