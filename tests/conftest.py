@@ -17,7 +17,6 @@ import pytest
 from tidings.broker import LocalBroker
 
 
-
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--long", action="store_true",
                      help="also run the tests marked long (the ten-round chaos variants)")
@@ -31,6 +30,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "long" in item.keywords:
             item.add_marker(skip)
+
 
 @pytest.fixture(scope="session")
 def kafka_bootstrap(
