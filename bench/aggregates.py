@@ -42,7 +42,7 @@ from tidings import App
 from tidings.codec import avro
 from tidings.codec.payloads import payload_of
 from tidings.core.records import CommandEnvelope, ReplyEnvelope
-from tidings.shell.topics import apply_topics
+from tidings.shell.runtime.topics import apply_topics
 from tidings.testing.processes import WorkerProcess
 
 from . import apps

@@ -55,8 +55,8 @@ from tidings.codec import avro
 from tidings.codec.payloads import payload_of
 from tidings.core.aggregate import event_id_for
 from tidings.core.records import EventEnvelope, ReplyEnvelope
-from tidings.shell.state import AggregateStore
-from tidings.shell.topics import apply_topics
+from tidings.shell.kinds.aggregate.store import AggregateStore
+from tidings.shell.runtime.topics import apply_topics
 from tidings.testing.processes import WorkerProcess
 
 from . import aggregates, apps

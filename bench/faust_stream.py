@@ -2,7 +2,7 @@
 
 Until issue 11 every command crossed Faust's per-record delivery (fetcher -> conductor ->
 channel queue -> stream); the worker now takes records from its own consumer
-(``tidings.shell.intake``). This row keeps measuring Faust's path alone, taking records
+(``tidings.shell.runtime.intake``). This row keeps measuring Faust's path alone, taking records
 without automatic acks and acking each as the worker did, with a handler that does
 nothing: the reference the issue sets the fed aggregate row against.
 """
@@ -107,12 +107,12 @@ def noop_agent_seconds(
 
 
 def intake_noop_seconds(bootstrap: str, records: int, *, progress: Progress) -> float:
-    """Return the seconds the worker's intake (``tidings.shell.intake``) takes to feed
+    """Return the seconds the worker's intake (``tidings.shell.runtime.intake``) takes to feed
     ``records`` records to a ``start`` that does nothing, through the same pipelined
     ``Feed`` and offset commits the worker uses (first batch to last, as above)."""
     import asyncio
 
-    from tidings.shell.intake import Intake
+    from tidings.shell.runtime.intake import Intake
 
     topic = fresh_topic(bootstrap, "intake")
     _produce_all(bootstrap, topic, records)

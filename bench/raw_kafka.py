@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-from tidings.shell.topics import apply_topics, spec_for
+from tidings.shell.runtime.topics import apply_topics, spec_for
 
 PARTITIONS = 8
 RECORD_BYTES = 200

@@ -36,8 +36,8 @@ from confluent_kafka import Consumer, TopicPartition
 from examples.bank.account import Deposit, Open, SendTransfer
 from tidings.codec import avro
 from tidings.core.saga_records import SagaJournalEntry
-from tidings.shell.client import Client
-from tidings.shell.topics import apply_topics
+from tidings.shell.client.client import Client
+from tidings.shell.runtime.topics import apply_topics
 from tidings.testing.processes import WorkerProcess
 
 from . import saga_apps

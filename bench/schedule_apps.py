@@ -13,7 +13,7 @@ from typing import Any
 
 from tidings import App, Attempt, Retry, ScheduledRun, WorkflowContext
 from tidings.core.schedule import run_id
-from tidings.shell.schedules import ScheduleHandle
+from tidings.shell.kinds.schedule.handle import ScheduleHandle
 
 PARTITIONS = 8
 

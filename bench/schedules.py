@@ -36,8 +36,8 @@ from confluent_kafka import Consumer, TopicPartition
 from tidings import ScheduleRule
 from tidings.core.schedule import CatchUp, parse_run_id
 from tidings.core.schedule.aggregate import CreateSchedule
-from tidings.shell.client import Client
-from tidings.shell.topics import apply_topics
+from tidings.shell.client.client import Client
+from tidings.shell.runtime.topics import apply_topics
 from tidings.testing.processes import WorkerProcess
 
 from . import schedule_apps

@@ -8,9 +8,9 @@ The idle rows time one record plus ``commit_offsets`` (and ``commit_offsets`` al
 import asyncio, os, time, uuid
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
-from tidings.shell.io import Outgoing
-from tidings.shell.kafka import ConfluentPublisher
-from tidings.shell.transactions import TransactionalPublisher
+from tidings.shell.runtime.io import Outgoing
+from tidings.shell.runtime.kafka import ConfluentPublisher
+from tidings.shell.runtime.transactions import TransactionalPublisher
 
 B = os.environ.get("TIDINGS_BOOTSTRAP", "127.0.0.1:39092"); N = 50_000; CHUNK = 100
 run = uuid.uuid4().hex[:8]

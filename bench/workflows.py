@@ -63,7 +63,7 @@ from tidings.core.workflow import (
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tidings.shell.topics import apply_topics
+from tidings.shell.runtime.topics import apply_topics
 from tidings.testing.processes import WorkerProcess
 
 from . import workflow_apps

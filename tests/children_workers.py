@@ -12,7 +12,7 @@ import pytest
 from tidings import App
 from tidings.core.partitioning import partition_for
 from tidings.core.workflow import JournalRecord, StepStarted
-from tidings.shell.topics import apply_topics
+from tidings.shell.runtime.topics import apply_topics
 from tidings.testing.eventually import assert_eventually
 
 from .integration.child_apps import PARTITIONS, build

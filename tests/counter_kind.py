@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tidings.errors import DecodeError, RecordError
-from tidings.shell.hosting import Input, Runtime, TopicPartition
-from tidings.shell.io import Incoming, Outgoing
-from tidings.shell.owner import PartitionOwner
-from tidings.shell.topics import TopicSpec, deadletter_topic, spec_for, topic_name
+from tidings.shell.runtime.hosting import Input, Runtime, TopicPartition
+from tidings.shell.runtime.io import Incoming, Outgoing
+from tidings.shell.runtime.owner import PartitionOwner
+from tidings.shell.runtime.topics import TopicSpec, deadletter_topic, spec_for, topic_name
 
 if TYPE_CHECKING:
     from tidings import App

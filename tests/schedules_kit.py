@@ -19,8 +19,8 @@ from tidings import App, ScheduleRule
 from tidings.codec import avro
 from tidings.core.records import EventEnvelope
 from tidings.core.schedule import parse_run_id
-from tidings.shell.schedules import ScheduleHandle
-from tidings.shell.topics import apply_topics
+from tidings.shell.kinds.schedule.handle import ScheduleHandle
+from tidings.shell.runtime.topics import apply_topics
 from tidings.testing.topics import read_topic
 
 from .integration.schedule_apps import build

@@ -12,8 +12,8 @@ import pytest
 from confluent_kafka import Consumer
 
 from tidings import App
-from tidings.shell.kafka import watermarks
-from tidings.shell.topics import apply_topics
+from tidings.shell.runtime.kafka import watermarks
+from tidings.shell.runtime.topics import apply_topics
 from tidings.testing.eventually import assert_eventually
 from tidings.testing.processes import WorkerProcess
 from tidings.testing.topics import read_topic

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tidings import App
-from tidings.shell.topics import apply_topics
+from tidings.shell.runtime.topics import apply_topics
 
 from .integration.workflow_apps import Calls, build
 from .workers import ROOT, Workers  # noqa: F401 - ROOT is re-exported to the tests

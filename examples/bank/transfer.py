@@ -50,8 +50,8 @@ from .account import (
 
 if TYPE_CHECKING:
     from tidings import App
-    from tidings.shell.aggregates import AggregateHandle
-    from tidings.shell.sagas import SagaHandle
+    from tidings.shell.kinds.aggregate.handle import AggregateHandle
+    from tidings.shell.kinds.saga.handle import SagaHandle
 
 #: How often a state's command is sent again while it has no answer. Only a lost reply
 #: needs it (a restart resends anyway, and a stored event reaches the saga without the

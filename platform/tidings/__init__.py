@@ -61,16 +61,16 @@ from .errors import WorkflowEnded as WorkflowEnded
 from .errors import WorkflowFaulted as WorkflowFaulted
 from .errors import WorkflowNotFound as WorkflowNotFound
 from .errors import WorkflowStepFailed as WorkflowStepFailed
-from .shell.agents.projection import ProjectedEvent as ProjectedEvent
+from .shell.kinds.projection.agent import ProjectedEvent as ProjectedEvent
 from .shell.app import AggregateHandle as AggregateHandle
 from .shell.app import App as App
 from .shell.app import ProjectionHandle as ProjectionHandle
-from .shell.client import Client as Client
-from .shell.sagas import SagaHandle as SagaHandle
-from .shell.sagas import SagaStatus as SagaStatus
-from .shell.flow import WorkflowFlow as WorkflowFlow
-from .shell.views import View as View
-from .shell.workflows import WorkflowHandle as WorkflowHandle
+from .shell.client.client import Client as Client
+from .shell.kinds.saga.handle import SagaHandle as SagaHandle
+from .shell.kinds.saga.handle import SagaStatus as SagaStatus
+from .shell.kinds.flow.definition import WorkflowFlow as WorkflowFlow
+from .shell.kinds.projection.views import View as View
+from .shell.kinds.workflow.handle import WorkflowHandle as WorkflowHandle
 
 __all__ = [
     "AggregateHandle",

@@ -13,7 +13,7 @@ from tidings import App, ReplyTimeout
 from tidings.codec import avro
 from tidings.codec.payloads import load_payload
 from tidings.core.records import EventEnvelope, ReplyEnvelope
-from tidings.shell.state import AggregateStore
+from tidings.shell.kinds.aggregate.store import AggregateStore
 from tidings.testing.eventually import assert_eventually
 from tidings.testing.processes import WorkerProcess
 from tidings.testing.topics import group_assignment, read_topic

@@ -49,8 +49,8 @@ from tidings.codec.payloads import load_payload
 from tidings.core.records import EventEnvelope, ReplyEnvelope
 from tidings.core.saga_records import SagaJournalEntry
 from tidings.errors import BrokerError, ReplyTimeout
-from tidings.shell.client import Client
-from tidings.shell.topics import apply_topics
+from tidings.shell.client.client import Client
+from tidings.shell.runtime.topics import apply_topics
 from tidings.testing.eventually import assert_eventually
 from tidings.testing.processes import WorkerProcess
 from tidings.testing.topics import group_assignment, read_topic

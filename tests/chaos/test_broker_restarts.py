@@ -30,9 +30,9 @@ from tidings.broker import LocalBroker
 from tidings.codec import avro
 from tidings.core.records import EventEnvelope
 from tidings.errors import BrokerError, ReplyTimeout
-from tidings.shell.client import Client
-from tidings.shell.requester import OutcomeWatcher
-from tidings.shell.topics import apply_topics, spec_for
+from tidings.shell.client.client import Client
+from tidings.shell.runtime.requester import OutcomeWatcher
+from tidings.shell.runtime.topics import apply_topics, spec_for
 from tidings.testing.eventually import assert_eventually
 from tidings.testing.processes import WorkerProcess
 from tidings.testing.topics import read_topic

@@ -11,7 +11,7 @@ from examples.bank.account import Deposit, Open
 from tidings import App
 from tidings.codec import avro
 from tidings.core.records import DeadLetter, EventEnvelope
-from tidings.shell.views import ViewStore
+from tidings.shell.kinds.projection.views import ViewStore
 from tidings.testing.eventually import assert_eventually
 from tidings.testing.topics import read_topic
 from tests.workers import Workers, test_app, workers  # noqa: F401 - fixtures

@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 from tidings.errors import ReplyTimeout
-from tidings.shell.client import Client
-from tidings.shell.topics import apply_topics
+from tidings.shell.client.client import Client
+from tidings.shell.runtime.topics import apply_topics
 from tidings.testing.eventually import assert_eventually
 from tests.integration.deaf_apps import Freeze, Tick, build
 from tests.workers import Workers

@@ -14,8 +14,8 @@ from pydantic import BaseModel
 
 from examples.bank import account
 from tidings import App, Defer, Persist
-from tidings.shell.agents.projection import ProjectedEvent
-from tidings.shell.views import View
+from tidings.shell.kinds.projection.agent import ProjectedEvent
+from tidings.shell.kinds.projection.views import View
 
 PARTITIONS = 4
 

@@ -28,7 +28,7 @@ from typing import Any
 from pydantic import BaseModel, field_validator
 
 from tidings import App, Persist, Retry, SagaEvent, Stay, Stop, WorkflowContext
-from tidings.shell.aggregates import AggregateHandle
+from tidings.shell.kinds.aggregate.handle import AggregateHandle
 
 PARTITIONS = 4
 #: The filter step's event: ``Added(n=WANTED)`` under the step's correlation id.

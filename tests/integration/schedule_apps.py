@@ -19,8 +19,8 @@ from typing import Any
 
 from tidings import App, Attempt, Retry, ScheduledRun, WorkflowContext
 from tidings.core.schedule import run_id
-from tidings.shell.agents.schedule_dispatcher import ScheduleDispatcher
-from tidings.shell.schedules import ScheduleHandle
+from tidings.shell.kinds.schedule.dispatcher import ScheduleDispatcher
+from tidings.shell.kinds.schedule.handle import ScheduleHandle
 
 PARTITIONS = 4
 

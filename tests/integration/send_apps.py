@@ -13,7 +13,7 @@ from datetime import timedelta
 from pydantic import BaseModel
 
 from tidings import App, Ignore, Persist, Retry, WorkflowContext
-from tidings.shell.aggregates import AggregateHandle
+from tidings.shell.kinds.aggregate.handle import AggregateHandle
 
 PARTITIONS = 4
 

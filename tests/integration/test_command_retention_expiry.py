@@ -23,10 +23,10 @@ from tidings.codec import avro
 from tidings.codec.payloads import payload_of
 from tidings.core.partitioning import partition_for
 from tidings.core.records import CommandEnvelope, EventEnvelope
-from tidings.shell.hosting import Runtime
-from tidings.shell.io import Incoming
-from tidings.shell.kafka import ConfluentPublisher
-from tidings.shell.topics import apply_topics, deadletter_topic
+from tidings.shell.runtime.hosting import Runtime
+from tidings.shell.runtime.io import Incoming
+from tidings.shell.runtime.kafka import ConfluentPublisher
+from tidings.shell.runtime.topics import apply_topics, deadletter_topic
 from tidings.testing.topics import read_topic
 
 PARTITIONS = 2

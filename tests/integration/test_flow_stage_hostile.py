@@ -39,7 +39,7 @@ from fastavro.schema import fingerprint, to_parsing_canonical_form
 from tidings import App, RecordError
 from tidings.codec import avro
 from tidings.core.records import DeadLetter
-from tidings.shell.topics import apply_topics, deadletter_topic
+from tidings.shell.runtime.topics import apply_topics, deadletter_topic
 from tidings.testing import WorkerProcess, assert_eventually, read_topic
 from tests.integration.flow_hostile_apps import PARTITIONS, SCHEMA, build, sink_topic, source_topic
 from tests.integration.hostile_records import BAD_UTF8, DEEP_JSON, NEAR_LIMIT

@@ -42,7 +42,7 @@ from tidings.core.orchestration_records import OrchestrationEvent, Orchestration
 from tidings.core.records import DeadLetter, EventEnvelope, ReplyEnvelope
 from tidings.core.workflow.journal import Started
 from tidings.core.workflow_records import WorkflowJournalEntry, WorkflowOutcomeRecord
-from tidings.shell.topics import apply_topics
+from tidings.shell.runtime.topics import apply_topics
 from tidings.testing import WorkerProcess, assert_eventually, read_topic
 from tests.integration.hostile_apps import build, projected
 from tests.integration.hostile_records import AvroWriter, Expect, Observed, Sent, Table, Topics

@@ -55,7 +55,7 @@ from tidings.core.records import CommandEnvelope, DeadLetter, EventEnvelope, Rep
 from tidings.core.saga_records import SagaRouted
 from tidings.core.workflow.journal import SignalReceived, Started
 from tidings.core.workflow_records import WorkflowJournalEntry, WorkflowOutcomeRecord
-from tidings.shell.topics import apply_topics
+from tidings.shell.runtime.topics import apply_topics
 from tidings.testing import WorkerProcess, assert_eventually, read_topic
 from tests.integration.hostile_links_apps import PARTITIONS, STARTS, WANTED, build
 from tests.integration.hostile_records import (

@@ -21,7 +21,7 @@ from tidings import App
 from tidings.codec import avro
 from tidings.core.partitioning import partition_for
 from tidings.core.records import DeadLetter
-from tidings.shell.topics import apply_topics
+from tidings.shell.runtime.topics import apply_topics
 from tidings.testing.eventually import assert_eventually
 from tidings.testing.topics import StoredRecord, read_topic
 from tests.counter_kind import INCREMENT, CounterKind

@@ -32,7 +32,7 @@ from tidings.core.workflow.journal import (
 )
 from tidings.core.workflow_records import WorkflowJournalEntry
 from tidings.errors import BrokerError
-from tidings.shell.journals import read_journal
+from tidings.shell.kinds.workflow.journal import read_journal
 from tidings.testing.topics import read_topic
 from tests.integration.workflow_apps import SLEEP, Calls
 from tests.workflow_workers import ROOT, WorkflowWorkers, calls, workflow_app, workflow_workers  # noqa: F401

@@ -27,7 +27,7 @@ from tidings import App, Finished
 from tidings.codec import avro
 from tidings.core.partitioning import partition_for
 from tidings.core.records import DeadLetter
-from tidings.shell.topics import apply_topics, deadletter_topic
+from tidings.shell.runtime.topics import apply_topics, deadletter_topic
 from tests.integration.kcat_apps import PARTITIONS, Greeting, build, sink_topic, source_topic
 from tests.workers import Workers
 

@@ -14,7 +14,7 @@ import pytest
 from tidings import App, Cancelled, Finished
 from tidings.core.partitioning import partition_for
 from tidings.core.workflow import SignalReceived
-from tidings.shell.topics import apply_topics, deadletter_topic
+from tidings.shell.runtime.topics import apply_topics, deadletter_topic
 from tidings.testing.eventually import assert_eventually_async
 from tidings.testing.topics import read_topic
 from tests.integration import projection_signal_apps

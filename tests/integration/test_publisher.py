@@ -13,8 +13,8 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tidings.errors import BrokerError, RecordRejected
-from tidings.shell.io import Outgoing
-from tidings.shell.kafka import ConfluentPublisher
+from tidings.shell.runtime.io import Outgoing
+from tidings.shell.runtime.kafka import ConfluentPublisher
 from tidings.testing.topics import read_topic
 
 INVALID_TOPIC = "not a topic!"
@@ -84,7 +84,7 @@ def test_refused_records_fail_only_their_send_and_the_others_are_produced(
             assert fits.offset >= 0
 
             # publish_later logs and drops a refused record, and produces the rest.
-            with caplog.at_level(logging.WARNING, logger="tidings.shell.kafka"):
+            with caplog.at_level(logging.WARNING, logger="tidings.shell.runtime.kafka"):
                 publisher.publish_later([Outgoing(INVALID_TOPIC, b"k", b"reply"), Outgoing(ok, b"k", b"four")])
                 for _ in range(600):
                     if "refused by Kafka and dropped" in caplog.text:

@@ -17,7 +17,7 @@ from tidings import App, ReplyTimeout, WorkflowNotFound
 from tidings.codec import avro
 from tidings.core.workflow import WorkflowStatus
 from tidings.core.workflow_records import WorkflowOutcomeRecord
-from tidings.shell.topics import apply_topics
+from tidings.shell.runtime.topics import apply_topics
 from tidings.testing.eventually import assert_eventually_async
 from tidings.testing.topics import read_topic
 from tests.integration import requester_apps

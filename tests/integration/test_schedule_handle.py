@@ -14,8 +14,8 @@ import pytest
 from tidings import App, CatchUp, ScheduleRule
 from tidings.codec import avro
 from tidings.core.records import EventEnvelope
-from tidings.shell.schedules import ScheduleHandle
-from tidings.shell.topics import apply_topics
+from tidings.shell.kinds.schedule.handle import ScheduleHandle
+from tidings.shell.runtime.topics import apply_topics
 from tidings.testing.topics import read_topic
 from tests.integration.schedule_apps import build
 from tests.workers import Workers

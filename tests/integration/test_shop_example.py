@@ -26,7 +26,7 @@ from tidings.codec import avro
 from tidings.core.workflow.journal import Ended, JournalRecord, Started, StepCompleted, StepStarted, record_type_name
 from tidings.core.workflow_records import WorkflowJournalEntry
 from tidings.errors import WorkflowEnded
-from tidings.shell.topics import apply_topics
+from tidings.shell.runtime.topics import apply_topics
 from tidings.testing.processes import WorkerProcess
 from tidings.testing.topics import read_topic
 from tests.workflow_workers import ROOT

@@ -12,7 +12,7 @@ from confluent_kafka.admin import (
 )
 
 from tidings.errors import BrokerError
-from tidings.shell.topics import TopicDifference, apply_topics, deadletter_topic, spec_for, topic_name
+from tidings.shell.runtime.topics import TopicDifference, apply_topics, deadletter_topic, spec_for, topic_name
 
 pytestmark = pytest.mark.integration
 

@@ -22,8 +22,8 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tidings.errors import BrokerError, RecordRejected
-from tidings.shell.io import Outgoing
-from tidings.shell.transactions import GROUP_FENCING, Fenced, TransactionAborted, TransactionalPublisher
+from tidings.shell.runtime.io import Outgoing
+from tidings.shell.runtime.transactions import GROUP_FENCING, Fenced, TransactionAborted, TransactionalPublisher
 from tidings.testing.eventually import assert_eventually
 
 SESSION_TIMEOUT_MS = 6000  # the broker's minimum
@@ -290,8 +290,8 @@ def test_a_zombie_with_a_stale_generation_is_fenced_and_makes_nothing_visible(
 
 VICTIM = """
 import asyncio, sys
-from tidings.shell.io import Outgoing
-from tidings.shell.transactions import TransactionalPublisher
+from tidings.shell.runtime.io import Outgoing
+from tidings.shell.runtime.transactions import TransactionalPublisher
 
 async def main(bootstrap: str, transactional_id: str, topic: str) -> None:
     publisher = TransactionalPublisher(

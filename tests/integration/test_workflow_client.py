@@ -112,7 +112,7 @@ def test_the_client_starts_signals_cancels_and_waits_by_workflow_name_or_handle(
 def test_outcomes_without_follow_gives_each_ended_instance_once_though_a_restarted_worker_republished_it(
     kafka_bootstrap: str, workflow_app: App, workflow_workers: WorkflowWorkers, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="tidings.shell.client")
+    caplog.set_level(logging.WARNING, logger="tidings.shell.client.client")
     first = workflow_workers.start("w1")
     client = Client(kafka_bootstrap, app=workflow_app)
     try:
@@ -147,7 +147,7 @@ def test_outcomes_without_follow_gives_each_ended_instance_once_though_a_restart
             "collector": [],  # c-1 is still running: no outcome
         }
         assert follower_threads() == []
-        assert [r.getMessage().split(": ", 1)[1] for r in caplog.records if r.name == "tidings.shell.client"] == [
+        assert [r.getMessage().split(": ", 1)[1] for r in caplog.records if r.name == "tidings.shell.client.client"] == [
             "not an Avro single-object record: no C3 01 magic"]
     finally:
         client.close()

@@ -11,7 +11,7 @@ import pytest
 
 from tidings import App, Cancelled, Faulted, Finished, WorkflowFlow, WorkflowHandle
 from tidings.core.workflow import Outcome
-from tidings.shell.topics import apply_topics
+from tidings.shell.runtime.topics import apply_topics
 from tests.integration.flow_apps import build, faults, waits
 from tests.workers import Workers
 

@@ -18,7 +18,7 @@ from tidings import App, Finished
 from tidings.codec import avro
 from tidings.core.records import DeadLetter
 from tidings.core.workflow.journal import Started
-from tidings.shell.topics import apply_topics, deadletter_topic
+from tidings.shell.runtime.topics import apply_topics, deadletter_topic
 from tests.integration.flow_apps import PARTITIONS, faults, waits
 from tests.integration.flow_stage_apps import build, sink_topic, source_topic
 from tests.workers import Workers

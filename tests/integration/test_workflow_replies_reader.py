@@ -1,4 +1,4 @@
-"""The reader of a workflow's replies topic (shell/agents/workflow_replies.py), on the real broker.
+"""The reader of a workflow's replies topic (shell/kinds/workflow/replies.py), on the real broker.
 
 It must read a partition from where it ended when the worker started to follow it (older
 replies are answered again after recovery resends; reading them would be harmless but
@@ -14,9 +14,9 @@ from collections.abc import Callable
 import pytest
 from confluent_kafka import Producer
 
-from tidings.shell.agents.workflow_replies import RepliesReader
-from tidings.shell.io import Incoming
-from tidings.shell.topics import TopicSpec, apply_topics
+from tidings.shell.kinds.workflow.replies import RepliesReader
+from tidings.shell.runtime.io import Incoming
+from tidings.shell.runtime.topics import TopicSpec, apply_topics
 
 pytestmark = pytest.mark.integration
 

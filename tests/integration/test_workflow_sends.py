@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tidings import App, ErrorKind, Faulted, Finished
-from tidings.shell.topics import apply_topics
+from tidings.shell.runtime.topics import apply_topics
 
 from ..conftest import _delete_topics
 from ..workers import Workers

@@ -14,7 +14,7 @@ from pydantic import TypeAdapter
 
 from tidings.cli.loading import load_app
 from tidings.cli.main import COMMANDS, build_parser
-from tidings.shell.workflows import workflow_named
+from tidings.shell.kinds.workflow.handle import workflow_named
 
 
 def example_lines() -> list[str]:

@@ -12,8 +12,8 @@ from tidings.cli.deadletters import _since, bytes_field, dead_letter_line
 from tidings.cli.offsets import Move, PartitionOffsets, confirm, plan_moves, show_lines
 from tidings.codec import avro
 from tidings.core.records import CommandEnvelope, DeadLetter
-from tidings.shell.admin import GroupDescription, GroupMember
-from tidings.shell.io import Incoming
+from tidings.shell.runtime.admin import GroupDescription, GroupMember
+from tidings.shell.runtime.io import Incoming
 
 TOPIC = "bank.aggregate.account.commands"
 

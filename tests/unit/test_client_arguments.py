@@ -12,7 +12,7 @@ from examples.bank.account import Deposit
 from tests.integration.apps import Add, build
 from tidings import App, DefinitionError, LimitError, Persist, SchemaError, WorkflowContext
 from tidings.core.limits import MAX_PAYLOAD_BYTES
-from tidings.shell.workflows import workflow_named
+from tidings.shell.kinds.workflow.handle import workflow_named
 
 
 @pytest.fixture

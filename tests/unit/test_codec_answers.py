@@ -22,8 +22,8 @@ from tidings.core.records import EventEnvelope, ReplyEnvelope
 from tidings.core.workflow import Outcome, WorkflowContext
 from tidings.core.workflow_records import WorkflowOutcomeRecord, WorkflowReply, WorkflowStatusRecord
 from tidings.errors import DecodeError, SchemaError
-from tidings.shell.agents.workflow_codec import decode_outcome, outcome_fields_of, outcome_record, reply_record
-from tidings.shell.requester import _decode_answer
+from tidings.shell.kinds.workflow.codec import decode_outcome, outcome_fields_of, outcome_record, reply_record
+from tidings.shell.runtime.requester import _decode_answer
 
 AT = datetime(2024, 5, 1, 12, 30, tzinfo=timezone.utc)
 BOOM = StepError(ErrorKind.ATTEMPTS_EXHAUSTED, "RuntimeError: boom", "RuntimeError")

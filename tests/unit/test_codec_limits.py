@@ -21,8 +21,8 @@ from tidings.core.limits import MAX_JSON_DEPTH, MAX_PAYLOAD_BYTES
 from tidings.core.records import CommandEnvelope
 from tidings.core.workflow_records import WorkflowInbox
 from tidings.errors import DecodeError, LimitError, RecordError, SchemaError
-from tidings.shell.agents.workflow_codec import decode_inbox
-from tidings.shell.io import Incoming
+from tidings.shell.kinds.workflow.codec import decode_inbox
+from tidings.shell.runtime.io import Incoming
 
 JSON_HEADERS = {"content-type": b"application/json"}
 LONE_SURROGATE = "s-\ud800"

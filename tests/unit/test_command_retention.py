@@ -16,7 +16,7 @@ from tidings.core.aggregate import AggregateInstance
 from tidings.core.workflow.retry import Backoff, RetryPolicy
 from tidings.core.workflow.sends import SendRequest
 from tidings.errors import DefinitionError
-from tidings.shell.state import AggregateStore
+from tidings.shell.kinds.aggregate.store import AggregateStore
 
 
 def bank(retention: timedelta | None = None, **app_options: object):  # noqa: ANN201

@@ -9,14 +9,14 @@ from tidings.codec import decode
 from tidings.core.limits import MAX_REASON_BYTES
 from tidings.core.records import DeadLetter
 from tidings.errors import DecodeError, SchemaError
-from tidings.shell.deadletters import (
+from tidings.shell.runtime.deadletters import (
     DEAD_LETTER_HEADER_BYTES,
     DEAD_LETTER_KEY_BYTES,
     DEAD_LETTER_VALUE_BYTES,
     MAX_DEAD_LETTER_VALUE_BYTES,
     dead_letter,
 )
-from tidings.shell.io import Incoming
+from tidings.shell.runtime.io import Incoming
 
 #: Well under the broker's default max.message.bytes (1 MiB): room for its own overhead.
 FITS = 900 * 1024

@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 
 from tidings import App, WorkflowContext
 from tidings.errors import DecodeError, DefinitionError, SchemaError
-from tidings.shell.flow_stage import SourceDecoder, SourceSchema
+from tidings.shell.kinds.flow.stage import SourceDecoder, SourceSchema
 
 SCHEMA: dict[str, Any] = {
     "type": "record", "name": "Order", "namespace": "shop",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from tidings.shell.intake import Intake
+from tidings.shell.runtime.intake import Intake
 
 
 async def _nothing(batch: Any) -> Any:

@@ -1,5 +1,5 @@
-"""The worker's deafness detector (shell/liveness.py), its statistics reader, the fatal-error
-test the consumers share (shell/kafka.py) and the ``--stall-timeout`` option: no broker."""
+"""The worker's deafness detector (shell/runtime/liveness.py), its statistics reader, the fatal-error
+test the consumers share (shell/runtime/kafka.py) and the ``--stall-timeout`` option: no broker."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 from confluent_kafka import KafkaError
 
 from tidings.cli import worker as worker_cli
-from tidings.shell.kafka import fatal_error, is_fatal, is_transient
-from tidings.shell.liveness import Liveness, LivenessWatch, read_statistics
+from tidings.shell.runtime.kafka import fatal_error, is_fatal, is_transient
+from tidings.shell.runtime.liveness import Liveness, LivenessWatch, read_statistics
 
 
 class FakeClock:
@@ -93,7 +93,7 @@ def test_the_watch_reports_the_stall_and_exits_70_past_the_timeout(monkeypatch: 
     def stop(what: str, error: BaseException | None = None) -> None:
         exits.append(what)
 
-    monkeypatch.setattr("tidings.shell.liveness.stop_worker", stop)
+    monkeypatch.setattr("tidings.shell.runtime.liveness.stop_worker", stop)
     watch = LivenessWatch(liveness, held=lambda: 0, report=reported.append, timeout_s=120)
     liveness.observe(waiting=7, brokers_up=True)
     watch.check()
@@ -107,7 +107,7 @@ def test_the_watch_reports_the_stall_and_exits_70_past_the_timeout(monkeypatch: 
 
 def test_the_watch_without_a_timeout_only_reports(monkeypatch: pytest.MonkeyPatch) -> None:
     liveness, clock = detector()
-    monkeypatch.setattr("tidings.shell.liveness.stop_worker", lambda *a: pytest.fail("exited"))
+    monkeypatch.setattr("tidings.shell.runtime.liveness.stop_worker", lambda *a: pytest.fail("exited"))
     reported: list[float] = []
     watch = LivenessWatch(liveness, held=lambda: 1, report=reported.append, timeout_s=0)
     watch.check()

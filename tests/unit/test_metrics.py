@@ -1,4 +1,4 @@
-"""``shell/metrics.py``: what a worker's Prometheus endpoint counts and how it times it.
+"""``shell/runtime/metrics.py``: what a worker's Prometheus endpoint counts and how it times it.
 
 No broker: the seams are driven directly (an ``Input.start``, a ``Publisher``), clocks are
 fakes, and the text exposition is read back with prometheus_client's own parser.
@@ -18,10 +18,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tidings.cli import worker as worker_cli
 from tidings.errors import DecodeError, SchemaError
-from tidings.shell.hosting import Runtime
-from tidings.shell.io import Delivered, Incoming, Outgoing
-from tidings.shell.metrics import Metrics
-from tidings.shell.owner import PartitionOwner
+from tidings.shell.runtime.hosting import Runtime
+from tidings.shell.runtime.io import Delivered, Incoming, Outgoing
+from tidings.shell.runtime.metrics import Metrics
+from tidings.shell.runtime.owner import PartitionOwner
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 

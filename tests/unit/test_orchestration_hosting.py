@@ -22,13 +22,13 @@ from tidings.core.orchestration_records import (
 )
 from tidings.core.partitioning import partition_for
 from tidings.core.records import DeadLetter, EventEnvelope
-from tidings.shell.agents.orchestration import (
+from tidings.shell.kinds.orchestration.agent import (
     OrchestrationAgent,
     OrchestrationStore,
     OrchestrationTopics,
 )
-from tidings.shell.agents.projection import ProjectionSource
-from tidings.shell.io import Delivered, Incoming, Outgoing
+from tidings.shell.kinds.projection.agent import ProjectionSource
+from tidings.shell.runtime.io import Delivered, Incoming, Outgoing
 
 
 class Step(BaseModel):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from tidings.shell.io import Incoming
-from tidings.shell.pipeline import Feed, next_offsets
+from tidings.shell.runtime.io import Incoming
+from tidings.shell.runtime.pipeline import Feed, next_offsets
 
 
 def _records(start: int, stop: int, partition: int = 0) -> list[Incoming]:

@@ -10,7 +10,7 @@ import pytest
 
 from tidings.core.limits import MAX_ID_BYTES, check_id
 from tidings.errors import HandlerFailed
-from tidings.shell.projection_signals import EventSignals, ProjectionSignals, signal_id_for
+from tidings.shell.kinds.projection.signals import EventSignals, ProjectionSignals, signal_id_for
 
 
 class Recording(ProjectionSignals):

@@ -17,7 +17,7 @@ from examples.reminder import app as example
 from tidings import Attempt, CatchUp, ScheduledRun, ScheduleRule
 from tidings.core.schedule import next_due, run_id
 from tidings.core.schedule.aggregate import SCHEDULE_AGGREGATE, CreateSchedule
-from tidings.shell.workflows import workflow_named
+from tidings.shell.kinds.workflow.handle import workflow_named
 
 
 def test_the_app_declares_the_reminder_workflow_and_the_schedules_that_start_it() -> None:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from tidings.codec import avro
 from tidings.core.saga_records import SagaJournalEntry
-from tidings.shell.agents.saga import SagaStore
-from tidings.shell.state import prefixed
+from tidings.shell.kinds.saga.agent import SagaStore
+from tidings.shell.runtime.rocks import prefixed
 
 
 def _entry(saga_id: str, seq: int, *, ended: bool = False) -> tuple[int, SagaJournalEntry, bytes]:

@@ -36,7 +36,7 @@ from tidings.core.schedule.aggregate import (
     SchedulePaused,
     ScheduleState,
 )
-from tidings.shell.io import Incoming
+from tidings.shell.runtime.io import Incoming
 
 OSLO_9 = ScheduleRule.daily("09:00", "Europe/Oslo")
 

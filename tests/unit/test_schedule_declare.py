@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tidings import App, DefinitionError, WorkflowContext
-from tidings.shell.aggregates import AggregateHandle
-from tidings.shell.schedules import ScheduleDispatch
+from tidings.shell.kinds.aggregate.handle import AggregateHandle
+from tidings.shell.kinds.schedule.handle import ScheduleDispatch
 
 
 def test_schedules_are_an_aggregate_with_a_dispatcher_and_the_app_keeps_the_handle() -> None:

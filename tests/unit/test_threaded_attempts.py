@@ -7,7 +7,7 @@ import threading
 from typing import Any
 
 from tidings.core.workflow import ActivityResult, Attempt, RunActivity
-from tidings.shell.agents.workflow_activities import ThreadedAttempts, runs_threaded
+from tidings.shell.kinds.workflow.activities import ThreadedAttempts, runs_threaded
 
 
 def _effect(path: str, fn: Any, *, timeout_at: int | None = None, not_before: int = 0) -> RunActivity:

@@ -9,7 +9,7 @@ import pytest
 
 from tidings.cli import topics as topics_cli
 from tidings.errors import DefinitionError
-from tidings.shell.topics import ROLES, TopicSpec, deadletter_topic, load_roles, spec_for, topic_name
+from tidings.shell.runtime.topics import ROLES, TopicSpec, deadletter_topic, load_roles, spec_for, topic_name
 
 ROLES_FILE = Path(__file__).resolve().parents[2] / "topics" / "roles.toml"
 

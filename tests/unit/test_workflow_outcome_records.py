@@ -14,8 +14,8 @@ from tidings.codec import avro
 from tidings.core.workflow import Outcome, WorkflowContext
 from tidings.core.workflow_records import WorkflowStatusRecord
 from tidings.errors import DecodeError, SchemaError
-from tidings.shell.agents.workflow_codec import decode_outcome, outcome_fields_of, outcome_record
-from tidings.shell.workflows import WorkflowHandle
+from tidings.shell.kinds.workflow.codec import decode_outcome, outcome_fields_of, outcome_record
+from tidings.shell.kinds.workflow.handle import WorkflowHandle
 
 AT = datetime(2024, 5, 1, 12, 30, tzinfo=timezone.utc)
 BOOM = StepError(ErrorKind.ATTEMPTS_EXHAUSTED, "RuntimeError: boom", "RuntimeError")

@@ -23,10 +23,10 @@ from typing import Any
 
 from ..codec import avro
 from ..core.records import DeadLetter
-from ..shell.admin import KafkaAdmin
-from ..shell.follower import TopicFollower
-from ..shell.io import Incoming
-from ..shell.topics import deadletter_topic
+from ..shell.runtime.admin import KafkaAdmin
+from ..shell.client.follower import TopicFollower
+from ..shell.runtime.io import Incoming
+from ..shell.runtime.topics import deadletter_topic
 from .interrupts import interruptible
 from .loading import load_app
 

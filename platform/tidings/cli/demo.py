@@ -30,9 +30,9 @@ from ..core.records import EventEnvelope
 from ..core.workflow import Finished, StepError
 from ..core.workflow.journal import JournalRecord, Started, StepKind, StepStarted, record_type_name
 from ..core.workflow_records import WorkflowJournalEntry
-from ..shell.client import Client
-from ..shell.topics import TopicSpec, apply_topics
-from ..shell.views import ViewStore
+from ..shell.client.client import Client
+from ..shell.runtime.topics import TopicSpec, apply_topics
+from ..shell.kinds.projection.views import ViewStore
 from ..testing.processes import WorkerProcess
 from ..testing.topics import read_topic
 from .loading import load_app

@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from ..core.workflow.journal import record_to_json
-from ..shell.journals import read_journal
+from ..shell.kinds.workflow.journal import read_journal
 from .start import add_workflow_parser, workflow_handle
 
 _DESCRIPTION = """\

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..shell.admin import GroupDescription, KafkaAdmin, Position
+from ..shell.runtime.admin import GroupDescription, KafkaAdmin, Position
 from ..errors import BrokerError
 from .loading import load_app
 

@@ -12,8 +12,8 @@ import json
 from contextlib import aclosing
 from typing import Any
 
-from ..shell.client import Client
-from ..shell.workflows import WorkflowHandle
+from ..shell.client.client import Client
+from ..shell.kinds.workflow.handle import WorkflowHandle
 from .interrupts import interruptible
 from .result import outcome_json
 from .start import add_workflow_parser, workflow_handle

@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from ..core.saga_records import SagaJournalEntry
-from ..shell.sagas import SagaHandle, saga_named
+from ..shell.kinds.saga.handle import SagaHandle, saga_named
 from .loading import load_app
 
 _DESCRIPTION = """\

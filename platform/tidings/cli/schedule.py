@@ -2,7 +2,7 @@
 
 Every action but ``list`` is a command to the app's schedule aggregate (``app.schedules``),
 answered by a running worker through the app's replies topic, exactly as the handle's calls
-in a program are (``tidings.shell.schedules.ScheduleHandle``). ``list`` needs no worker: it
+in a program are (``tidings.shell.kinds.schedule.handle.ScheduleHandle``). ``list`` needs no worker: it
 reads the aggregate's journal (``{app}.aggregate.schedule.events``) from its beginning to its
 end and folds each schedule's events as a worker's recovery does.
 
@@ -41,11 +41,11 @@ from ..core.schedule import (
     run_id,
 )
 from ..core.schedule.aggregate import ScheduleState
-from ..shell.aggregates import AggregateHandle
-from ..shell.client import Client
-from ..shell.follower import TopicFollower
-from ..shell.io import Incoming
-from ..shell.schedules import ScheduleHandle
+from ..shell.kinds.aggregate.handle import AggregateHandle
+from ..shell.client.client import Client
+from ..shell.client.follower import TopicFollower
+from ..shell.runtime.io import Incoming
+from ..shell.kinds.schedule.handle import ScheduleHandle
 from .loading import load_app
 
 log = logging.getLogger(__name__)

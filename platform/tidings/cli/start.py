@@ -13,7 +13,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..shell.workflows import workflow_named
+from ..shell.kinds.workflow.handle import workflow_named
 from .loading import load_app
 
 _DESCRIPTION = """\

@@ -6,7 +6,7 @@ import argparse
 import os
 from typing import Any
 
-from tidings.shell.topics import TopicSpec, apply_topics
+from tidings.shell.runtime.topics import TopicSpec, apply_topics
 
 from .loading import load_app
 

@@ -1,6 +1,6 @@
 """Hosting one orchestration instance: journal an event, evaluate, pick new actions. Pure.
 
-The shell (``tidings.shell.agents.orchestration``) keeps, per instance key, an
+The shell (``tidings.shell.kinds.orchestration.agent``) keeps, per instance key, an
 ``InstanceState`` and the live ``Orchestration`` value (``tidings.coordination``), and
 calls ``advance`` for every event routed to the instance:
 

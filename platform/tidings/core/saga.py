@@ -13,7 +13,7 @@ events those commands cause come back to it. It is states and transitions:
 This module decides; it does no I/O. Given what the saga's journal holds (``restore``)
 and one input (``feed`` an event, ``fire`` a timer, ``recover`` after a restart), it
 returns a ``SagaStep``: the journal records to write, the commands to send once those are
-acknowledged, and the timers to arm. The shell (``tidings.shell.agents.saga``) writes
+acknowledged, and the timers to arm. The shell (``tidings.shell.kinds.saga.agent``) writes
 them in that order.
 
 Ids: the command id of the ``index``-th command of the state at ``seq`` is

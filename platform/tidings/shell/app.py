@@ -20,21 +20,21 @@ from ..core.aggregate import DEFAULT_COMMAND_RETENTION, AggregateDefinition, Dec
 from ..core.workflow.retry import Retry
 from ..core.saga_starts import SagaStarter
 from ..errors import BrokerError, DefinitionError
-from .agents.aggregate import AggregateTopics
-from .agents.projection import Handler, ProjectionSource
-from .aggregates import AggregateHandle
-from .deadletters import DEAD_LETTER_VALUE_BYTES, MAX_DEAD_LETTER_VALUE_BYTES
-from .hosting import Hosted
-from .projections import ProjectionHandle
-from .topics import ApplyReport, TopicSpec, apply_topics, deadletter_topic, spec_for, topic_name
+from .kinds.aggregate.agent import AggregateTopics
+from .kinds.projection.agent import Handler, ProjectionSource
+from .kinds.aggregate.handle import AggregateHandle
+from .runtime.deadletters import DEAD_LETTER_VALUE_BYTES, MAX_DEAD_LETTER_VALUE_BYTES
+from .runtime.hosting import Hosted
+from .kinds.projection.handle import ProjectionHandle
+from .runtime.topics import ApplyReport, TopicSpec, apply_topics, deadletter_topic, spec_for, topic_name
 
 if TYPE_CHECKING:
-    from .client import Client
-    from .flow_stage import WorkflowFlowStage
-    from .sagas import SagaHandle
-    from .schedules import ScheduleHandle
-    from .worker import Worker
-    from .workflows import WorkflowHandle
+    from .client.client import Client
+    from .kinds.flow.stage import WorkflowFlowStage
+    from .kinds.saga.handle import SagaHandle
+    from .kinds.schedule.handle import ScheduleHandle
+    from .runtime.worker import Worker
+    from .kinds.workflow.handle import WorkflowHandle
 
 __all__ = ["AggregateHandle", "App", "ProjectionHandle"]
 
@@ -202,7 +202,7 @@ class App:
         order per instance, and reads and writes the ``View``; the view's writes and the
         source offsets are committed together, so a restart applies nothing twice. An
         async handler may ``await event.signal(workflow, instance_id, name, payload)``
-        (``shell/projection_signals.py``; "Signal a workflow from a projection" in
+        (``shell/kinds/projection/signals.py``; "Signal a workflow from a projection" in
         ``docs/workflows.md``).
 
         Raises:
@@ -238,9 +238,9 @@ class App:
     def workflow(self, name: str | None = None, **options: Any) -> Callable[[Any], Any]:
         """Declare a workflow: ``@app.workflow("enrich")`` over ``async def body(ctx, input)``.
 
-        See ``tidings.shell.workflows.declare_workflow`` for the options.
+        See ``tidings.shell.kinds.workflow.handle.declare_workflow`` for the options.
         """
-        from .workflows import declare_workflow
+        from .kinds.workflow.handle import declare_workflow
 
         return declare_workflow(self, name, **options)
 
@@ -255,9 +255,9 @@ class App:
     ) -> Any:
         """Host an orchestration per instance key over ``sources`` (SPEC §8).
 
-        See ``tidings.shell.orchestrations.declare_orchestration`` for the details.
+        See ``tidings.shell.kinds.orchestration.handle.declare_orchestration`` for the details.
         """
-        from .orchestrations import declare_orchestration
+        from .kinds.orchestration.handle import declare_orchestration
 
         return declare_orchestration(
             self, name, sources, key_of, factory, actions_topic, **options
@@ -279,12 +279,12 @@ class App:
         ``start_on(event) -> bool`` starts one saga per correlation id; ``handle(event,
         state) -> new state | None`` and ``on_enter(state, recovering) -> (Stay() |
         Goto(state) | Stop(), [Send(...)])`` drive it. See
-        ``tidings.shell.sagas.declare_saga``.
+        ``tidings.shell.kinds.saga.handle.declare_saga``.
 
         Raises:
             DefinitionError: listing every problem with the definition.
         """
-        from .sagas import declare_saga
+        from .kinds.saga.handle import declare_saga
 
         return declare_saga(self, name, subscribe=subscribe, start_on=start_on, initial=initial,
                             handle=handle, on_enter=on_enter, state=state)
@@ -306,12 +306,12 @@ class App:
         Each record of ``source_topic`` (JSON, or Avro written with ``source_schema``:
         single-object or Confluent wire format) starts ``handle``'s workflow with id
         ``id_of(element)``; its outcome is written to ``sink_topic`` keyed by that id, and
-        the source offset is committed only then. See ``tidings.shell.flow_stage``.
+        the source offset is committed only then. See ``tidings.shell.kinds.flow.stage``.
 
         Raises:
             DefinitionError: listing every problem with the arguments.
         """
-        from .flow_stage import declare_flow
+        from .kinds.flow.stage import declare_flow
 
         return declare_flow(self, name, source_topic, handle, id_of, sink_topic, parallelism, timeout,
                             source_schema)
@@ -327,7 +327,7 @@ class App:
             DefinitionError: the app declares schedules already.
         """
         from ..core.schedule import aggregate as schedule
-        from .schedules import ScheduleDispatch, ScheduleHandle, workflow_names
+        from .kinds.schedule.handle import ScheduleDispatch, ScheduleHandle, workflow_names
 
         if ("aggregate", schedule.SCHEDULE_AGGREGATE) in self._hosted:
             raise DefinitionError(f"App {self.name!r}.schedules", [
@@ -402,7 +402,7 @@ class App:
         Those declared with ``app.saga(subscribe=[...])``, then those registered with
         ``register_saga_starter``.
         """
-        from .saga_starters import SubscribedSaga
+        from .kinds.saga.starters import SubscribedSaga
 
         declared: list[SagaStarter] = [SubscribedSaga(saga, aggregate_name) for saga in self.sagas
                                        if saga.subscribes_to(aggregate_name)]
@@ -493,7 +493,7 @@ class App:
 
     def client(self, bootstrap: str | None = None) -> Client:
         """Return this app's client for ``bootstrap`` (one per address, made on first use)."""
-        from .client import Client
+        from .client.client import Client
 
         address = bootstrap or self.bootstrap()
         if address not in self._clients:
@@ -525,7 +525,7 @@ class App:
         Raises:
             ValueError: ``processing_guarantee`` is not one the worker offers.
         """
-        from .worker import Worker
+        from .runtime.worker import Worker
 
         guarantee = (processing_guarantee or os.environ.get("TIDINGS_PROCESSING_GUARANTEE")
                      or self.processing_guarantee)

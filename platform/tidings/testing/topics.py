@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, TopicPartition
 
-from ..shell.kafka import incoming, watermarks
+from ..shell.runtime.kafka import incoming, watermarks
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,7 @@
 
 A request from an instance's inbox (``start``, ``signal``, ``cancel``, ``query``) goes in
 with what the host knows of the instance; a verdict comes out. The Faust agent
-(``tidings.shell.agents.workflow``) and the in-memory ``WorkflowTestRuntime``
+(``tidings.shell.kinds.workflow.agent``) and the in-memory ``WorkflowTestRuntime``
 (``tidings.testing.workflows``) both call ``decide_request`` and ``answer_fed``, so a
 request gets the same answer from both:
 

@@ -1,0 +1,193 @@
+"""Hosted orchestrations: ``app.orchestration(...)`` declared, validated, and hosted.
+
+Declaring does no I/O; ``open`` (called by the worker) opens the RocksDB store and returns
+two agents: the router over the sources' events topics and the instance agent over
+the orchestration's inbox (``tidings.shell.kinds.orchestration.agent``). The design, with its
+guarantees and limits, is in docs/orchestrations-hosted.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ....errors import DefinitionError
+from .agent import (
+    Factory,
+    KeyOf,
+    OrchestrationAgent,
+    OrchestrationRouter,
+    OrchestrationStore,
+    OrchestrationTopics,
+)
+from ..projection.agent import ProjectionSource
+from ...runtime.hosting import Input, Runtime, TopicPartition
+from ...runtime.topics import TopicSpec, deadletter_topic, spec_for, topic_name
+
+if TYPE_CHECKING:
+    from ...app import App
+
+
+@dataclass(frozen=True)
+class OrchestrationDefinition:
+    """A hosted orchestration: what ``app.orchestration`` returns and the worker runs.
+
+    Attributes:
+        app: The App it belongs to.
+        name: Its name (a topic segment).
+        sources: The events topics it reads, with the types to decode them.
+        key_of: ``key_of(SourceEvent) -> instance key | None``.
+        factory: ``factory(instance key) -> Orchestration`` for a new instance.
+        topics: Its inbox, journal, actions and outcomes topics.
+    """
+
+    app: App
+    name: str
+    sources: tuple[ProjectionSource, ...]
+    key_of: KeyOf
+    factory: Factory
+    topics: OrchestrationTopics
+
+    def topic_specs(self) -> list[TopicSpec]:
+        """Return the inbox, journal, actions and outcomes topics, co-partitioned."""
+        partitions = self.app.partitions
+        return [
+            spec_for("inbox", self.topics.inbox, partitions=partitions),
+            spec_for("journal", self.topics.journal, partitions=partitions),
+            spec_for("actions", self.topics.actions, partitions=partitions),
+            spec_for("outcomes", self.topics.outcomes, partitions=partitions),
+        ]
+
+    @property
+    def kind(self) -> str:
+        return "orchestration"
+
+    def open(self, runtime: Runtime) -> OrchestrationAgents:
+        """Open the store and return the router and instance agents of this orchestration."""
+        store = OrchestrationStore(runtime.store_path(self.kind, self.name))
+        partitions = runtime.partitions
+        router = OrchestrationRouter(
+            self.name, self.key_of, sources=self.sources, topics=self.topics,
+            partitions=partitions, publisher=runtime.publisher, clock=runtime.clock,
+            deadletter_value_limit=runtime.deadletter_value_limit, metrics=runtime.metrics,
+        )
+        agent = OrchestrationAgent(
+            self.name, self.factory, sources=self.sources, topics=self.topics,
+            partitions=partitions, store=store, reader=runtime.reader(), publisher=runtime.publisher,
+            # librdkafka answers an offsets query slowly right after a read's unassign.
+            offsets_reader=runtime.reader(), clock=runtime.clock,
+            deadletter_value_limit=runtime.deadletter_value_limit, metrics=runtime.metrics,
+        )
+        return OrchestrationAgents(router, agent)
+
+
+@dataclass(frozen=True)
+class OrchestrationAgents:
+    """The two agents of one hosted orchestration, as the worker runs them."""
+
+    router: OrchestrationRouter
+    agent: OrchestrationAgent
+
+    @property
+    def inputs(self) -> Sequence[Input]:
+        name = self.agent.name
+        return [
+            Input(f"orchestration-{name}-router", tuple(self.router.source_topics), self.router.start),
+            # One batch in flight: the next batch's catch-up and decisions read RocksDB,
+            # which must hold the previous batch first.
+            Input(f"orchestration-{name}", (self.agent.topics.inbox,), self.agent.start,
+                  partitions=self.agent.owner.partitions, max_in_flight=1),
+        ]
+
+    async def assign(self, partitions: Collection[TopicPartition]) -> None:
+        """Nothing to do at once: a partition is caught up before its first record."""
+
+    def revoke(self, partitions: Collection[TopicPartition]) -> None:
+        self.agent.revoke(p for topic, p in partitions if topic == self.agent.topics.inbox)
+
+    def close(self) -> None:
+        self.agent.close()
+
+
+def declare_orchestration(
+    app: App,
+    name: str,
+    sources: Iterable[Any],
+    key_of: Callable[[Any], str | None],
+    factory: Callable[[str], Any],
+    actions_topic: str | None = None,
+    **options: Any,
+) -> OrchestrationDefinition:
+    """Declare an orchestration hosted per instance key over the events of ``sources``.
+
+    Every stored event of the sources is given to ``key_of`` as a ``SourceEvent``
+    (``aggregate``, ``aggregate_id``, ``version``, ``value``, ``envelope``); it returns the
+    instance key, or None when the event is not for this orchestration. Each instance is
+    ``factory(key)``, stepped with the events' *values* in the order they reach it, and
+    evaluated with ``None`` after each; the new actions of its ``Break`` results go to
+    ``actions_topic`` (default ``{app}.orchestration.{name}.actions``) keyed
+    ``{instance}/{position}``, and a finished instance's last ``Continue`` value to
+    ``{app}.orchestration.{name}.outcomes`` keyed by instance.
+
+    *Journaled:* each event at ``{app}.orchestration.{name}.journal``, key
+    ``{instance}/{sequence}``. *Idempotent by:* the event's source topic, partition and
+    offset. *Replay:* after a restart, instances are rebuilt by feeding their journal again.
+
+    Args:
+        app: The App.
+        name: The orchestration's name (letters, digits, ``_``, ``-``).
+        sources: Aggregate handles of ``app`` whose stored events it reads.
+        key_of: ``key_of(event) -> str | None``; must be deterministic.
+        factory: ``factory(key) -> Orchestration``; must be deterministic.
+        actions_topic: Where actions go; it must have the app's partition count.
+        **options: None are accepted yet.
+
+    Returns:
+        The definition, registered with ``app.host(...)``.
+
+    Raises:
+        DefinitionError: listing every problem with the declaration.
+    """
+    from ..aggregate.handle import AggregateHandle
+
+    reasons: list[str] = []
+    if not name or not all(ch.isalnum() or ch in "_-" for ch in name):
+        reasons.append(f"name {name!r} must be letters, digits, '_' or '-'")
+    sources = list(sources)
+    if not sources:
+        reasons.append("sources must name at least one aggregate handle")
+    for source in sources:
+        if not isinstance(source, AggregateHandle) or source.app is not app:
+            reasons.append(f"{source!r} is not an aggregate handle of this app "
+                           "(raw topics are not accepted: see docs/orchestrations-hosted.md)")
+    if not callable(key_of):
+        reasons.append("key_of must be callable: key_of(event) -> str | None")
+    if not callable(factory):
+        reasons.append("factory must be callable: factory(key) -> Orchestration")
+    if actions_topic is not None and (not isinstance(actions_topic, str) or not actions_topic):
+        reasons.append(f"actions_topic must be a topic name, not {actions_topic!r}")
+    if options:
+        reasons.append(f"unknown options: {', '.join(sorted(options))}")
+    if reasons:
+        raise DefinitionError(f"orchestration {name!r}", reasons)
+    topics = OrchestrationTopics(
+        inbox=topic_name(app.name, "orchestration", name, "inbox"),
+        journal=topic_name(app.name, "orchestration", name, "journal"),
+        actions=actions_topic or topic_name(app.name, "orchestration", name, "actions"),
+        outcomes=topic_name(app.name, "orchestration", name, "outcomes"),
+        deadletter=deadletter_topic(app.name),
+    )
+    definition = OrchestrationDefinition(
+        app,
+        name,
+        tuple(
+            ProjectionSource(s.name, s.topics.events, s.definition.event_types) for s in sources
+        ),
+        key_of,
+        factory,
+        topics,
+    )
+    app.host(definition)
+    return definition
+

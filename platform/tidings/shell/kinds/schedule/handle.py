@@ -1,0 +1,224 @@
+"""``app.schedules([workflow, ...])``'s handle: create, change, pause, resume, delete, state.
+
+A schedule is the aggregate ``schedule`` (``core/schedule/aggregate.py``), declared by
+``App.schedules`` like any other aggregate, so the worker hosts it with no code of its own
+and every call here is a command answered through the app's replies topic. The handle
+checks what it can before sending (the workflow is one of the listed ones, the id fits its
+run ids, the input is JSON), stamps each command with this process's clock, and reads the
+state back when a create stores nothing, to tell a repeated create from a conflicting one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+from pydantic_core import PydanticSerializationError, to_jsonable_python
+
+from ....core.limits import check_id
+from ....core.schedule import MAX_SCHEDULE_ID_BYTES, CatchUp, ScheduleRule
+from ....core.schedule.aggregate import (
+    ChangeSchedule,
+    CreateSchedule,
+    DeleteSchedule,
+    PauseSchedule,
+    ReadSchedule,
+    ResumeSchedule,
+    ScheduleCommand,
+    ScheduleRead,
+    ScheduleState,
+)
+from .dispatcher import ScheduleDispatcher
+from ..aggregate.handle import AggregateHandle
+from ...runtime.hosting import Runtime
+from .store import ScheduleStore
+from ...runtime.topics import TopicSpec
+
+if TYPE_CHECKING:
+    from ...app import App
+    from ..workflow.handle import WorkflowHandle
+
+
+@dataclass(frozen=True)
+class ScheduleHandle:
+    """What ``app.schedules`` returns: the schedule aggregate and the workflows it may start.
+
+    ``clock`` gives the instant each command is about (the creation, change, pause, resume
+    or delete); it is this process's clock, and a test may pass its own.
+    """
+
+    aggregate: AggregateHandle[Any, Any, ScheduleState]
+    workflows: tuple[str, ...]
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+
+    async def create(
+        self,
+        schedule_id: str,
+        workflow: WorkflowHandle | str,
+        input: Any,
+        rule: ScheduleRule,
+        catch_up: CatchUp = CatchUp.LATEST,
+    ) -> None:
+        """Create schedule ``schedule_id``: start ``workflow`` with ``ScheduledRun(id, due,
+        input)`` at each due time of ``rule``. Returns once the schedule is stored.
+
+        A create with the same content as the stored schedule stores nothing and returns,
+        so a program can create its schedules at every start.
+
+        Raises:
+            ValueError: the workflow is not one ``app.schedules`` listed, the id is unusable (``LimitError``),
+                the input is not JSON, the id holds a schedule with other content, or the
+                id was deleted (a deleted id can never be created again).
+        """
+        command = CreateSchedule(
+            workflow=self._workflow(workflow), input=_json(input), rule=_rule(rule),
+            catch_up=CatchUp(catch_up), at=self.clock(),
+        )
+        if await self._send(schedule_id, command) is not None:
+            return
+        state = await self.state(schedule_id)
+        if state.same_content(command):
+            return
+        if state.status == "deleted":
+            raise ValueError(f"schedule {schedule_id!r} was deleted; a deleted id cannot be created again")
+        raise ValueError(
+            f"schedule {schedule_id!r} exists with other content ({state.workflow}, {state.input!r}, "
+            f"{state.schedule_rule}, {state.catch_up}); change it with change()"
+        )
+
+    async def create_latest(self, schedule_id: str, workflow: WorkflowHandle | str, input: Any,
+                            rule: ScheduleRule) -> None:
+        """``create`` with ``CatchUp.LATEST``, the default policy."""
+        await self.create(schedule_id, workflow, input, rule, CatchUp.LATEST)
+
+    async def change(
+        self,
+        schedule_id: str,
+        workflow: WorkflowHandle | str,
+        input: Any,
+        rule: ScheduleRule,
+        catch_up: CatchUp = CatchUp.LATEST,
+    ) -> None:
+        """Replace the schedule's workflow, input, rule and policy; no due time at or before
+        the change runs, and a run decided before it starts as it was decided.
+
+        Raises:
+            ValueError: the schedule does not exist or was deleted, or as ``create``.
+        """
+        command = ChangeSchedule(
+            workflow=self._workflow(workflow), input=_json(input), rule=_rule(rule),
+            catch_up=CatchUp(catch_up), at=self.clock(),
+        )
+        if await self._send(schedule_id, command) is None:
+            raise ValueError(f"schedule {schedule_id!r} does not exist or was deleted")
+
+    async def pause(self, schedule_id: str) -> bool:
+        """Pause the schedule: no due time from now until the resume runs.
+
+        Returns:
+            Whether this call paused it (False: absent, deleted, or already paused).
+        """
+        return await self._send(schedule_id, PauseSchedule(at=self.clock())) is not None
+
+    async def resume(self, schedule_id: str) -> bool:
+        """Resume a paused schedule from the first due time after now.
+
+        Returns:
+            Whether this call resumed it (False: absent, deleted, or not paused).
+        """
+        return await self._send(schedule_id, ResumeSchedule(at=self.clock())) is not None
+
+    async def delete(self, schedule_id: str) -> bool:
+        """Delete the schedule for ever; runs already decided still start.
+
+        Returns:
+            Whether this call deleted it (False: absent or already deleted).
+        """
+        return await self._send(schedule_id, DeleteSchedule(at=self.clock())) is not None
+
+    async def state(self, schedule_id: str) -> ScheduleState:
+        """Return the schedule's state as its aggregate holds it (``status`` ``absent`` when
+        it was never created)."""
+        reply = await self._send(schedule_id, ReadSchedule())
+        if not isinstance(reply, ScheduleRead):
+            raise TypeError(f"the schedule aggregate answered a read with {reply!r}")
+        return reply.state
+
+    async def _send(self, schedule_id: str, command: ScheduleCommand) -> Any:
+        _check_schedule_id(schedule_id)
+        return await self.aggregate.send(schedule_id, command)
+
+    def _workflow(self, workflow: WorkflowHandle | str) -> str:
+        name = workflow if isinstance(workflow, str) else workflow.name
+        if name not in self.workflows:
+            raise ValueError(
+                f"workflow {name!r} is not one app.schedules([...]) lists: {list(self.workflows)}"
+            )
+        return name
+
+
+@dataclass(frozen=True)
+class ScheduleDispatch:
+    """The dispatcher as a hosted kind: it fires the schedules of the journal partitions a
+    worker owns and starts their runs (``kinds/schedule/dispatcher.py``).
+
+    It declares no topic of its own: it reads the schedule aggregate's journal and writes
+    to its commands topic and to the inboxes of the workflows the schedules start.
+    """
+
+    app: App
+    aggregate: AggregateHandle[Any, Any, ScheduleState]
+
+    @property
+    def kind(self) -> str:
+        return "schedule-dispatcher"
+
+    @property
+    def name(self) -> str:
+        return self.aggregate.name
+
+    def topic_specs(self) -> list[TopicSpec]:
+        return []
+
+    def open(self, runtime: Runtime) -> ScheduleDispatcher:
+        store = ScheduleStore(runtime.store_path(self.kind, self.name))
+        return ScheduleDispatcher(self.aggregate, workflow=self.app.workflow_handle, store=store,
+                                  runtime=runtime)
+
+
+def _check_schedule_id(schedule_id: str) -> None:
+    # Shorter than other ids, so that every run id ``{schedule}@{due}`` fits the id limit.
+    check_id(schedule_id, "schedule id", max_bytes=MAX_SCHEDULE_ID_BYTES)
+
+
+def _rule(rule: ScheduleRule) -> dict[str, Any]:
+    if not isinstance(rule, ScheduleRule):
+        raise TypeError(f"a rule is a ScheduleRule (daily, weekly or every), not {type(rule).__name__}")
+    return rule.to_data()
+
+
+def _json(value: Any) -> Any:
+    """The input's stored, JSON form: a pydantic model as its JSON data, a plain value as is."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    try:
+        return to_jsonable_python(value)
+    except PydanticSerializationError as exc:
+        raise ValueError(f"a schedule's input must be JSON or a pydantic model: {exc}") from exc
+
+
+def workflow_names(workflows: Iterable[WorkflowHandle | str]) -> tuple[str, ...]:
+    """The names of the listed workflows, checked to be handles or names."""
+    names: list[str] = []
+    for workflow in workflows:
+        name = workflow if isinstance(workflow, str) else getattr(workflow, "name", None)
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"app.schedules lists workflow handles or names, not {workflow!r}")
+        names.append(name)
+    return tuple(dict.fromkeys(names))
+
+
+__all__ = ["ScheduleDispatch", "ScheduleHandle", "workflow_names"]

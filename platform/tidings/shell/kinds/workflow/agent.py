@@ -1,0 +1,863 @@
+"""The workflow agent: inbox topic -> ``WorkflowInstance.advance`` -> journal, effects.
+
+Every input of an instance is decided one at a time, under one lock per agent: inbox
+records (start, signal, cancel, query) in pipelined batches from Faust, replies to sends
+in batches from their own reader (``kinds/workflow/replies.py``), and the shell's own inputs (an
+activity's result, a due timer) from a queue. Each decision becomes a *commit*:
+
+1. the decision's journal records are produced at once (key ``{instance_id}/{seq}``, the
+   instance's partition), in decision order;
+2. a single committer task takes commits in that order: it waits for the broker's acks,
+   sends dead letters (awaited), writes RocksDB (journal, status, running index, timers,
+   offsets) in one batch, and only then carries out the effects (runs activities, arms
+   timers) and publishes outcomes, statuses and replies. So no effect and no reply ever
+   precedes the journal records it depends on. The one exception, an activity whose
+   input cannot depend on anything unacknowledged, starts at step 1 (``_early_activities``).
+
+On partition assignment the agent catches up with the journal topic (another worker may
+have written there), then replays every RUNNING or PARKED instance of the partition and
+carries out the effects replay gives: pending activities run again, timers are re-armed
+with their stored due time (the time that remains). A journal record written for an inbox
+record carries that record's offset in a header, so after a crash an inbox record whose
+records are already journaled is skipped, never applied twice. See docs/workflows-hosted.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+from collections import Counter, OrderedDict
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ....codec import avro
+from ....core.workflow import (
+    ActivityResult,
+    ArmTimer,
+    Attempt,
+    CancelActivity,
+    CancelTimer,
+    Ended,
+    InboxMessage,
+    PublishOutcome,
+    ReportParked,
+    RunActivity,
+    Started,
+    StepError,
+    StepStarted,
+    TimerFired,
+    WorkflowDefinition,
+    WorkflowInstance,
+    WorkflowStatus,
+)
+from ....core.workflow.inbox_rules import (
+    AwaitEnd,
+    Feed,
+    InboxReply,
+    Refuse,
+    StoredEnd,
+    answer_fed,
+    decide_request,
+)
+from ....core.workflow.inbox import Start
+from ....core.workflow_records import WorkflowInbox, WorkflowJournalEntry, WorkflowStatusRecord
+from ....errors import DecodeError, RecordError, RecordRejected, SchemaError
+from ...runtime.hosting import Input, Runtime, TopicPartition
+from ...runtime.io import Delivered, Incoming, Outgoing
+from ...runtime.owner import PartitionOwner
+from ...runtime.pipeline import stop_worker, stop_worker_on_failure
+from ....core.workflow.sends import SendCommand, StopSend
+from .activities import Skippable, ThreadedAttempts, run_attempt, runs_threaded, settle_returned
+from .replies import RepliesReader
+from .sends import WorkflowSends
+from .children import CHILD_EFFECTS, ChildLinks
+from .codec import (
+    INBOX_OFFSET_HEADER,
+    answer_of,
+    decode_inbox,
+    is_json_request,
+    outcome_fields,
+    outcome_fields_of,
+    outcome_record,
+    reply_record,
+)
+from .store import StoreWrite, WorkflowStore
+
+log = logging.getLogger(__name__)
+
+_ENDED = (WorkflowStatus.FINISHED, WorkflowStatus.FAULTED, WorkflowStatus.CANCELLED)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowTopics:
+    """The topics of one workflow definition."""
+
+    inbox: str
+    journal: str
+    outcomes: str
+    status: str
+    replies: str
+    deadletter: str
+
+
+@dataclass(slots=True)
+class _Commit:
+    """What one round of decisions produced, waiting for the journal's acks."""
+
+    journal: list[Outgoing] = field(default_factory=list)
+    dead: list[Outgoing] = field(default_factory=list)  # dead letters, forwards: awaited
+    links: list[Outgoing] = field(default_factory=list)  # to parents and children: awaited, may be refused
+    after: list[Outgoing] = field(default_factory=list)  # outcomes, statuses, replies
+    write: StoreWrite = field(default_factory=StoreWrite)
+    effects: list[tuple[str, Any]] = field(default_factory=list)
+    touched: set[str] = field(default_factory=set)
+    unsettled: Counter[str] = field(default_factory=Counter)  # see WorkflowAgent._unsettled
+    ended: list[int] = field(default_factory=list)  # start times (ms) of instances whose outcome is in after
+
+
+class WorkflowAgent:
+    """Hosts the instances of one workflow definition on the partitions assigned here."""
+
+    def __init__(
+        self,
+        definition: WorkflowDefinition,
+        *,
+        topics: WorkflowTopics,
+        store: WorkflowStore,
+        runtime: Runtime,
+        cache_size: int = 10_000,
+        # Sync activities mostly wait on I/O (an HTTP call, a database), and threads start on
+        # demand: 64 made a restart with 2,000 pending 50 ms activities take 1.6 s on its own.
+        activity_threads: int = 256,
+        command_timeout: float = 30.0,
+        workflows: Collection[str] | None = None,
+    ) -> None:
+        self.definition = definition
+        # The app's workflow names: a child's start may only name one of them as its parent
+        # (None: not checked).
+        self._workflows = None if workflows is None else frozenset(workflows)
+        self._topics = runtime.topic_check()
+        self.topics = topics
+        self._partitions = runtime.partitions
+        self._store = store
+        self._runtime = runtime
+        self._exactly_once = runtime.exactly_once
+        self._committed = runtime.committed
+        self._publisher = runtime.publisher
+        self._clock = runtime.clock
+        self._cache_size = cache_size
+        self._children = ChildLinks.of_inbox(topics.inbox, definition.name, runtime.partitions)
+        self.owner = PartitionOwner(
+            f"workflow {definition.name}",
+            journal=topics.journal,
+            partitions=runtime.partitions,
+            reader=runtime.reader(),
+            # Transactions fence a second writer; their commit markers take offsets too.
+            foreign_writers=not runtime.exactly_once,
+            applied=store.journal_offset,
+            forget=self._begin_catch_up,
+            restore=self._restore_chunk,
+            caught_up=self._caught_up,
+            on_foreign=self._recover_again,
+            on_recovered=runtime.metrics.recovery("workflow", definition.name),
+        )
+        self._partition_of = self.owner.home
+        self._metrics = runtime.metrics
+        runtime.metrics.register_instances("workflow", definition.name, self._instances)
+        # When each live instance started (ms, from its Started record): its run time is
+        # observed when its outcome is published. Entries go with the cached instance.
+        self._started_at: dict[str, int] = {}
+        # Sync activities block; the loop's default pool (cores + 4 threads) is far too small.
+        self._executor = concurrent.futures.ThreadPoolExecutor(activity_threads, "tidings-activity")
+        self._activity_threads = activity_threads
+        self._lock = asyncio.Lock()
+        self._cache: OrderedDict[str, WorkflowInstance] = OrderedDict()
+        self._inbox_applied: dict[int, int] = {}
+        # Each running attempt: what cancels it (its task, or its pool future) and the attempt.
+        self._activities: dict[tuple[str, str], tuple[asyncio.Future[None] | Skippable, Attempt]] = {}
+        self._threaded: ThreadedAttempts[str] | None = None
+        self._timers: dict[tuple[str, str], asyncio.TimerHandle] = {}
+        self._busy: Counter[str] = Counter()  # live activities and timers: not evictable
+        self._dirty: Counter[str] = Counter()  # decided, not yet in RocksDB: not evictable
+        # Journal records not acknowledged yet that an activity's input could come from
+        # (anything but Started and StepStarted): while an instance has some, its new
+        # activities wait for the acks (see _submit).
+        self._unsettled: Counter[str] = Counter()
+        # Queries waiting for the end: (request id, reply_to, answer in JSON).
+        self._waiters: dict[str, list[tuple[str, str, bool]]] = {}
+        self._inputs: asyncio.Queue[tuple[str, InboxMessage]] | None = None
+        self._commits: asyncio.Queue[tuple[_Commit, Awaitable[list[Delivered]], asyncio.Future[None]]] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._sends = WorkflowSends(self, bootstrap=runtime.bootstrap, command_timeout=command_timeout)
+        # Replies to sends are read outside Faust, in batches (kinds/workflow/replies.py).
+        self._replies = RepliesReader(runtime.bootstrap, topics.replies, self._replied)
+        self._reply_batches: asyncio.Queue[list[Incoming]] | None = None
+
+    # -- the hosting seam ----------------------------------------------------------------
+
+    @property
+    def inputs(self) -> Sequence[Input]:
+        # The replies topic (co-partitioned with the inbox) is read by self._replies for
+        # the inbox partitions this worker owns: see kinds/workflow/replies.py.
+        return [Input(f"workflow-{self.definition.name}", (self.topics.inbox,), self.start,
+                      partitions=self._partitions)]
+
+    async def start(self, batch: Sequence[Incoming]) -> Callable[[], Awaitable[None]]:
+        """Decide a batch of inbox records; return what waits for it to be committed."""
+        self._ensure_tasks()
+        async with self._lock:
+            await self._ready({record.partition for record in batch})
+            commit = _Commit()
+            now_ms = self._now_ms()
+            for record in batch:
+                try:
+                    self._inbox_record(record, commit, now_ms)
+                except Exception as exc:  # noqa: BLE001 - the backstop: no record stops the agent
+                    log.error("workflow %s failed on %s/%d@%d", self.definition.name,
+                              record.topic, record.partition, record.offset, exc_info=True)
+                    error = exc if isinstance(exc, RecordError) else DecodeError(
+                        f"the workflow agent failed on this record: {type(exc).__name__}: {exc}")
+                    commit.dead.append(self._runtime.dead_letter(record, error))
+            for record in batch:
+                offsets = commit.write.inbox_offsets
+                offsets[record.partition] = max(record.offset, offsets.get(record.partition, -1))
+            done = self._submit(commit)
+
+        async def finish() -> None:
+            await done
+
+        return finish
+
+    async def assign(self, partitions: Collection[TopicPartition]) -> None:
+        """Recover assigned inbox partitions at once: catch up, replay what is running.
+
+        Eagerly, not at the first inbox record: running instances have timers and
+        activities to resume even when nobody writes to them.
+        """
+        self._ensure_tasks()
+        for partition in sorted(p for topic, p in partitions if topic == self.topics.inbox):
+            async with self._lock:
+                await self._ready([partition])
+
+    def revoke(self, partitions: Collection[TopicPartition]) -> None:
+        """Stop everything of revoked inbox partitions: another worker owns their instances."""
+        gone = {p for topic, p in partitions if topic == self.topics.inbox}
+        self._replies.unfollow(gone)
+        self._drop(gone)
+
+    async def _ready(self, partitions: Collection[int]) -> None:
+        """Read the partitions' replies from their end, then catch them up (under the lock).
+
+        In this order: recovery sends the pending commands again, and their replies must
+        come after the position the replies reader starts from.
+        """
+        await self._replies.follow(p for p in partitions if not self.owner.is_ready(p))
+        await self.owner.ensure_ready(partitions)
+
+    def _replied(self, records: list[Incoming]) -> None:
+        assert self._reply_batches is not None
+        self._reply_batches.put_nowait(records)
+
+    async def _decide_replies(self) -> None:
+        """Decide each batch of replies to sends as one commit (see kinds/workflow/replies.py)."""
+        assert self._reply_batches is not None
+        while True:
+            records = await self._reply_batches.get()
+            while not self._reply_batches.empty():
+                records += self._reply_batches.get_nowait()
+            async with self._lock:
+                self._decide_reply_batch(records)
+
+    def _decide_reply_batch(self, records: list[Incoming]) -> None:
+        commit = _Commit()
+        now_ms = self._now_ms()
+        for record in records:
+            if not self.owner.is_ready(record.partition):
+                continue  # revoked, or recovering: the pending command is sent again
+            try:
+                self._sends.reply_record(record, commit, now_ms)
+            except Exception as exc:  # noqa: BLE001 - the backstop: no record stops the agent
+                log.error("workflow %s failed on %s/%d@%d", self.definition.name,
+                          record.topic, record.partition, record.offset, exc_info=True)
+                error = exc if isinstance(exc, RecordError) else DecodeError(
+                    f"the workflow agent failed on this record: {type(exc).__name__}: {exc}")
+                commit.dead.append(self._runtime.dead_letter(record, error))
+        self._submit(commit)
+
+    def _drop(self, gone: set[int]) -> None:
+        """Stop everything of ``gone`` partitions and forget them."""
+        if not gone:
+            return
+        self.owner.revoke(gone)
+        for partition in gone:
+            self._inbox_applied.pop(partition, None)
+        self._forget_cached(*gone)
+        for key in [k for k in self._activities if self._partition(k[0]) in gone]:
+            task, attempt = self._activities.pop(key)
+            attempt.cancellation.cancel()
+            task.cancel()
+            self._busy[key[0]] -= 1
+        for key in [k for k in self._timers if self._partition(k[0]) in gone]:
+            self._timers.pop(key).cancel()
+            self._busy[key[0]] -= 1
+        for instance_id in [i for i in self._waiters if self._partition(i) in gone]:
+            del self._waiters[instance_id]
+        self._sends.drop(gone)
+        self._busy = +self._busy
+
+    def close(self) -> None:
+        """Cancel the agent's tasks, activities and timers (the worker is stopping)."""
+        for task in self._tasks:
+            task.cancel()
+        self._drop(set(range(self._partitions)))
+        self._sends.close()
+        self._replies.close()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._threaded is not None:
+            self._threaded.close()
+        self._store.close()
+
+    def _forget_cached(self, *partitions: int) -> None:
+        """Drop the live instances of ``partitions`` (RocksDB keeps their journals)."""
+        gone = set(partitions)
+        for instance_id in [i for i in self._cache if self._partition(i) in gone]:
+            self._cache.pop(instance_id).close()
+            self._started_at.pop(instance_id, None)
+
+    def _instances(self) -> dict[str, int]:
+        """``tidings_instances``, on scrape (another thread: only a copy, then counts)."""
+        statuses = Counter(instance.status for instance in list(self._cache.values()))
+        return {"cached": sum(statuses.values()), "running": statuses[WorkflowStatus.RUNNING],
+                "parked": statuses[WorkflowStatus.PARKED]}
+
+    # -- deciding ----------------------------------------------------------------------
+
+    def _inbox_record(self, record: Incoming, commit: _Commit, now_ms: int) -> None:
+        try:
+            request = self._decode(record)
+        except RecordError as exc:
+            commit.dead.append(self._runtime.dead_letter(record, exc))
+            return
+        forward = self.owner.forward(record, request.instance_id)
+        if forward is not None:
+            commit.dead.append(forward)  # another partitioner: decided where the instance lives
+            return
+        if record.offset <= self._inbox_applied.get(record.partition, -1):
+            return  # journaled before a crash; the inbox offset was not committed yet
+        known = self._known(request.instance_id, commit, now_ms)
+        verdict = decide_request(request, known)
+        as_json = is_json_request(record)  # a JSON request is answered in JSON
+        if isinstance(verdict, Feed):
+            if isinstance(known, WorkflowInstance):
+                instance = known
+            else:
+                instance = WorkflowInstance(self.definition, request.instance_id)
+            message = verdict.message
+            if as_json and isinstance(message, Start):
+                message = replace(message, outcome_json=True)  # journaled: its outcome is JSON too
+            decided = self._advance(instance, message, commit, now_ms, record.offset)
+            verdict = answer_fed(request, instance, None if decided is not None else self._refusal)
+        if request.kind == "start" and request.parent_id is not None and known is not None:
+            # A parent that restarted mid-start waits for the acknowledgement again.
+            commit.links.extend(self._children.repeated_start(request, known, self._store, self.definition.name, now_ms))
+        if isinstance(verdict, AwaitEnd):
+            if request.reply_to:
+                self._waiters.setdefault(request.instance_id, []).append(
+                    (request.request_id, request.reply_to, as_json))
+            return
+        if isinstance(verdict, Refuse):
+            error = SchemaError(verdict.reason)
+            commit.dead.append(self._runtime.dead_letter(record, error))
+        self._reply(commit, request, verdict.reply, as_json)
+
+    def _decode(self, record: Incoming) -> WorkflowInbox:
+        """Decode an inbox record; its ``reply_to`` must be a topic a reply may go to."""
+        request = decode_inbox(record)
+        self._runtime.reply_topic(request.reply_to)
+        parent = request.parent_workflow
+        if request.kind == "start" and parent is not None and self._workflows is not None \
+                and parent not in self._workflows and not self._topics.exists(self._children.inbox(parent)):
+            # Its reports would go to the inbox of a workflow that does not exist: a topic
+            # nobody made, which Kafka takes ~30 s to refuse while this agent's commits wait.
+            # (A workflow this worker's code lacks but whose topics exist is another
+            # version's, during a rolling update: its child starts normally.)
+            raise SchemaError(f"a child's start names parent workflow {parent[:100]!r}, which is no "
+                              f"workflow of this app")
+        return request
+
+    def _known(self, instance_id: str, commit: _Commit, now_ms: int) -> WorkflowInstance | StoredEnd | None:
+        """Return what the inbox rules need to know of an instance: live, ended, or nothing."""
+        instance = self._cache.get(instance_id)
+        if instance is not None:
+            return instance
+        stored = self._store.status(instance_id)
+        if stored is None:
+            return None
+        if stored["status"] not in (s.value for s in _ENDED):
+            return self._replayed(instance_id, commit, now_ms)
+        # Ended: answered from RocksDB, never replayed.
+        fields = answer_of(stored)
+        error = fields.get("error")
+        return StoredEnd(
+            status=fields["status"],
+            outcome=fields.get("outcome"),
+            result=fields.get("result"),
+            error=StepError.from_json(error) if isinstance(error, dict) else error,
+            reason=fields.get("reason"),
+        )
+
+    def _advance(
+        self,
+        instance: WorkflowInstance,
+        message: InboxMessage,
+        commit: _Commit,
+        now_ms: int,
+        inbox_offset: int | None = None,
+    ) -> Any:
+        """Feed ``message``; add its records and effects to ``commit``; None if refused."""
+        before = instance.status
+        decision = instance.advance(message, now_ms)
+        if decision.rejected is not None:
+            self._refusal = decision.rejected
+            return None
+        self._refusal = None
+        instance_id = instance.instance_id
+        self._remember(instance)
+        self._record(instance_id, decision.records, commit, inbox_offset)
+        self._effects(instance_id, decision.effects, commit)
+        if decision.status is not before or decision.records and isinstance(decision.records[-1], Ended):
+            self._status_changed(instance, decision, commit, now_ms)
+        return decision
+
+    def _effects(self, instance_id: str, effects: Sequence[Any], commit: _Commit) -> None:
+        for effect in effects:
+            if isinstance(effect, CHILD_EFFECTS):
+                # Acknowledged before RocksDB is written, like dead letters (kinds/workflow/children.py).
+                commit.links.append(self._children.outgoing(instance_id, effect, self._now_ms()))
+                continue
+            commit.effects.append((instance_id, effect))
+            if isinstance(effect, ArmTimer):
+                commit.write.timers[(instance_id, effect.path)] = effect.due
+            elif isinstance(effect, CancelTimer):
+                commit.write.timers[(instance_id, effect.path)] = None
+
+    def _record(
+        self, instance_id: str, records: Sequence[Any], commit: _Commit, inbox_offset: int | None
+    ) -> None:
+        partition = self._partition(instance_id)
+        headers = () if inbox_offset is None else ((INBOX_OFFSET_HEADER, b"%d" % inbox_offset),)
+        for record in records:
+            key = f"{instance_id}/{record.seq}".encode()
+            value = avro.encode(WorkflowJournalEntry(instance_id, record))
+            commit.journal.append(Outgoing(self.topics.journal, key, value, partition, headers))
+            commit.write.records.append((instance_id, record))
+            if isinstance(record, Started):
+                self._started_at[instance_id] = record.at
+            if not isinstance(record, (Started, StepStarted)):
+                commit.unsettled[instance_id] += 1
+                self._unsettled[instance_id] += 1
+        if instance_id not in commit.touched:
+            commit.touched.add(instance_id)
+            self._dirty[instance_id] += 1
+
+    def _status_changed(self, instance: WorkflowInstance, decision: Any, commit: _Commit, now_ms: int) -> None:
+        instance_id = instance.instance_id
+        status = instance.status
+        if status is None:
+            return
+        partition = self._partition(instance_id)
+        stored: dict[str, Any] = {"status": status.value}
+        reason = next((e.reason for e in decision.effects if isinstance(e, ReportParked)), None)
+        if status in _ENDED and instance.outcome is not None:
+            ended = next((r for r in decision.records if isinstance(r, Ended)), None)
+            stored["outcome"] = (
+                outcome_fields(ended) if ended is not None else outcome_fields_of(instance.outcome, self.definition)
+            )
+            commit.write.running[instance_id] = (partition, False)
+            commit.after.append(self._outcome_record(instance_id, stored["outcome"], now_ms, instance.outcome_json))
+            started = self._started_at.pop(instance_id, None)
+            if started is not None:
+                commit.ended.append(started)
+            for request_id, reply_to, as_json in self._waiters.pop(instance_id, ()):
+                commit.after.append(reply_record(reply_to, request_id, instance_id, "status", now_ms,
+                                                 as_json=as_json, **answer_of(stored)))
+        else:
+            commit.write.running[instance_id] = (partition, True)
+        if instance.outcome_json:
+            stored["outcome_json"] = True  # for a catch-up that reads only the Ended record
+        if reason is not None:
+            stored["reason"] = reason
+            log.warning("workflow %s instance %r is parked: %s", self.definition.name, instance_id, reason)
+        commit.write.statuses[instance_id] = stored
+        commit.after.append(self._status_record(instance_id, status.value, now_ms, reason))
+
+    def _replayed(self, instance_id: str, commit: _Commit, now_ms: int) -> WorkflowInstance:
+        """Rebuild an instance that is not in memory from its stored journal."""
+        records = self._store.journal(instance_id)
+        if records and isinstance(records[0], Started):
+            self._started_at[instance_id] = records[0].at
+        instance, decision = WorkflowInstance.replay(self.definition, instance_id, records, now_ms)
+        self._remember(instance)
+        self._record(instance_id, decision.records, commit, None)
+        self._effects(instance_id, [e for e in decision.effects if not isinstance(e, PublishOutcome)], commit)
+        stored = self._store.status(instance_id) or {}
+        if instance.status is not None and stored.get("status") != instance.status.value:
+            self._status_changed(instance, decision, commit, now_ms)
+        return instance
+
+    def _reply(self, commit: _Commit, request: WorkflowInbox, reply: InboxReply, as_json: bool) -> None:
+        if request.reply_to:
+            commit.after.append(reply_record(
+                request.reply_to, request.request_id, request.instance_id, reply.answer, self._now_ms(),
+                as_json=as_json, **reply.fields(),
+            ))
+
+    _refusal: str | None = None
+
+    # -- the shell's own inputs: activity results and due timers --------------------------
+
+    async def _feed(self) -> None:
+        assert self._inputs is not None
+        while True:
+            items = [await self._inputs.get()]
+            while not self._inputs.empty() and len(items) < 2000:
+                items.append(self._inputs.get_nowait())
+            async with self._lock:
+                commit = _Commit()
+                now_ms = self._now_ms()
+                for instance_id, message in items:
+                    self._busy[instance_id] -= 1  # held since the activity or timer started
+                    if self._busy[instance_id] <= 0:
+                        del self._busy[instance_id]
+                    if not self.owner.is_ready(self._partition(instance_id)):
+                        continue  # revoked meanwhile: the new owner replays and re-issues it
+                    instance = self._cache.get(instance_id)
+                    if instance is None:
+                        continue  # ended, or revoked and recovered: nothing waits for this
+                    if isinstance(message, TimerFired):
+                        commit.write.timers[(instance_id, message.path)] = None
+                    self._advance(instance, message, commit, now_ms)
+                self._submit(commit)
+
+    def _carry_out(self, instance_id: str, effect: Any) -> None:
+        key = (instance_id, getattr(effect, "path", ""))
+        if isinstance(effect, RunActivity):
+            self._stop_activity(key)
+            attempt = Attempt(effect.idempotency_key, effect.attempt)
+            running: asyncio.Future[None] | Skippable
+            if self._threaded is not None and runs_threaded(effect, self._clock()):
+                running = self._threaded.submit(instance_id, effect, attempt)
+            else:
+                running = asyncio.ensure_future(self._call(instance_id, effect, attempt))
+            self._activities[key] = (running, attempt)
+            self._busy[instance_id] += 1
+        elif isinstance(effect, CancelActivity):
+            self._stop_activity(key)
+        elif isinstance(effect, ArmTimer):
+            self._stop_timer(key)
+            delay = max(0.0, (effect.due - self._now_ms()) / 1000)
+            loop = asyncio.get_running_loop()
+            self._timers[key] = loop.call_later(delay, self._fire, instance_id, effect.path)
+            self._busy[instance_id] += 1
+        elif isinstance(effect, CancelTimer):
+            self._stop_timer(key)
+        elif isinstance(effect, (SendCommand, StopSend)):
+            self._sends.carry_out(instance_id, effect)
+
+    def _stop_activity(self, key: tuple[str, str]) -> None:
+        running = self._activities.pop(key, None)
+        if running is not None:
+            task, attempt = running
+            attempt.cancellation.cancel()
+            task.cancel()
+            self._busy[key[0]] -= 1
+
+    def _stop_timer(self, key: tuple[str, str]) -> None:
+        handle = self._timers.pop(key, None)
+        if handle is not None:
+            handle.cancel()
+            self._busy[key[0]] -= 1
+
+    def _fire(self, instance_id: str, path: str) -> None:
+        if self._timers.pop((instance_id, path), None) is None:
+            return  # stopped meanwhile
+        assert self._inputs is not None
+        # The instance stays busy (not evictable) until _feed has taken this.
+        self._inputs.put_nowait((instance_id, TimerFired(path)))
+
+    def _threaded_ended(self, ended: list[tuple[str, RunActivity, Attempt, Any]]) -> None:
+        """Results of sync attempts run by ``ThreadedAttempts`` (on the loop, in batches)."""
+        for instance_id, effect, attempt, result in ended:
+            if isinstance(result, ActivityResult):
+                self._ended(instance_id, effect, attempt, result)
+            else:  # the function returned an awaitable: await it on the loop
+                key = (instance_id, effect.path)
+                current = self._activities.get(key)
+                if current is None or current[1] is not attempt:
+                    continue
+                task = asyncio.ensure_future(self._settle(instance_id, effect, attempt, result))
+                self._activities[key] = (task, attempt)
+
+    async def _settle(self, instance_id: str, effect: RunActivity, attempt: Attempt, returned: Any) -> None:
+        self._ended(instance_id, effect, attempt, await settle_returned(effect, returned))
+
+    async def _call(self, instance_id: str, effect: RunActivity, attempt: Attempt) -> None:
+        self._ended(instance_id, effect, attempt,
+                    await run_attempt(effect, attempt, self._executor, self._clock))
+
+    def _ended(self, instance_id: str, effect: RunActivity, attempt: Attempt, result: ActivityResult) -> None:
+        self._metrics.activity_attempt(self.definition.name, effect.name,
+                                       failed=result.error is not None or result.timed_out)
+        key = (instance_id, effect.path)
+        current = self._activities.get(key)
+        if current is None or current[1] is not attempt:
+            return  # cancelled or replaced meanwhile: the result would be ignored anyway
+        del self._activities[key]
+        assert self._inputs is not None
+        # The instance stays busy (not evictable) until _feed has taken the result: evicted
+        # in between, its result would find no instance and be lost.
+        self._inputs.put_nowait((instance_id, result))
+
+    # -- committing --------------------------------------------------------------------
+
+    def _submit(self, commit: _Commit) -> asyncio.Future[None]:
+        """Produce ``commit``'s journal records now; queue the rest for the committer."""
+        assert self._commits is not None
+        delivery = self._publisher.send(commit.journal)
+        for instance_id, effect in self._early_activities(commit):
+            self._carry_out(instance_id, effect)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._commits.put_nowait((commit, delivery, done))
+        return done
+
+    def _early_activities(self, commit: _Commit) -> list[tuple[str, Any]]:
+        """Take from ``commit`` the activities (and sends) that may start before its acks, and return them.
+
+        An activity runs at least once anyway: if the worker dies before its start record
+        is stored, replay runs it again. What must hold is that a re-run gets the *same
+        input* under the same idempotency key, so an activity may only start early when
+        nothing its input could come from is unacknowledged: the instance's unacknowledged
+        records are only Started and StepStarted (an input re-read from the inbox after a
+        crash is the same input). After a step's result, the next activity waits for it.
+        """
+        per_step = Counter((i, getattr(e, "path", None)) for i, e in commit.effects)
+        early, rest = [], []
+        for item in commit.effects:
+            instance_id, effect = item
+            if (
+                isinstance(effect, (RunActivity, SendCommand))
+                and not self._unsettled.get(instance_id)
+                and per_step[(instance_id, effect.path)] == 1  # no cancel of it in the same commit
+                and self.owner.is_ready(self._partition(instance_id))
+            ):
+                early.append(item)
+            else:
+                rest.append(item)
+        commit.effects = rest
+        return early
+
+    async def _commit(self) -> None:
+        assert self._commits is not None
+        while True:
+            # Every commit waiting now is completed in one go: under exactly-once they
+            # share one transaction commit instead of paying one each.
+            waiting = [await self._commits.get()]
+            while not self._commits.empty():
+                waiting.append(self._commits.get_nowait())
+            try:
+                for commit, delivery, _ in waiting:
+                    delivered = await delivery
+                    commit.write.journal_offsets.update(self.owner.settle(delivered))
+                    if commit.dead:
+                        await self._publisher.publish(commit.dead)
+                    if commit.links:
+                        await self._children.send(self._publisher, commit.links)
+                if self._exactly_once:
+                    # Outcomes, statuses and answers go into the journal's own transaction:
+                    # it makes them visible together, so they need not wait for it first.
+                    for commit, _, _ in waiting:
+                        if commit.after:
+                            self._publisher.publish_later(commit.after)
+                            commit.after = []
+                    # Acknowledged is not yet durable: the journal records count once their
+                    # transaction commits. The effects below (the next activity) must not
+                    # run on a result a crash would still abort. Without effects there is
+                    # nothing to hold back: the outcome's own waiter commits it soon.
+                    if any(commit.effects for commit, _, _ in waiting):
+                        assert self._committed is not None
+                        await self._committed()
+                for commit, _, _ in waiting:
+                    self._store.write(commit.write)
+            except Exception:  # noqa: BLE001 - Kafka or RocksDB failed: restart the worker
+                stop_worker(f"committing workflow {self.definition.name} records")
+            for commit, _, done in waiting:
+                self._completed(commit, done)
+
+    def _completed(self, commit: _Commit, done: asyncio.Future[None]) -> None:
+        """``commit`` is durable: publish what waited for it and carry out its effects."""
+        for instance_id in commit.touched:
+            self._dirty[instance_id] -= 1
+            if self._dirty[instance_id] <= 0:
+                del self._dirty[instance_id]
+        self._unsettled.subtract(commit.unsettled)
+        self._unsettled = +self._unsettled
+        if commit.after:
+            self._publisher.publish_later(commit.after)
+        if commit.ended:
+            self._metrics.workflow_ended(self.definition.name, commit.ended)
+        for instance_id, effect in commit.effects:
+            if self.owner.is_ready(self._partition(instance_id)):
+                self._carry_out(instance_id, effect)
+        self._evict(commit.touched)
+        if not done.done():
+            done.set_result(None)
+
+    def _recover_again(self, partition: int) -> None:
+        """Someone else wrote ``partition``'s journal (``PartitionOwner.settle``): drop what
+        this worker knows of it and recover it from the journal, foreign records included
+        (detection, not fencing: see docs/workflows-hosted.md)."""
+        self._drop({partition})
+
+        async def recover() -> None:
+            async with self._lock:
+                await self._ready([partition])
+
+        task = asyncio.ensure_future(recover())
+        task.add_done_callback(stop_worker_on_failure(f"recovering workflow {self.definition.name}"))
+
+    def _evict(self, touched: Iterable[str]) -> None:
+        for instance_id in touched:
+            instance = self._cache.get(instance_id)
+            if instance is not None and instance.status in _ENDED and not self._dirty.get(instance_id):
+                # Ended instances answer from RocksDB; nothing of them needs memory.
+                del self._cache[instance_id]
+                self._started_at.pop(instance_id, None)
+                instance.close()
+        skipped = 0
+        while len(self._cache) - skipped > self._cache_size:
+            instance_id, instance = next(iter(self._cache.items()))
+            if self._busy.get(instance_id) or self._dirty.get(instance_id):
+                self._cache.move_to_end(instance_id)  # pinned by live work; try the next
+                skipped += 1
+                continue
+            del self._cache[instance_id]
+            self._started_at.pop(instance_id, None)
+            instance.close()
+
+    # -- recovery ----------------------------------------------------------------------
+
+    def _begin_catch_up(self, partition: int) -> None:
+        self._forget_cached(partition)
+        self._inbox_applied[partition] = self._store.inbox_offset(partition)
+
+    async def _restore_chunk(self, partition: int, chunk: list[Incoming]) -> None:
+        """Apply journal records this store has not seen (``PartitionOwner`` reads them)."""
+        now_ms = self._now_ms()
+        applied = self._inbox_applied[partition]
+        change = StoreWrite()
+        after: list[Outgoing] = []
+        seen: set[tuple[str, int]] = set()
+        for record in chunk:
+            header = record.headers.get(INBOX_OFFSET_HEADER)
+            if header is not None and header.isdigit():
+                applied = max(applied, int(header))
+            try:
+                entry = avro.decode_as(record.value or b"", WorkflowJournalEntry)  # type: ignore[type-var]
+                if self._partition(entry.instance_id) != partition:
+                    raise SchemaError(f"a record of {entry.instance_id[:100]!r}, whose home is "
+                                      f"another partition")
+            except RecordError as exc:
+                log.error("skipping journal record %s/%d@%d: %s",
+                          record.topic, record.partition, record.offset, exc)
+                continue
+            key = (entry.instance_id, entry.record.seq)
+            if key in seen or self._store.has_record(*key):
+                # A second record at one seq (a zombie's): the first in offset order is the
+                # instance's history, as for aggregates and ``read_journal``.
+                continue
+            seen.add(key)
+            self._restore(entry, partition, change, after, now_ms)
+        change.journal_offsets[partition] = chunk[-1].offset + 1
+        change.inbox_offsets[partition] = applied
+        self._inbox_applied[partition] = applied
+        if after:
+            # Ended while this store was behind: its outcome (and a child's report to its
+            # parent) may never have been published. Acknowledged before the store moves
+            # past the end, or a crash in between would lose them for good.
+            try:
+                await self._publisher.send(after)
+            except RecordRejected as exc:  # e.g. a report to a parent workflow's missing inbox
+                log.warning("workflow %s: a record caught up from the journal was refused, dropped: %s",
+                            self.definition.name, exc)
+        self._store.write(change)
+
+    def _caught_up(self, partition: int, end: int) -> None:
+        """The journal is applied up to ``end``: store that, then replay what is running."""
+        applied = self._inbox_applied[partition]
+        self._store.write(StoreWrite(journal_offsets={partition: end}, inbox_offsets={partition: applied}))
+        commit = _Commit()
+        now_ms = self._now_ms()
+        for instance_id in self._store.running(partition):
+            self._replayed(instance_id, commit, now_ms)
+        self._submit(commit)
+
+    def _restore(
+        self, entry: WorkflowJournalEntry, partition: int, change: StoreWrite, after: list[Outgoing], now_ms: int
+    ) -> None:
+        instance_id, record = entry.instance_id, entry.record
+        change.records.append((instance_id, record))
+        if isinstance(record, Started):
+            change.running[instance_id] = (partition, True)
+            change.statuses[instance_id] = {"status": WorkflowStatus.RUNNING.value}
+            if record.outcome_json:
+                change.statuses[instance_id]["outcome_json"] = True
+        elif isinstance(record, Ended):
+            change.running[instance_id] = (partition, False)
+            fields = outcome_fields(record)
+            status = {"finished": "FINISHED", "faulted": "FAULTED", "cancelled": "CANCELLED"}[record.outcome]
+            # Its Started is in this chunk or stored before: either way the status has the flag.
+            before = change.statuses.get(instance_id) or self._store.status(instance_id) or {}
+            as_json = bool(before.get("outcome_json"))
+            change.statuses[instance_id] = {"status": status, "outcome": fields}
+            if as_json:
+                change.statuses[instance_id]["outcome_json"] = True
+            after.append(self._outcome_record(instance_id, fields, record.at, as_json))
+            after.append(self._status_record(instance_id, status, record.at))
+            after.extend(self._children.restored_end(instance_id, record, change.records, self._store, self.definition.name))
+
+    # -- small things ------------------------------------------------------------------
+
+    def _outcome_record(self, instance_id: str, fields: dict[str, Any], now_ms: int, as_json: bool) -> Outgoing:
+        """The outcome record: JSON when the start was JSON or the app writes JSON outcomes."""
+        topic, partition = self.topics.outcomes, self._partition(instance_id)
+        return outcome_record(topic, partition, self.definition.name, instance_id, fields, now_ms,
+                              as_json=as_json or self._runtime.json_outcomes)
+
+    def _status_record(self, instance_id: str, status: str, at: int, reason: str | None = None) -> Outgoing:
+        record = WorkflowStatusRecord(instance_id, self.definition.name, status, at, reason)
+        return Outgoing(self.topics.status, instance_id.encode(), avro.encode(record), self._partition(instance_id))
+
+    def _remember(self, instance: WorkflowInstance) -> None:
+        self._cache[instance.instance_id] = instance
+        self._cache.move_to_end(instance.instance_id)
+
+    def _partition(self, instance_id: str) -> int:
+        return self._partition_of(instance_id)
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    def _ensure_tasks(self) -> None:
+        if self._tasks:
+            return
+        self._inputs = asyncio.Queue()
+        self._commits = asyncio.Queue()
+        self._reply_batches = asyncio.Queue()
+        self._threaded = ThreadedAttempts(self._activity_threads, asyncio.get_running_loop(),
+                                          self._threaded_ended)
+        self._tasks = [asyncio.ensure_future(self._feed()), asyncio.ensure_future(self._commit()),
+                       asyncio.ensure_future(self._decide_replies())]
+        for task in self._tasks:
+            task.add_done_callback(stop_worker_on_failure(f"a task of workflow {self.definition.name}"))

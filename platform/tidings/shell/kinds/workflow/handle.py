@@ -1,0 +1,409 @@
+"""``@app.workflow``: declare a durable workflow hosted on Kafka, and its handle.
+
+Declaring does no I/O: ``declare_workflow`` validates the body (``define_workflow``),
+registers the handle with ``app.host(handle)`` and returns it. The worker calls
+``handle.open(runtime)`` to run the definition (``tidings.shell.kinds.workflow.agent``);
+a program calls ``handle.start/result/value/status/signal/cancel``, which talk to the
+worker through Kafka (see docs/workflows-hosted.md)::
+
+    @app.workflow("enrich")
+    async def enrich(ctx: WorkflowContext, order: str) -> int:
+        return await ctx.activity("score", Retry.times(3), lambda a: score(a.idempotency_key, order))
+
+    await enrich.start("order-17", "ABC")
+    outcome = await enrich.result("order-17", timeout=60)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ....core.limits import check_id, check_payload_size
+from ....core.partitioning import partition_for
+from ....core.workflow import (
+    Cancelled,
+    Faulted,
+    JournalRecord,
+    Outcome,
+    WorkflowDefinition,
+    WorkflowStatus,
+    define_workflow,
+)
+from ....core.workflow_records import WorkflowInbox, WorkflowReply
+from ....errors import (
+    ReplyTimeout,
+    SchemaError,
+    WorkflowCancelled,
+    WorkflowEnded,
+    WorkflowFaulted,
+    WorkflowNotFound,
+)
+from .agent import WorkflowAgent, WorkflowTopics
+from .codec import decode_outcome, outcome_from
+from .store import WorkflowStore
+from ...runtime.hosting import Runtime
+from .journal import read_journal
+from ...runtime.topics import TopicSpec, deadletter_topic, spec_for, topic_name
+
+if TYPE_CHECKING:
+    from ...app import App
+    from ...client.client import Client
+
+
+class WorkflowHandle:
+    """What ``@app.workflow`` returns: start, signal, cancel and inspect instances.
+
+    Every method takes an optional ``bootstrap``; the default is the app's. The calls go
+    through a ``Client`` (``client``): its one producer and reply reader carry every
+    request, and a timeout raises ``ReplyTimeout`` (a ``TimeoutError``).
+    """
+
+    def __init__(self, app: App, definition: WorkflowDefinition, *, cache_size: int = 10_000) -> None:
+        self.app = app
+        self.definition = definition
+        self.name = definition.name
+        self.cache_size = cache_size
+        self.topics = WorkflowTopics(
+            inbox=topic_name(app.name, "workflow", self.name, "inbox"),
+            journal=topic_name(app.name, "workflow", self.name, "journal"),
+            outcomes=topic_name(app.name, "workflow", self.name, "outcomes"),
+            status=topic_name(app.name, "workflow", self.name, "status"),
+            replies=topic_name(app.name, "workflow", self.name, "replies"),
+            deadletter=deadletter_topic(app.name),
+        )
+        # The client serving this handle's calls, per bootstrap (see ``client``).
+        self._clients: dict[str, Client] = {}
+
+    # -- the client side ---------------------------------------------------------------
+
+    async def start(self, instance_id: str, input: Any = None, *, bootstrap: str | None = None) -> None:
+        """Start ``instance_id`` with ``input``; a second start with the same id stores nothing.
+
+        Returns once the request is in the inbox (durable); the worker decides it in order.
+
+        Raises:
+            LimitError: ``instance_id`` is empty, not valid UTF-8 or longer than
+                ``MAX_ID_BYTES``, or the input is larger than ``MAX_PAYLOAD_BYTES``
+                (``tidings.core.limits``; raised before producing).
+            SchemaError: ``input`` cannot be stored or read back as the input type.
+            BrokerError: The request could not be produced.
+        """
+        _check_id(instance_id)
+        try:
+            text, _ = self.definition.codec.convert(input, self.definition.input_type)
+        except ValueError as exc:
+            raise SchemaError(f"workflow {self.name!r}: the input cannot be stored: {exc}") from exc
+        check_payload_size(text.encode(), "the input")
+        requester = self.client(bootstrap).requester
+        await requester.send(self.topics.inbox, _request(instance_id, "start", None, payload=text.encode()))
+
+    def outcome_reader(self, instance_id: str) -> Callable[[bytes], Outcome]:
+        """Return how to read the outcome record of ``instance_id`` (any other is refused)."""
+
+        def read(value: bytes) -> Outcome:
+            ended, outcome = decode_outcome(value, self.definition)
+            if ended != instance_id:
+                raise SchemaError(f"an outcome of {ended!r} keyed {instance_id!r}")
+            return outcome
+
+        return read
+
+    async def result(self, instance_id: str, timeout: float | None = None, *, bootstrap: str | None = None) -> Outcome:
+        """Wait for the instance's outcome: ``Finished(value)``, ``Faulted(error)`` or ``Cancelled()``.
+
+        Asks the worker once; while the instance runs, waits for its record on the outcomes
+        topic, so an outcome written by a worker that restarted or took the instance over
+        returns as soon as it is written. Without an answer (no worker running) it still
+        waits for that record until the timeout.
+
+        Raises:
+            WorkflowNotFound: No instance was ever started with this id.
+            ReplyTimeout: It had not ended within ``timeout`` seconds (default: the app's).
+        """
+        _check_id(instance_id)
+        requester = self.client(bootstrap).requester
+        wait = self.app.command_timeout if timeout is None else timeout
+        deadline = time.monotonic() + wait
+        partition = partition_for(instance_id, self.app.partitions)
+
+        read = self.outcome_reader(instance_id)
+
+        # The end offset is noted before the question is sent: an outcome the worker
+        # writes after it answered "running" lies beyond it.
+        async with requester.outcome(self.topics.outcomes, partition, instance_id, read) as ended:
+            query = _request(instance_id, "query", requester.replies_topic)
+            asked = asyncio.ensure_future(requester.ask(self.topics.inbox, query, _left(deadline)))
+            try:
+                await asyncio.wait((asked, ended), timeout=_left(deadline), return_when=asyncio.FIRST_COMPLETED)
+                if ended.done():
+                    return ended.result()
+                reply = asked.result() if asked.done() else None
+                if reply is not None and reply.answer == "not_found":
+                    raise WorkflowNotFound(f"no {self.name} instance {instance_id!r} was started")
+                if reply is not None and reply.outcome is not None:
+                    return outcome_from(reply.outcome, reply.result, reply.error, self.definition)
+                try:
+                    return await asyncio.wait_for(ended, _left(deadline))
+                except TimeoutError:
+                    raise ReplyTimeout(self._not_ended(instance_id, wait, reply)) from None
+            finally:
+                asked.cancel()
+
+    async def value(self, instance_id: str, timeout: float | None = None, *, bootstrap: str | None = None) -> Any:
+        """Wait for the instance's result value.
+
+        Raises:
+            WorkflowFaulted: It ended Faulted (the message holds the stored error).
+            WorkflowCancelled: It ended Cancelled.
+            WorkflowNotFound, ReplyTimeout: as for ``result``.
+        """
+        outcome = await self.result(instance_id, timeout, bootstrap=bootstrap)
+        if isinstance(outcome, Faulted):
+            raise WorkflowFaulted(f"{self.name} {instance_id!r} faulted: {outcome.error}")
+        if isinstance(outcome, Cancelled):
+            raise WorkflowCancelled(f"{self.name} {instance_id!r} was cancelled")
+        return outcome.value
+
+    async def status(
+        self, instance_id: str, timeout: float | None = None, *, bootstrap: str | None = None
+    ) -> WorkflowStatus | None:
+        """Return RUNNING, FINISHED, FAULTED, CANCELLED or PARKED; None when never started.
+
+        Raises:
+            ReplyTimeout: No answer in time.
+        """
+        try:
+            reply = await self._ask(instance_id, "query", timeout, bootstrap)
+        except WorkflowNotFound:
+            return None
+        if reply.status is None:
+            return None
+        return WorkflowStatus(reply.status)
+
+    async def signal(
+        self, instance_id: str, name: str, payload: Any = None, *,
+        timeout: float | None = None, bootstrap: str | None = None,
+    ) -> None:
+        """Deliver signal ``name`` with ``payload``; returns once it is stored.
+
+        Raises:
+            WorkflowNotFound: No instance was ever started with this id.
+            WorkflowEnded: The instance has ended.
+            LimitError: ``instance_id`` or ``name`` is empty, not valid UTF-8 or longer
+                than ``MAX_ID_BYTES``, or the payload is larger than ``MAX_PAYLOAD_BYTES``
+                (``tidings.core.limits``; raised before producing).
+            SchemaError: The payload cannot be stored.
+            ReplyTimeout: No answer in time (the signal may still be stored later).
+        """
+        _check_id(instance_id)
+        check_id(name, "signal name")
+        try:
+            text = self.definition.codec.encode(payload)
+        except ValueError as exc:
+            raise SchemaError(f"the payload of signal {name!r} cannot be stored: {exc}") from exc
+        check_payload_size(text.encode(), f"the payload of signal {name!r}")
+        reply = await self._ask(instance_id, "signal", timeout, bootstrap, payload=text.encode(), signal=name)
+        if reply.answer == "ended":
+            raise WorkflowEnded(f"{self.name} {instance_id!r} has ended and takes no signal {name!r}")
+        if reply.answer == "rejected":
+            raise SchemaError(f"the worker rejected signal {name!r}: {reply.reason}")
+
+    async def journal(self, instance_id: str, *, bootstrap: str | None = None) -> list[JournalRecord]:
+        """Return the instance's journal as the journal topic holds it now, oldest first.
+
+        The decoded records (``Started``, ``StepStarted``, ``StepCompleted``, ...) a worker
+        replays; empty when the instance was never started. Reads the topic directly (no
+        worker needed), so records still being written may be missing.
+
+        Raises:
+            LimitError: ``instance_id`` breaks the id limits.
+            BrokerError: The journal topic is missing or Kafka did not answer.
+        """
+        _check_id(instance_id)
+        address = bootstrap or self.app.bootstrap()
+        return await asyncio.to_thread(
+            read_journal, address, self.topics.journal, self.app.partitions, instance_id
+        )
+
+    async def cancel(self, instance_id: str, *, timeout: float | None = None, bootstrap: str | None = None) -> None:
+        """Request cancellation (a second request, or one to an ended instance, changes nothing).
+
+        Raises:
+            WorkflowNotFound: No instance was ever started with this id.
+            ReplyTimeout: No answer in time (the request may still be applied later).
+        """
+        await self._ask(instance_id, "cancel", timeout, bootstrap)
+
+    def client(self, bootstrap: str | None = None) -> Client:
+        """Return the ``Client`` this handle's calls go through for ``bootstrap``.
+
+        That is the last client of this app that took the handle up (``client.workflow``,
+        or any of its workflow calls) and was not closed since; otherwise the app's
+        ``app.client(bootstrap)``. So a program using handles and a client opens one
+        producer and one reply reader in all. (Before, each handle had a client of its own.)
+        """
+        address = bootstrap or self.app.bootstrap()
+        client = self._clients.get(address)
+        if client is None:
+            client = self._clients[address] = self.app.client(address)
+        return client
+
+    def close(self, bootstrap: str | None = None) -> None:
+        """Close the clients serving this handle: the one for ``bootstrap``, or every one.
+
+        These are shared: closing one ends its requests for every handle and aggregate
+        send using it too (a closed client reopens on its next request). The handle lets
+        them go, so its next call goes through ``app.client(bootstrap)`` again.
+        """
+        addresses = list(self._clients) if bootstrap is None else [bootstrap]
+        for address in addresses:
+            client = self._clients.pop(address, None)
+            if client is not None:
+                client.close()
+
+    def _serve_through(self, client: Client) -> None:
+        """Send this handle's calls for ``client.bootstrap`` through ``client`` (``Client.workflow_for``)."""
+        self._clients[client.bootstrap] = client
+
+    def _let_go(self, client: Client) -> None:
+        """Forget ``client``, which is closing (``Client.close``)."""
+        if self._clients.get(client.bootstrap) is client:
+            del self._clients[client.bootstrap]
+
+    async def _ask(
+        self, instance_id: str, kind: str, timeout: float | None, bootstrap: str | None, **fields: Any
+    ) -> WorkflowReply:
+        _check_id(instance_id)
+        requester = self.client(bootstrap).requester
+        wait = self.app.command_timeout if timeout is None else timeout
+        reply = await requester.ask(self.topics.inbox, _request(instance_id, kind, requester.replies_topic, **fields), wait)
+        if reply is None:
+            raise ReplyTimeout(
+                f"no answer from workflow {self.name!r} about {instance_id!r} within {wait} s; "
+                "is a worker running? (`tidings worker MODULE:APP`)"
+            )
+        if reply.answer == "not_found":
+            raise WorkflowNotFound(f"no {self.name} instance {instance_id!r} was started")
+        return reply
+
+    def _not_ended(self, instance_id: str, wait: float, reply: WorkflowReply | None) -> str:
+        """Say why ``result`` gave up, and what to check."""
+        if reply is None:
+            return (
+                f"no answer from workflow {self.name!r} about {instance_id!r} and no outcome within {wait} s; "
+                "is a worker running? (`tidings worker MODULE:APP`)"
+            )
+        if reply.status == WorkflowStatus.PARKED.value:
+            return (
+                f"{self.name} {instance_id!r} did not end within {wait} s: it is parked ({reply.reason}); "
+                "the worker's log says why"
+            )
+        return (
+            f"{self.name} {instance_id!r} did not end within {wait} s (it was {reply.status}); "
+            f"it may still end: wait again, or ask `tidings status MODULE:APP {self.name} {instance_id}`"
+        )
+
+    # -- the hosting protocol (the worker side) -----------------------------------------
+
+    def topic_specs(self) -> list[TopicSpec]:
+        """Every topic this workflow needs (and the app's shared dead-letter topic)."""
+        partitions = self.app.partitions
+        topics = self.topics
+        return [
+            spec_for("inbox", topics.inbox, partitions=partitions),
+            spec_for("journal", topics.journal, partitions=partitions),
+            spec_for("outcomes", topics.outcomes, partitions=partitions),
+            spec_for("status", topics.status, partitions=partitions),
+            spec_for("replies", topics.replies, partitions=partitions),
+            spec_for("deadletter", topics.deadletter, partitions=partitions),
+        ]
+
+    @property
+    def kind(self) -> str:
+        return "workflow"
+
+    def open(self, runtime: Runtime) -> WorkflowAgent:
+        """Open the store and return the agent that runs this workflow in a worker."""
+        store = WorkflowStore(runtime.store_path(self.kind, self.name))
+        return WorkflowAgent(
+            self.definition, topics=self.topics, store=store, runtime=runtime, cache_size=self.cache_size,
+            command_timeout=self.app.command_timeout, workflows=[w.name for w in self.app.workflows],
+        )
+
+
+def declare_workflow(app: App, name: str | Callable[..., Any] | None = None, **options: Any) -> Any:
+    """Return the decorator ``@app.workflow(name)`` applies to ``async def body(ctx, input)``.
+
+    Args:
+        app: The App the workflow belongs to.
+        name: The stored name (a topic segment); default: the body's ``__name__``.
+            ``@app.workflow`` without parentheses passes the body here.
+        **options: ``input_type``, ``result_type`` (default: the body's annotations) and
+            ``cache_size`` (live instances a worker keeps in memory; default 10,000).
+
+    Raises:
+        DefinitionError: listing every problem with the body or the options.
+    """
+    if callable(name):
+        return declare_workflow(app, None, **options)(name)
+    unknown = sorted(set(options) - {"input_type", "result_type", "cache_size"})
+    if unknown:
+        from ....errors import DefinitionError
+
+        raise DefinitionError(f"workflow {name!r}", [f"unknown option {option!r}" for option in unknown])
+
+    def decorate(body: Callable[..., Any]) -> WorkflowHandle:
+        definition = define_workflow(
+            name or str(getattr(body, "__name__", "")),
+            body,
+            input_type=options.get("input_type"),
+            result_type=options.get("result_type"),
+        )
+        handle = WorkflowHandle(app, definition, cache_size=options.get("cache_size", 10_000))
+        app.host(handle)
+        return handle
+
+    return decorate
+
+
+def workflow_named(app: App, name: str) -> WorkflowHandle:
+    """Return the handle of the workflow ``name`` declared in ``app``.
+
+    Raises:
+        LookupError: ``app`` declares no such workflow (the message lists the known ones).
+    """
+    workflows = [hosted for hosted in app.hosted if isinstance(hosted, WorkflowHandle)]
+    for handle in workflows:
+        if handle.name == name:
+            return handle
+    known = ", ".join(sorted(h.name for h in workflows)) or "none"
+    raise LookupError(f"app {app.name!r} has no workflow {name!r}; known: {known}")
+
+
+def _request(
+    instance_id: str, kind: str, reply_to: str | None, *, payload: bytes | None = None, signal: str | None = None
+) -> WorkflowInbox:
+    """Build an inbox request; ``reply_to`` None asks for no answer."""
+    return WorkflowInbox(
+        request_id=uuid.uuid4().hex,
+        instance_id=instance_id,
+        kind=kind,
+        timestamp_ms=int(time.time() * 1000),
+        payload=payload,
+        signal=signal,
+        reply_to=reply_to,
+        wait=False,
+    )
+
+
+def _left(deadline: float) -> float:
+    return max(0.0, deadline - time.monotonic())
+
+
+def _check_id(instance_id: str) -> None:
+    # LimitError is a ValueError and a SchemaError: raised before anything is produced.
+    check_id(instance_id, "instance_id")

@@ -1,0 +1,454 @@
+"""Workflow sends to aggregates, the shell side: produce commands, time attempts, read replies
+and watch events topics for filter steps (the pure step: ``core/workflow/sends.py``).
+
+- ``SendCommand``: at ``not_before`` the command is produced to the aggregate's commands
+  topic (its home partition) with the step key as command and correlation id,
+  ``reply_to = {app}.workflow.{name}.replies`` and ``reply_key = instance id``, so the
+  aggregate's reply lands on the partition of the workflow's inbox, which this worker owns
+  (Faust assigns co-subscribed topics of one partition count together). At the attempt's
+  end ``SendTimedOut`` is fed in. A filter step also gets a watch on the aggregate's
+  events topic (``EventsTail``).
+- A record of the replies topic is decoded (Avro or JSON), mapped to its step by its
+  correlation id and fed in as ``CommandReplied``. The topic is open to any producer: a
+  record that does not decode is dead-lettered; one that answers nothing pending is
+  dropped with a log line; neither stops the agent.
+- ``EventsTail`` reads the home partition of each watched aggregate id with one plain
+  consumer (no group: it works whichever worker owns the aggregate), from the offset of
+  the step's *stored* start time less a margin (``offsets_for_times``). So an event the
+  aggregate stored while this worker was down, or between two attempts, is still seen
+  after a restart; reading earlier than needed is harmless because the correlation id is
+  unique to the step. What it finds is fed in as ``EventsSeen`` and, when the filter
+  accepts it, journaled as the step's result like any other input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import OFFSET_END, Consumer, TopicPartition
+
+from ....codec import avro
+from ....codec.content import decode_record
+from ....codec.payloads import load_payload, payload_of
+from ....core.limits import check_command, check_id
+from ....core.partitioning import partition_for
+from ....core.records import CommandEnvelope, EventEnvelope, ReplyEnvelope
+from ....core.workflow import WorkflowInstance
+from ....core.workflow.sends import (
+    CommandReplied,
+    EventsSeen,
+    SendCommand,
+    SendTimedOut,
+    SentEvent,
+    StopSend,
+    pending_send,
+)
+from ....errors import RecordError, SchemaError
+from ...runtime.io import Incoming, Outgoing
+from ...runtime.kafka import fatal_error, is_fatal
+from ...runtime.pipeline import stop_worker
+from ...runtime.threads import OwnThread
+
+if TYPE_CHECKING:
+    from .agent import WorkflowAgent, _Commit
+
+log = logging.getLogger(__name__)
+
+#: How far before a step's stored start the events topic is read: producers' clocks
+#: (Kafka's CreateTime) may be behind this worker's; earlier records are only skipped.
+WATCH_MARGIN_MS = 60_000
+
+_PATH = re.compile(r"[0-9]+(\.[0-9]+)*")
+
+
+@dataclass(eq=False, slots=True)
+class _Watch:
+    """One filter step waiting for events of one aggregate instance under its correlation id."""
+
+    instance_id: str
+    path: str
+    topic: str
+    partition: int
+    aggregate_id: str
+    correlation_id: str
+    registry: Any
+    from_ms: int
+
+
+@dataclass(slots=True)
+class _Sending:
+    """What runs for one pending send step: the scheduled send, the attempt's timer, a watch."""
+
+    send: asyncio.TimerHandle | None = None
+    timeout: asyncio.TimerHandle | None = None
+    watch: _Watch | None = None
+
+    def stop_timers(self) -> None:
+        for handle in (self.send, self.timeout):
+            if handle is not None:
+                handle.cancel()
+        self.send = self.timeout = None
+
+
+@dataclass(slots=True)
+class _Tail:
+    watches: dict[str, list[_Watch]] = field(default_factory=dict)
+
+
+class WorkflowSends:
+    """The send steps of one workflow agent: commands out, replies and watched events in."""
+
+    def __init__(self, agent: WorkflowAgent, *, bootstrap: str, command_timeout: float) -> None:
+        self._agent = agent
+        self._bootstrap = bootstrap
+        self._command_timeout_ms = int(command_timeout * 1000)
+        self._sending: dict[tuple[str, str], _Sending] = {}
+        self._tail: EventsTail | None = None
+        self._prefix = f"{agent.definition.name}/"
+        # Commands due now, produced together once the loop turns (one producer call, not one each).
+        self._outbox: list[Outgoing] = []
+
+    # -- replies ---------------------------------------------------------------------------
+
+    def reply_record(self, record: Incoming, commit: _Commit, now_ms: int) -> None:
+        """Turn one record of the replies topic into ``CommandReplied`` for its pending step."""
+        agent = self._agent
+        name = agent.definition.name
+        try:
+            reply = decode_record(record.value, ReplyEnvelope, headers=record.headers,
+                                  timestamp_ms=record.timestamp_ms)
+            # Checked before the id is hashed, stored or logged: a lone surrogate or a
+            # 300 KB id is no step key, and would fail deep inside with an unclear reason.
+            check_id(reply.correlation_id, "correlation_id")
+            check_id(reply.command_id, "command_id")
+            instance_id, path = self._step_of(reply.correlation_id)
+            if reply.command_id != reply.correlation_id:
+                raise SchemaError(f"a reply to command {reply.command_id[:200]!r}, which workflow {name!r} "
+                                  f"did not send: its commands carry the step key {reply.correlation_id[:200]!r} "
+                                  "as command id and correlation id")
+        except RecordError as exc:
+            commit.dead.append(agent._runtime.dead_letter(record, exc))
+            return
+        forward = agent.owner.forward(record, instance_id)
+        if forward is not None:
+            commit.dead.append(forward)  # keyed elsewhere: decided where the instance lives
+            return
+        known = agent._known(instance_id, commit, now_ms)
+        if known is None:
+            # No send of this instance ever went out: not a late repeat, a record nobody asked for.
+            commit.dead.append(agent._runtime.dead_letter(record, SchemaError(
+                f"a reply to {reply.command_id[:200]!r}, for an instance of workflow {name!r} that was never started")))
+            return
+        request = pending_send(known, path) if isinstance(known, WorkflowInstance) else None
+        if request is None:
+            # A repeat of a reply already used (every resend is answered), or one for an
+            # instance that has ended: nothing to learn from it, and nothing wrong with it.
+            log.debug("workflow %s drops a reply to %r: no send step waits for it", name, reply.command_id[:200])
+            return
+        try:
+            events = tuple(self._event(event, request.aggregate.definition.event_types) for event in reply.events)
+        except RecordError as exc:
+            commit.dead.append(agent._runtime.dead_letter(record, exc))
+            return
+        assert isinstance(known, WorkflowInstance)
+        message = CommandReplied(path, reply.command_id, reply.status, events, reply.reason)
+        if agent._advance(known, message, commit, now_ms) is None:
+            # The step waits on: this reply could not answer it (an accepted reply without events).
+            commit.dead.append(agent._runtime.dead_letter(record, SchemaError(
+                f"send step {path} of workflow {name!r} {instance_id[:200]!r} refused the reply: {agent._refusal}")))
+
+    def _step_of(self, correlation_id: str) -> tuple[str, str]:
+        """Return (instance id, path) of the step whose key is ``correlation_id``."""
+        if correlation_id.startswith(self._prefix):
+            instance_id, _, path = correlation_id[len(self._prefix):].rpartition("/")
+            if instance_id and _PATH.fullmatch(path):
+                return instance_id, path
+        raise SchemaError(f"a reply whose correlation id {correlation_id[:200]!r} names no step of "
+                          f"workflow {self._agent.definition.name!r}")
+
+    @staticmethod
+    def _event(event: EventEnvelope, registry: Any) -> SentEvent:
+        value = load_payload(event.type, event.payload, registry)
+        return SentEvent(event.type, value, event.command_id, event.deferred)
+
+    # -- effects ---------------------------------------------------------------------------
+
+    def carry_out(self, instance_id: str, effect: SendCommand | StopSend) -> None:
+        """Schedule a send and its timeout (and a watch), or stop everything of a step."""
+        key = (instance_id, effect.path)
+        if isinstance(effect, StopSend):
+            self._stop(key)
+            return
+        sending = self._sending.get(key)
+        if sending is None:
+            sending = self._sending[key] = _Sending()
+            self._agent._busy[instance_id] += 1  # not evictable while its send is pending
+        sending.stop_timers()
+        loop = asyncio.get_running_loop()
+        now = self._agent._clock()
+        delay = effect.not_before / 1000 - now
+        if delay > 0:
+            sending.send = loop.call_later(delay, self._send, instance_id, effect)
+        else:
+            self._send(instance_id, effect)
+        end = effect.not_before + (effect.timeout_ms or self._command_timeout_ms)
+        if effect.deadline_at is not None:
+            end = min(end, effect.deadline_at)
+        sending.timeout = loop.call_later(max(0.0, end / 1000 - now), self._feed, instance_id,
+                                          SendTimedOut(effect.path, effect.attempt))
+        if effect.watch_from is not None and sending.watch is None:
+            sending.watch = self._watch(instance_id, effect)
+
+    def _send(self, instance_id: str, effect: SendCommand) -> None:
+        aggregate = effect.aggregate
+        try:
+            record = self._command_record(instance_id, effect)
+        except (RecordError, TypeError, ValueError) as exc:
+            # The command itself cannot be sent (not the aggregate's, not JSON, too large):
+            # no attempt would change that.
+            self._feed(instance_id, CommandReplied(
+                effect.path, effect.command_id, "rejected",
+                reason=f"the command cannot be sent to {aggregate.name}: {type(exc).__name__}: {exc}"))
+            return
+        if not self._outbox:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._outbox.append(record)
+
+    def _flush(self) -> None:
+        records, self._outbox = self._outbox, []
+        if records:
+            # Not awaited: a lost command is sent again when its attempt times out.
+            self._agent._publisher.publish_later(records)
+
+    def _command_record(self, instance_id: str, effect: SendCommand) -> Outgoing:
+        aggregate = effect.aggregate
+        type_name, payload = payload_of(effect.command)
+        if type_name not in aggregate.definition.command_types:
+            known = ", ".join(sorted(aggregate.definition.command_types))
+            raise TypeError(f"{type_name} is not a command of aggregate {aggregate.name!r}; known: {known}")
+        envelope = check_command(CommandEnvelope(
+            command_id=effect.command_id,
+            correlation_id=effect.command_id,
+            aggregate_id=effect.aggregate_id,
+            type=type_name,
+            payload=payload,
+            timestamp_ms=int(self._agent._clock() * 1000),
+            reply_to=self._agent.topics.replies,
+            reply_key=instance_id,
+        ))
+        partition = partition_for(effect.aggregate_id, aggregate.app.partitions)
+        return Outgoing(aggregate.topics.commands, effect.aggregate_id.encode(), avro.encode(envelope), partition)
+
+    def _feed(self, instance_id: str, message: Any) -> None:
+        agent = self._agent
+        if agent._inputs is None:
+            return
+        agent._busy[instance_id] += 1  # released by the agent's _feed when it takes this
+        agent._inputs.put_nowait((instance_id, message))
+
+    def _stop(self, key: tuple[str, str]) -> None:
+        sending = self._sending.pop(key, None)
+        if sending is None:
+            return
+        sending.stop_timers()
+        if sending.watch is not None and self._tail is not None:
+            self._tail.unwatch(sending.watch)
+        busy = self._agent._busy
+        busy[key[0]] -= 1
+        if busy[key[0]] <= 0:
+            del busy[key[0]]
+
+    def _watch(self, instance_id: str, effect: SendCommand) -> _Watch:
+        aggregate = effect.aggregate
+        watch = _Watch(
+            instance_id=instance_id,
+            path=effect.path,
+            topic=aggregate.topics.events,
+            partition=partition_for(effect.aggregate_id, aggregate.app.partitions),
+            aggregate_id=effect.aggregate_id,
+            correlation_id=effect.command_id,
+            registry=aggregate.definition.event_types,
+            from_ms=effect.watch_from or 0,
+        )
+        if self._tail is None:
+            self._tail = EventsTail(self._bootstrap, self._seen)
+        self._tail.watch(watch)
+        return watch
+
+    def _seen(self, watch: _Watch, events: tuple[SentEvent, ...]) -> None:
+        if self._sending.get((watch.instance_id, watch.path), _Sending()).watch is watch:
+            self._feed(watch.instance_id, EventsSeen(watch.path, events))
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def drop(self, partitions: set[int]) -> None:
+        """Stop the sends of instances on ``partitions`` (revoked: their new owner resends)."""
+        home = self._agent._partition
+        for key in [k for k in self._sending if home(k[0]) in partitions]:
+            self._stop(key)
+
+    def close(self) -> None:
+        """Stop every send and the events reader."""
+        for key in list(self._sending):
+            self._stop(key)
+        if self._tail is not None:
+            self._tail.close()
+            self._tail = None
+
+
+class EventsTail:
+    """Reads the events topics' partitions that filter steps watch, with one plain consumer.
+
+    A new watch (re)starts its partition at the offset of its start time less
+    ``WATCH_MARGIN_MS``, unless the partition is being read from an earlier offset
+    already; a partition nobody watches any more is let go. Records are matched on the
+    loop, so the watches need no lock; the consumer is only used from one task.
+    """
+
+    def __init__(self, bootstrap: str, seen: Callable[[_Watch, tuple[SentEvent, ...]], None]) -> None:
+        self._bootstrap = bootstrap
+        self._seen = seen
+        self._tails: dict[tuple[str, int], _Tail] = {}
+        self._from: dict[tuple[str, int], int] = {}  # partitions to (re)start: earliest ms
+        self._assigned: set[tuple[str, int]] = set()
+        self._consumer: Consumer | None = None
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+        # Its own thread: its polls would hold one of asyncio's few shared ones (threads.py).
+        self._calls = OwnThread("tidings-sends-tail")
+
+    def watch(self, watch: _Watch) -> None:
+        where = (watch.topic, watch.partition)
+        self._tails.setdefault(where, _Tail()).watches.setdefault(watch.correlation_id, []).append(watch)
+        start = watch.from_ms - WATCH_MARGIN_MS
+        self._from[where] = min(start, self._from.get(where, start))
+        self._wake.set()
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._run())
+            self._task.add_done_callback(self._ended)
+
+    def unwatch(self, watch: _Watch) -> None:
+        where = (watch.topic, watch.partition)
+        tail = self._tails.get(where)
+        if tail is None:
+            return
+        watches = tail.watches.get(watch.correlation_id, [])
+        if watch in watches:
+            watches.remove(watch)
+        if not watches:
+            tail.watches.pop(watch.correlation_id, None)
+        if not tail.watches:
+            del self._tails[where]
+            self._wake.set()
+
+    def close(self) -> None:
+        # The reading task closes the consumer itself: a consume may be running in a thread.
+        self._closing = True
+        self._wake.set()
+
+    @staticmethod
+    def _ended(task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("the events reader of workflow sends stopped", exc_info=task.exception())
+
+    async def _run(self) -> None:
+        try:
+            await self._read()
+        finally:
+            if self._consumer is not None:
+                self._consumer.close()
+                self._consumer = None
+            self._calls.close()
+
+    async def _read(self) -> None:
+        while not self._closing:
+            starts, self._from = self._from, {}
+            gone = {where for where in self._assigned if where not in self._tails}
+            if starts or gone:
+                try:
+                    await self._calls.run(self._reassign, starts, gone)
+                except Exception:  # noqa: BLE001 - e.g. offsets_for_times timed out: the watches wait
+                    log.warning("positioning the events reader of workflow sends failed; retrying", exc_info=True)
+                    for where, from_ms in starts.items():  # every start is tried again
+                        self._from[where] = min(from_ms, self._from.get(where, from_ms))
+                    await asyncio.sleep(1.0)
+                    continue
+            if not self._assigned:
+                self._wake.clear()
+                if not self._closing:
+                    await self._wake.wait()
+                continue
+            consumer = self._client()
+            try:
+                messages = await self._calls.run(consumer.consume, 500, 0.05)
+            except Exception:  # noqa: BLE001 - a broker hiccup: try again, the watches wait
+                log.warning("reading events for workflow sends failed; retrying", exc_info=True)
+                await asyncio.sleep(1.0)
+                continue
+            for message in messages:
+                self._match(message)
+
+    def _client(self) -> Consumer:
+        if self._consumer is None:
+            self._consumer = Consumer({
+                "bootstrap.servers": self._bootstrap,
+                "group.id": f"tidings-sends-{time.time_ns()}",
+                "enable.auto.commit": False,
+                "enable.partition.eof": False,
+                "fetch.wait.max.ms": 50,
+            })
+        return self._consumer
+
+    def _reassign(self, starts: dict[tuple[str, int], int], gone: set[tuple[str, int]]) -> None:
+        consumer = self._client()
+        if gone:
+            consumer.incremental_unassign([TopicPartition(t, p) for t, p in gone])
+            self._assigned -= gone
+        for (topic, partition), from_ms in starts.items():
+            where = (topic, partition)
+            if where not in self._tails:
+                continue  # unwatched meanwhile
+            (found,) = consumer.offsets_for_times([TopicPartition(topic, partition, max(from_ms, 0))], 10.0)
+            offset = found.offset if found.offset >= 0 else OFFSET_END
+            if where in self._assigned:
+                (current,) = consumer.position([TopicPartition(topic, partition)])
+                if 0 <= current.offset and (offset == OFFSET_END or current.offset <= offset):
+                    continue  # read from earlier already: the new watch sees what it needs
+                consumer.incremental_unassign([TopicPartition(topic, partition)])
+            consumer.incremental_assign([TopicPartition(topic, partition, offset)])
+            self._assigned.add(where)
+
+    def _match(self, message: Any) -> None:
+        error = message.error()
+        if error is not None:
+            if is_fatal(error):  # this reader can read nothing more: restart the worker
+                stop_worker("reading events for workflow sends", fatal_error(error, "reading events"))
+            log.warning("reading events for workflow sends: %s", error.str())
+            return
+        tail = self._tails.get((message.topic(), message.partition()))
+        if tail is None:
+            return
+        try:
+            event = avro.decode_as(message.value() or b"", EventEnvelope)
+        except RecordError:
+            return  # the aggregate's catch-up reports what does not decode
+        watches = tail.watches.get(event.correlation_id)
+        if not watches:
+            return
+        for watch in list(watches):
+            if watch.aggregate_id != event.aggregate_id:
+                continue
+            try:
+                found = WorkflowSends._event(event, watch.registry)
+            except Exception as exc:  # noqa: BLE001 - also user code (a validator): the tail must go on
+                log.error("workflow send %s skips event %s/%d@%d: %s: %s", watch.correlation_id[:200],
+                          message.topic(), message.partition(), message.offset(), type(exc).__name__, exc)
+                continue
+            self._seen(watch, (found,))

@@ -1,0 +1,218 @@
+"""The hosting seam: what every kind the worker runs implements, and what the worker gives it.
+
+A *kind* is aggregates, projections, workflows, orchestrations (and later sagas, schedules,
+stream stages). Each declared definition is a ``Hosted``: it names its topics and, when the
+worker starts, ``open``\\s an ``Agent`` with the worker's ``Runtime`` (bootstrap, data
+directory, the shared publisher, dead letters, a store home). The agent lists its
+``Input``\\s (topics plus the coroutine that decides a batch of their records) and hears
+about partitions being assigned and revoked. Only the worker (``worker.py``) turns this into
+Faust agents; nothing here or in a kind imports Faust.
+
+What a kind gets for free lives in ``owner.py`` (``PartitionOwner``: readiness per
+partition, catch-up from its journal, forwarding of misrouted records, foreign-writer
+detection); dead letters are ``Runtime.dead_letter``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from ...core.limits import check_reply_to
+from .deadletters import DEAD_LETTER_VALUE_BYTES, dead_letter
+from .io import Incoming, Outgoing, PartitionReader, Publisher
+from .kafka import KafkaPartitionReader, TopicCheck
+from .metrics import Metrics
+from .pipeline import Start
+from .topics import TopicSpec
+
+log = logging.getLogger(__name__)
+
+#: A (topic, partition) pair as the worker reports assignments and revocations.
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Input:
+    """One source of records of an agent: the worker runs one Faust agent per input.
+
+    Attributes:
+        name: The Faust agent's name, unique in the app (e.g. ``aggregate-account``).
+        topics: The topics it consumes, as raw bytes.
+        start: Decides a batch and returns what completes it (``pipeline.run_batches``).
+        partitions: The partition count to declare the topics with; None for topics the
+            app does not own the layout of (another kind's events topic).
+        max_in_flight: Batches decided but not yet completed (1: each batch sees the
+            previous one's RocksDB writes).
+    """
+
+    name: str
+    topics: tuple[str, ...]
+    start: Start
+    partitions: int | None = None
+    max_in_flight: int = 2
+
+
+class Agent(Protocol):
+    """A definition running in one worker: what the worker feeds and tells."""
+
+    @property
+    def inputs(self) -> Sequence[Input]:
+        """The topics this agent consumes and the coroutine that decides each batch."""
+        ...
+
+    async def assign(self, partitions: Collection[TopicPartition]) -> None:
+        """React to newly assigned partitions (any topic of the app; ignore others').
+
+        Not awaited by the consumer: records of these partitions may arrive meanwhile, and
+        the agent must make them wait until it is ready (``PartitionOwner.ensure_ready``
+        runs one catch-up per partition; a batch waits for one in progress).
+        """
+        ...
+
+    def revoke(self, partitions: Collection[TopicPartition]) -> None:
+        """Forget what is cached for revoked partitions: another worker owns them now."""
+        ...
+
+    def close(self) -> None:
+        """Stop tasks and close stores and readers (the worker is stopping)."""
+        ...
+
+
+class Hosted(Protocol):
+    """A declared definition the worker runs: its topics, and how to open its agent."""
+
+    @property
+    def kind(self) -> str:
+        """The kind, e.g. ``"aggregate"``; (kind, name) is unique in an app."""
+        ...
+
+    @property
+    def name(self) -> str:
+        """The definition's name."""
+        ...
+
+    def topic_specs(self) -> list[TopicSpec]:
+        """Every topic this definition needs."""
+        ...
+
+    def open(self, runtime: Runtime) -> Agent:
+        """Open stores and clients and return the running agent (called once per worker)."""
+        ...
+
+
+@dataclass
+class Runtime:
+    """What the worker gives every agent it opens.
+
+    Attributes:
+        bootstrap: Kafka bootstrap servers.
+        data_dir: The worker's data directory.
+        partitions: The app's partition count.
+        publisher: The worker's one producer, shared by every agent.
+        deadletter_topic: ``{app}.deadletter``.
+        own_topics: Every topic the app declares that no reply may be sent to (journals,
+            inboxes, commands, outcomes, status, dead letters).
+        deadletter_value_limit: Bytes of a bad record's value a dead letter keeps.
+        json_outcomes: Write workflow outcome records as JSON (``App(json_outcomes=True)``).
+        metrics: The worker's metrics (``metrics.py``); the kinds report to it.
+        kind: The kind of the definition this runtime was given to (``scoped``); "" when
+            shared. Dead letters are counted under it.
+        name: That definition's name.
+        exactly_once: The publisher writes in Kafka transactions
+            (``App(processing_guarantee="exactly_once")``).
+        committed: Exactly once: resolves once every record sent before the call is in a
+            committed transaction (``TransactionalPublisher.committed``); None otherwise.
+        progress: Told of every chunk a partition reader reads (a catch-up is progress for
+            the worker's liveness detector, ``liveness.py``); None when nobody listens.
+    """
+
+    bootstrap: str
+    data_dir: Path
+    partitions: int
+    publisher: Publisher
+    deadletter_topic: str
+    own_topics: frozenset[str] = frozenset()
+    deadletter_value_limit: int = DEAD_LETTER_VALUE_BYTES
+    json_outcomes: bool = False
+    exactly_once: bool = False
+    committed: Callable[[], Awaitable[None]] | None = None
+    progress: Callable[[], None] | None = None
+    clock: Callable[[], float] = time.time
+    metrics: Metrics = field(default_factory=Metrics)
+    kind: str = ""
+    name: str = ""
+    _closers: list[Callable[[], None]] = field(default_factory=list)
+    _topic_check: TopicCheck | None = None
+
+    def scoped(self, kind: str, name: str) -> Runtime:
+        """Return this runtime as given to definition ``name`` of ``kind``.
+
+        Everything is shared (publisher, metrics, what is closed with the worker); only the
+        definition differs, so what it dead-letters is counted under it.
+        """
+        return dataclasses.replace(self, kind=kind, name=name)
+
+    def store_path(self, kind: str, name: str) -> Path:
+        """Where the RocksDB store of definition ``name`` of ``kind`` lives."""
+        return self.data_dir / "stores" / kind / name
+
+    def reader(self) -> PartitionReader:
+        """Return a new partition reader, closed when the worker stops."""
+        reader = KafkaPartitionReader(self.bootstrap, on_read=self.progress)
+        self._closers.append(reader.close)
+        return reader
+
+    def topic_check(self) -> TopicCheck:
+        """Return a new ``TopicCheck`` (is a topic named by a record there?), closed when the worker stops."""
+        check = TopicCheck(self.bootstrap)
+        self._closers.append(check.close)
+        return check
+
+    def on_close(self, close: Callable[[], None]) -> None:
+        """Call ``close`` when the worker stops."""
+        self._closers.append(close)
+
+    def close(self) -> None:
+        """Run the registered closers, newest first."""
+        while self._closers:
+            self._closers.pop()()
+
+    def reply_topic(self, reply_to: str | None) -> str | None:
+        """Return where a reply asked for with ``reply_to`` may go (None: no reply).
+
+        Raises:
+            LimitError: ``reply_to`` is not a legal topic name, or names one of the app's
+                own topics (a reply written into a journal would corrupt it).
+        """
+        if not reply_to:
+            return None
+        topic = check_reply_to(reply_to, self.own_topics)
+        if self.exactly_once and not self._reply_topics().exists(topic):
+            # In a transaction a record Kafka refuses aborts every record with it, and the
+            # batch would fail the same way each time it is redone: a reply to a topic
+            # nobody made is dropped here instead, as Kafka's refusal drops it otherwise.
+            log.warning("dropping a reply to %r: no such topic", topic[:120])
+            return None
+        return topic
+
+    def _reply_topics(self) -> TopicCheck:
+        if self._topic_check is None:
+            self._topic_check = self.topic_check()
+        return self._topic_check
+
+    def dead_letter(self, record: Incoming, error: BaseException) -> Outgoing:
+        """Return the dead letter of ``record``, which failed with ``error`` (bounded): a
+        ``RecordError``, or what user code raised on it.
+
+        Counted in ``tidings_dead_letters_total`` under this runtime's definition and the
+        error's class name."""
+        self.metrics.dead_letter(self.kind, self.name, error)
+        return dead_letter(record, error, self.deadletter_topic, int(self.clock() * 1000),
+                           value_limit=self.deadletter_value_limit)
+

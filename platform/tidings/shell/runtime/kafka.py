@@ -1,0 +1,532 @@
+"""Kafka clients behind the shell's seams: a confluent-kafka publisher, a partition reader.
+
+Kafka errors are translated to ``BrokerError`` here, at the boundary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from functools import partial
+from typing import Any, Final, cast
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from ...errors import BrokerError, RecordRejected
+from .io import Delivered, Incoming, Outgoing
+from .threads import OwnThread
+
+log = logging.getLogger(__name__)
+
+
+def watermarks(
+    consumer: Consumer, topic: str, partition: int, timeout: float = 30.0, *,
+    ride_out_s: float | None = None,
+) -> tuple[int, int]:
+    """Return the (low, high) offsets of a partition, waiting out transient broker states.
+
+    Right after a topic is created, metadata can name a leader before that broker serves
+    the partition; during and after a broker restart, offset requests fail for a while
+    with a leader change, an unknown partition (metadata being refreshed), a transport
+    error. Those are retried for ``ride_out_s`` (default ``timeout``); any other error, or
+    a fatal one, is raised at once.
+    """
+    deadline = time.monotonic() + (timeout if ride_out_s is None else ride_out_s)
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout)
+            return int(low), int(high)
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            if not (isinstance(error, KafkaError) and is_transient(error)) or time.monotonic() > deadline:
+                raise BrokerError(f"reading the offsets of {topic}/{partition}: {exc}") from exc
+            time.sleep(0.05 if error.code() in _ELECTION_ERRORS else 0.5)
+
+
+#: How long a worker's own readers wait out a broker's transient errors (a restart) before
+#: they give up and the worker exits 70: longer than a broker takes to come back.
+RIDE_OUT_S = 120.0
+
+_ELECTION_ERRORS = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._TIMED_OUT,
+    }
+)
+
+#: Errors a broker restart or a leader change causes for a while; librdkafka recovers from
+#: them by itself (reconnects, refreshes metadata), so a caller waits and asks again.
+TRANSIENT_ERRORS: Final = _ELECTION_ERRORS | frozenset(
+    {
+        KafkaError._UNKNOWN_PARTITION,  # metadata not refreshed yet after the restart
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._MSG_TIMED_OUT,
+        KafkaError._WAIT_COORD,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.NOT_ENOUGH_REPLICAS,
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.OFFSET_NOT_AVAILABLE,
+        KafkaError.BROKER_NOT_AVAILABLE,
+        KafkaError.NETWORK_EXCEPTION,
+        KafkaError._RESOLVE,
+    }
+)
+
+
+def is_fatal(error: KafkaError) -> bool:
+    """Whether librdkafka says the client is unusable: only a new client can go on.
+
+    A consumer's fatal error (a static member fenced by its ``group.instance.id``,
+    FENCED_INSTANCE_ID) reaches the application as an error with code ``_FATAL`` on a
+    consumed message, and confluent-kafka builds message errors with ``fatal()`` unset: the
+    code must be checked too.
+    """
+    return bool(error.fatal()) or error.code() == KafkaError._FATAL
+
+
+def is_transient(error: KafkaError) -> bool:
+    """Whether ``error`` is a broker's passing state (restart, leader change): wait and retry."""
+    return not is_fatal(error) and (error.code() in TRANSIENT_ERRORS or bool(error.retriable()))
+
+
+def fatal_error(error: KafkaError, doing: str) -> BrokerError:
+    """A ``BrokerError`` for a fatal ``error`` of a client that was ``doing`` something, in one line."""
+    hint = ""
+    if "group.instance.id" in error.str() or "FENCED_INSTANCE_ID" in error.str():
+        hint = (" (a worker restarted with the same instance id takes its partitions back; if "
+                "two run with one id, give each its own --instance-id)")
+    return BrokerError(f"{doing}: Kafka client failed fatally, only a new one can go on: "
+                       f"{error.str()}{hint}")
+
+
+def incoming(message: Message) -> Incoming:
+    """Return a consumed, error-free confluent-kafka message as an ``Incoming`` record."""
+    partition, offset = message.partition(), message.offset()
+    # Set on every consumed message; None only on messages being produced.
+    assert partition is not None and offset is not None
+    headers = cast("list[tuple[str, bytes]]", message.headers() or [])
+    return Incoming(
+        cast(str, message.topic()),
+        partition,
+        offset,
+        cast("bytes | None", message.key()),
+        cast("bytes | None", message.value()),
+        dict(headers),
+        message.timestamp()[1],
+    )
+
+
+def topic_partitions(consumer: Consumer, topic: str, timeout: float = 30.0) -> list[int]:
+    """Return the partitions of ``topic``, sorted.
+
+    Raises:
+        BrokerError: The topic does not exist, or Kafka did not answer.
+    """
+    try:
+        described = consumer.list_topics(topic, timeout=timeout).topics[topic]
+    except KafkaException as exc:
+        raise BrokerError(f"reading the metadata of {topic}: {exc}") from exc
+    if described.error is not None:
+        raise BrokerError(
+            f"topic {topic} is not there ({described.error}); run `tidings topics "
+            "apply MODULE:APP` or start a worker, which applies the topics"
+        )
+    return sorted(described.partitions)
+
+
+class TopicCheck:
+    """Answers "does this topic exist?" from the cluster's metadata, remembering answers.
+
+    For a name taken from a record (e.g. the inbox of a child's parent workflow): a record
+    to a topic nobody made would be refused only after librdkafka's metadata propagation
+    wait (~30 s) while the agent's commits wait for it. A topic that exists is remembered
+    for good; a missing one for ``forget_missing_s``, so a topic created meanwhile (a new
+    workflow deployed by a rolling update) is found.
+    """
+
+    def __init__(self, bootstrap: str, *, forget_missing_s: float = 60.0, timeout: float = 10.0) -> None:
+        self._bootstrap = bootstrap
+        self._forget_missing_s = forget_missing_s
+        self._timeout = timeout
+        self._present: set[str] = set()
+        self._missing: dict[str, float] = {}
+        self._consumer: Consumer | None = None
+
+    def exists(self, topic: str) -> bool:
+        """Whether ``topic`` exists. Blocks for one metadata request when not remembered.
+
+        Raises:
+            BrokerError: Kafka did not answer.
+        """
+        if topic in self._present:
+            return True
+        checked = self._missing.get(topic)
+        if checked is not None and time.monotonic() - checked < self._forget_missing_s:
+            return False
+        if self._consumer is None:
+            self._consumer = Consumer({
+                "bootstrap.servers": self._bootstrap, "group.id": f"tidings-topics-{uuid.uuid4()}",
+                "allow.auto.create.topics": False,
+            })
+        try:
+            topic_partitions(self._consumer, topic, self._timeout)
+        except BrokerError as exc:
+            if isinstance(exc.__cause__, KafkaException):
+                raise
+            self._missing[topic] = time.monotonic()
+            if len(self._missing) > 10_000:  # a flood of invented names: forget the oldest
+                self._missing.pop(next(iter(self._missing)))
+            return False
+        self._present.add(topic)
+        self._missing.pop(topic, None)
+        return True
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+
+class ConfluentPublisher:
+    """Produces with confluent-kafka (librdkafka) and resolves asyncio futures on acks.
+
+    librdkafka batches and retries in its own threads; a thread of ours serves its
+    delivery callbacks and hands each batch's outcome to the event loop. The producer is
+    idempotent, so retries neither duplicate nor reorder records of one partition.
+    """
+
+    def __init__(
+        self, bootstrap: str, *, linger_ms: float = 0.0,
+        on_fatal: Callable[[BrokerError], None] | None = None,
+    ) -> None:
+        config = producer_config(bootstrap, linger_ms=linger_ms)
+        # A fatal error (the idempotent producer lost its sequence) makes every later
+        # produce fail; sends nobody waits for would only log that: tell the owner at once.
+        self._on_fatal = on_fatal
+        config["error_cb"] = self._error
+        self._producer = Producer(config)
+        self._background: set[asyncio.Future[Any]] = set()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="tidings-producer", daemon=True)
+        self._thread.start()
+
+    def send(self, records: Sequence[Outgoing]) -> asyncio.Future[list[Delivered]]:
+        """Enqueue ``records`` in order; the future resolves to their positions.
+
+        Never raises for one record: a record Kafka refuses for a reason tied to it (an
+        invalid or unknown topic, a record over the size limit), whether ``produce``
+        refuses it at once or the broker later, fails only the future, with
+        ``RecordRejected`` once every other record of the send is acknowledged.
+
+        Raises:
+            BrokerError: ``produce`` failed for a reason tied to the producer or the
+                broker (a fatal idempotence error, a closed producer): the caller stops.
+        """
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[list[Delivered]] = loop.create_future()
+        if not records:
+            future.set_result([])
+            return future
+        produce_records(self._producer, records, _Batch(loop, future, len(records)))
+        return future
+
+    async def publish(self, records: Sequence[Outgoing]) -> list[Delivered]:
+        return await self.send(records)
+
+    def publish_later(self, records: Sequence[Outgoing]) -> None:
+        """Produce ``records`` without waiting; a failure is logged, never raised.
+
+        A refused record (``RecordRejected``: a reply to an invalid or unknown topic, a
+        record too large) is dropped with a warning; the others are produced.
+        """
+        future = self.send(records)
+        self._background.add(future)
+        future.add_done_callback(partial(sent_in_background, self._background))
+
+    def _serve(self) -> None:
+        while not self._stopping.is_set():
+            self._producer.poll(0.05)
+
+    def _error(self, error: KafkaError) -> None:
+        if is_fatal(error):
+            failure = fatal_error(error, "producing")
+            if self._on_fatal is not None:
+                self._on_fatal(failure)
+            else:
+                log.error("%s", failure)
+        else:  # librdkafka reconnects and retries by itself
+            log.debug("producer: %s", error.str())
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Deliver what is queued (up to ``timeout``), stop serving callbacks, destroy the
+        producer (what is still queued, the brokers down, is dropped: nothing was acked)."""
+        self._stopping.set()
+        self._thread.join(timeout)
+        close_producer(self._producer, timeout)
+
+
+def close_producer(producer: Producer, timeout: float) -> None:
+    """Flush ``producer`` for up to ``timeout`` s, purge what is left, and destroy it.
+
+    Without ``close`` the librdkafka handle lives until Python frees the object, and keeps
+    reconnecting and retrying meanwhile (seen: a closed Client's producer retrying for the
+    rest of the process after a broker restart).
+    """
+    if producer.flush(timeout) > 0:
+        producer.purge()  # fails their delivery reports with _PURGE_QUEUE
+        producer.flush(1.0)  # serves those reports
+    producer.close()
+
+
+
+def producer_config(bootstrap: str, *, linger_ms: float = 0.0) -> dict[str, Any]:
+    """Return the confluent-kafka settings every tidings producer shares.
+
+    Idempotent with ``acks=all``, so librdkafka's retries neither duplicate nor reorder
+    the records of one partition; the transactional publisher adds its own keys.
+    """
+    # No linger: each hop of a workflow step (journal, outcome, reply) would wait for it,
+    # and under load librdkafka batches anyway (records queue while a request is out).
+    return {
+        "bootstrap.servers": bootstrap,
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": linger_ms,
+        # Topics are declared (topics/, `tidings topics apply`). A reply_to naming a
+        # topic nobody made must not create one with the broker's default layout.
+        "allow.auto.create.topics": False,
+        "partitioner": "murmur2_random",
+        "queue.buffering.max.messages": 1_000_000,
+        "batch.num.messages": 10_000,
+    }
+
+
+def produce_records(producer: Producer, records: Sequence[Outgoing], batch: _Batch) -> None:
+    """Hand ``records`` to librdkafka in order; their reports go to ``batch``.
+
+    A record refused before queueing for a reason tied to it is counted as rejected in
+    ``batch`` (no delivery report follows for it).
+
+    Raises:
+        BrokerError: ``produce`` failed for a reason tied to the producer or the broker;
+            the records before the failing one are queued, the rest are not. The
+            ``KafkaException`` is the ``__cause__``.
+    """
+    for index, record in enumerate(records):
+        kwargs: dict[str, Any] = {"on_delivery": partial(batch.delivered, index)}
+        if record.partition is not None:
+            kwargs["partition"] = record.partition
+        if record.headers:
+            kwargs["headers"] = list(record.headers)
+        while True:
+            try:
+                producer.produce(record.topic, record.value, record.key, **kwargs)
+                break
+            except BufferError:
+                # The local queue is full: let librdkafka drain it, then retry.
+                producer.poll(0.01)
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                if not (isinstance(error, KafkaError) and error.code() in RECORD_ERRORS):
+                    raise BrokerError(f"producing to {record.topic[:120]!r} failed: {exc}") from exc
+                # Refused before queueing (librdkafka remembers a topic the broker
+                # called invalid, and checks its own size limit): no report follows.
+                batch.rejected(index, record.topic, error.str())
+                break
+            except ValueError as exc:
+                # A topic name with a NUL or a lone surrogate never reaches librdkafka.
+                batch.rejected(index, record.topic, f"{type(exc).__name__}: {exc}")
+                break
+
+
+def sent_in_background(background: set[asyncio.Future[Any]], future: asyncio.Future[Any]) -> None:
+    """Done-callback of a send nobody waits for: forget it, and log it if it failed."""
+    background.discard(future)
+    if future.cancelled():
+        return
+    error = future.exception()
+    if isinstance(error, RecordRejected):
+        log.warning("records sent without waiting were refused by Kafka and dropped: %s", error)
+    elif error is not None:
+        log.warning("records sent without waiting were lost: %s", error)
+
+
+#: Kafka errors tied to one record rather than to the producer or the broker: retrying
+#: that record fails the same way, so it is refused (``RecordRejected``) and the caller
+#: dead-letters or drops it. An unknown topic is one a hostile ``reply_to`` names when
+#: the broker does not create topics on demand.
+RECORD_ERRORS: Final = frozenset(
+    {
+        KafkaError.TOPIC_EXCEPTION,  # an invalid topic name, from the broker
+        KafkaError._UNKNOWN_TOPIC,  # librdkafka knows the topic does not exist
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._UNKNOWN_PARTITION,  # an explicit partition the topic does not have
+        KafkaError.MSG_SIZE_TOO_LARGE,  # over the producer's or the topic's limit
+        KafkaError.RECORD_LIST_TOO_LARGE,
+        KafkaError.INVALID_RECORD,
+        KafkaError.INVALID_TIMESTAMP,
+    }
+)
+
+
+class _Batch:
+    """Collects the delivery reports of one ``send`` call (on the producer's thread)."""
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[list[Delivered]], size: int
+    ) -> None:
+        self._loop = loop
+        self._future = future
+        self._positions: list[Delivered | None] = [None] * size
+        self._rejections: list[tuple[int, str, str]] = []
+        self._remaining = size
+        self._failed = False
+        # Callbacks run in whichever thread calls poll(): ours, or the loop's on BufferError.
+        self._lock = threading.Lock()
+
+    def delivered(self, index: int, error: KafkaError | None, message: Any) -> None:
+        if error is not None and error.code() in RECORD_ERRORS:
+            self.rejected(index, message.topic(), error.str())
+            return
+        with self._lock:
+            if self._failed:
+                return
+            if error is not None:
+                self._failed = True
+                failure = BrokerError(f"producing to {message.topic()} failed: {error}")
+                self._loop.call_soon_threadsafe(settle_future, self._future, None, failure)
+                return
+            self._positions[index] = Delivered(
+                message.topic(), message.partition(), message.offset()
+            )
+            self._remaining -= 1
+            done = self._remaining == 0
+        if done:
+            self._finish()
+
+    def rejected(self, index: int, topic: str, reason: str) -> None:
+        """Count record ``index`` as refused by Kafka for a reason tied to it."""
+        with self._lock:
+            if self._failed:
+                return
+            self._rejections.append((index, topic, reason))
+            self._remaining -= 1
+            done = self._remaining == 0
+        if done:
+            self._finish()
+
+    def _finish(self) -> None:
+        # Called once, by whichever report was the last; the batch changes no more.
+        if self._rejections:
+            failure = RecordRejected(sorted(self._rejections), self._positions)
+            self._loop.call_soon_threadsafe(settle_future, self._future, None, failure)
+        else:
+            self._loop.call_soon_threadsafe(settle_future, self._future, self._positions, None)
+
+
+def settle_future(
+    future: asyncio.Future[Any], result: Any, error: BaseException | None
+) -> None:
+    """Resolve ``future`` with ``error`` or ``result`` unless it is done (on its loop)."""
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+class KafkaPartitionReader:
+    """Reads partitions by assignment (no consumer group), with confluent-kafka in a thread."""
+
+    def __init__(self, bootstrap: str, *, chunk: int = 2000,
+                 on_read: Callable[[], None] | None = None) -> None:
+        self._bootstrap = bootstrap
+        self._chunk = chunk
+        # Told of every chunk read: a long catch-up is progress (liveness.py), not deafness.
+        self._on_read = on_read
+        self._consumer: Consumer | None = None
+        # One consumer is not safe to share between concurrent reads.
+        self._lock = asyncio.Lock()
+        # Its own thread: its reads would hold one of asyncio's few shared ones (threads.py).
+        self._calls = OwnThread("tidings-reader")
+
+    def _client(self) -> Consumer:
+        if self._consumer is None:
+            self._consumer = Consumer(
+                {
+                    "bootstrap.servers": self._bootstrap,
+                    "group.id": f"tidings-reader-{uuid.uuid4().hex}",
+                    "enable.auto.commit": False,
+                    "enable.partition.eof": False,
+                    "fetch.max.bytes": 52428800,
+                    # One fetch is in flight at a time; after a read ends, the next
+                    # partition's first fetch waits for it, so the broker must not hold it
+                    # long (librdkafka's default 500 ms cost each recovered partition that).
+                    "fetch.wait.max.ms": 10,
+                }
+            )
+        return self._consumer
+
+    async def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+        async with self._lock:
+            return await self._calls.run(partial(watermarks, ride_out_s=RIDE_OUT_S),
+                                         self._client(), topic, partition)
+
+    async def read(
+        self, topic: str, partition: int, start: int, end: int
+    ) -> AsyncIterator[list[Incoming]]:
+        async with self._lock:
+            consumer = self._client()
+            consumer.assign([TopicPartition(topic, partition, start)])
+            position = start
+            try:
+                while position < end:
+                    messages = await self._calls.run(consumer.consume, self._chunk, 0.1)
+                    if not messages:
+                        # Compaction can leave no record at the last offsets: trust the
+                        # fetch position once nothing more arrives.
+                        (current,) = consumer.position([TopicPartition(topic, partition)])
+                        if current.offset >= end:
+                            break
+                        continue
+                    chunk: list[Incoming] = []
+                    for message in messages:
+                        error = message.error()
+                        if error is not None:
+                            if is_transient(error):  # a broker restart: librdkafka fetches again
+                                log.info("reading %s/%d: %s", topic, partition, error.str())
+                                continue
+                            if is_fatal(error):
+                                raise fatal_error(error, f"reading {topic}/{partition}")
+                            raise BrokerError(f"reading {topic}/{partition}: {error}")
+                        record = incoming(message)
+                        if record.offset >= end:
+                            position = end
+                            break
+                        position = record.offset + 1
+                        chunk.append(record)
+                    if self._on_read is not None:
+                        self._on_read()
+                    if chunk:
+                        yield chunk
+            finally:
+                consumer.unassign()
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+        self._calls.close()
+        self._calls.close()

@@ -1,0 +1,230 @@
+"""The worker: one Faust app that runs every definition of a tidings App.
+
+This is the only module that speaks Faust. Faust is the runtime: the ``faust.App``, the
+``faust.Worker`` lifecycle (signals, logging, ordered start and stop of services), its
+sensors. Records do not come through Faust's consumer, which delivers them one at a time;
+the worker's ``Intake`` (``intake.py``, one confluent-kafka consumer) runs as a Faust
+service and feeds each ``Input`` of each agent its records in lists, through a
+``pipeline.Feed`` per input. Starting the worker is where all I/O happens: topics are
+applied, every hosted definition is opened with the worker's ``Runtime`` (``hosting.py``),
+partition assignments and revocations go to every agent (each keeps what concerns its
+topics). A batch's offsets are committed only after the agent completed it (its writes
+acknowledged by the broker). See docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import faust
+import mode
+from faust.app.base import BootStrategy
+
+from .hosting import Agent, Runtime, TopicPartition
+from .intake import Intake, describe
+from .kafka import ConfluentPublisher
+from .liveness import STALL_TIMEOUT_S, Liveness, LivenessWatch
+from .metrics import Metrics, MetricsServer
+from .pipeline import stop_worker, stop_worker_on_failure
+from .topics import apply_topics, deadletter_topic
+from .transactions import TransactionalPublisher
+from .worker_dir import WorkerDir
+
+if TYPE_CHECKING:
+    from ..app import App
+
+log = logging.getLogger(__name__)
+
+
+class _Boot(BootStrategy):
+    """Faust's services without its Kafka consumer and producer: the intake and the
+    publisher are the worker's own (confluent-kafka), so Faust joins no group."""
+
+    enable_kafka_consumer = False
+    enable_kafka_producer = False
+
+
+class _FaustApp(faust.App):
+    BootStrategy = _Boot
+
+
+class Worker:
+    """Runs an App's agents in one process. Build it with ``app.worker()``."""
+
+    def __init__(
+        self,
+        app: App,
+        *,
+        bootstrap: str,
+        data_dir: Path | None = None,
+        instance_id: str | None = None,
+        metrics_port: int | None = None,
+        exactly_once: bool = False,
+        stall_timeout_s: float | None = None,
+    ) -> None:
+        self.app = app
+        self.exactly_once = exactly_once
+        self._clean = False  # exactly once: every write committed at stop
+        self.bootstrap = bootstrap
+        self.data_dir = data_dir or app.data_dir()
+        # Static group membership (KIP-345): a worker restarted with the same id gets its
+        # partitions back at once instead of waiting for the session timeout.
+        self.instance_id = instance_id
+        # Prometheus /metrics on this port while running (None: not served).
+        self.metrics_port = metrics_port
+        self.metrics = Metrics()
+        # Deafness (liveness.py): work waiting, no progress, brokers answering; exit 70 past
+        # this many seconds (0: never).
+        self.stall_timeout_s = STALL_TIMEOUT_S if stall_timeout_s is None else stall_timeout_s
+        self.liveness = Liveness()
+        self._watch: LivenessWatch | None = None
+        self._metrics_server: MetricsServer | None = None
+        self.agents: list[Agent] = []
+        self._runtime: Runtime | None = None
+        self.faust = self._faust_app()
+
+    def run(self, *, apply: bool = True, loglevel: str = "INFO") -> None:
+        """Apply the topics, then run until stopped (SIGTERM/SIGINT stop it cleanly)."""
+        if apply:
+            apply_topics(self.bootstrap, self.app.topic_specs(), out=log.info)
+        worker = faust.Worker(self.faust, loglevel=loglevel, quiet=True, redirect_stdouts=False)
+        if self.metrics_port is not None:
+            self._metrics_server = self.metrics.serve(self.metrics_port)
+        try:
+            worker.execute_from_commandline()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Close every agent, then readers, stores and the publisher."""
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
+        for agent in self.agents:
+            agent.close()
+        self.agents.clear()
+        if self._metrics_server is not None:
+            self._metrics_server.close()
+            self._metrics_server = None
+        if self._runtime is not None:
+            self._runtime.close()
+            self._runtime = None
+        if self._clean:
+            WorkerDir(self.data_dir).mark_clean()
+
+    def _faust_app(self) -> faust.App:
+        # Faust creates its directory without parents, and a kind may keep nothing on disk.
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        fapp = _FaustApp(
+            self.app.name,
+            broker=[f"kafka://{server}" for server in self.bootstrap.split(",")],
+            store="memory://",
+            web_enabled=False,
+            datadir=str(self.data_dir / "faust"),
+        )
+        publisher: ConfluentPublisher | TransactionalPublisher
+        intake: Intake  # made below; the transaction asks it for the group's metadata
+        if self.exactly_once:
+            home = WorkerDir(self.data_dir)
+            home.drop_stores_unless_clean()
+            publisher = TransactionalPublisher(
+                self.bootstrap,
+                transactional_id=home.transactional_id(self.app.name, self.instance_id),
+                group_metadata=lambda: intake.group_metadata(),
+                fence_offsets=lambda metadata: intake.fence_offsets(metadata),
+                on_fenced=_fenced,
+                on_outcome=self.metrics.transaction,
+            )
+        else:
+            publisher = ConfluentPublisher(self.bootstrap, on_fatal=_producer_failed)
+        runtime = Runtime(
+            bootstrap=self.bootstrap,
+            data_dir=self.data_dir,
+            partitions=self.app.partitions,
+            publisher=self.metrics.counting(publisher),
+            metrics=self.metrics,
+            deadletter_topic=deadletter_topic(self.app.name),
+            own_topics=self.app.own_topics(),
+            deadletter_value_limit=self.app.deadletter_value_limit,
+            json_outcomes=self.app.json_outcomes,
+            exactly_once=self.exactly_once,
+            committed=publisher.committed if isinstance(publisher, TransactionalPublisher) else None,
+            progress=self.liveness.progressed,
+        )
+        runtime.on_close(publisher.close)  # closed last: the agents' last writes go out
+        self._runtime = runtime
+        agents = self.agents
+        worker = self
+        joined: list[bool] = []
+
+        def assigned(partitions: list[TopicPartition]) -> None:
+            log.info("partitions assigned: %s", describe(partitions))
+            if not joined:  # tests and operators wait for this line
+                joined.append(True)
+                log.info("Worker ready: joined group %s", self.app.name)
+            for agent in agents:
+                # Not awaited: an agent's recovery reads its journal; the agents make
+                # records of partitions they are recovering wait (PartitionOwner.ensure_ready).
+                asyncio.ensure_future(agent.assign(partitions)).add_done_callback(
+                    stop_worker_on_failure("recovering assigned partitions"))
+
+        def revoked(partitions: list[TopicPartition]) -> None:
+            log.info("partitions revoked: %s", describe(partitions))
+            for agent in agents:
+                agent.revoke(partitions)
+
+        intake = Intake(self.bootstrap, self.app.name, instance_id=self.instance_id,
+                        on_assigned=assigned, on_revoked=revoked, on_lag=self.metrics.set_lag,
+                        liveness=self.liveness,
+                        on_commit=publisher.commit_offsets
+                        if isinstance(publisher, TransactionalPublisher) else None)
+        for hosted in self.app.hosted:
+            agent = hosted.open(runtime.scoped(hosted.kind, hosted.name))
+            agents.append(agent)
+            for source in agent.inputs:
+                start = self.metrics.instrument(hosted.kind, hosted.name, source.name, source.start)
+                intake.add(source.topics, start, source.name.replace("-", " "),
+                           max_in_flight=source.max_in_flight)
+
+        @fapp.service
+        class Consuming(mode.Service):
+            """Runs the intake inside Faust's service lifecycle."""
+
+            async def on_start(self) -> None:
+                if isinstance(publisher, TransactionalPublisher):
+                    # Aborts what a killed run left open before any journal is read.
+                    await publisher.start()
+                await intake.start()
+                worker._watch = LivenessWatch(worker.liveness, held=intake.held,
+                                              report=worker.metrics.set_stalled,
+                                              timeout_s=worker.stall_timeout_s)
+                worker._watch.start()
+
+            async def on_stop(self) -> None:
+                if worker._watch is not None:  # a stopping worker takes nothing more
+                    worker._watch.close()
+                await intake.stop()
+                if isinstance(publisher, TransactionalPublisher):
+                    # Clean only when every write of this run is committed: the next run
+                    # keeps its stores (worker_dir.py).
+                    await publisher.committed()
+                    worker._clean = True
+                    await publisher.aclose()
+
+        return fapp
+
+
+
+def _producer_failed(error: BaseException) -> None:
+    """The worker's producer failed fatally: every later write would fail; restart now."""
+    stop_worker("producing", error)
+
+
+def _fenced(error: BaseException) -> None:
+    """The broker refused this worker's transaction: another worker owns its partitions."""
+    log.critical("this worker was fenced: its group generation is stale, another worker owns "
+                 "its partitions now; nothing it wrote since its last commit becomes visible")
+    stop_worker("writing as the partitions' owner", error)
