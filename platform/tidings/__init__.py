@@ -5,7 +5,8 @@ Start here. The package is split into a pure core and a thin shell:
 - ``tidings.core``: pure decisions (aggregate decide/fold, records, partitioning); no I/O.
 - ``tidings.codec``: Avro/JSON bytes <-> records; pure.
 - ``tidings.coordination``: the reactive coordination model; pure.
-- ``tidings.shell``: the App, Faust agents, RocksDB state, Kafka topics, the Client.
+- ``tidings.shell``: the App; the runtime every kind shares (worker, Kafka, RocksDB);
+  the Client; one folder per kind.
 - ``tidings.broker``: a local single-node Apache Kafka for development and tests.
 - ``tidings.cli``: the ``tidings`` command.
 

@@ -1,0 +1,1 @@
+"""The ``Client``: commands to aggregates and calls to workflows from outside a worker."""

@@ -1,0 +1,1 @@
+"""Hosted orchestrations: coordinations keyed by instance over aggregates' events."""

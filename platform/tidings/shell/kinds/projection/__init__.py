@@ -1,0 +1,1 @@
+"""Projections: read models folded from aggregates' events, and the signals they send."""

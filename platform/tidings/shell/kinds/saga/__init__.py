@@ -1,0 +1,1 @@
+"""Sagas: state machines over aggregates' events that command aggregates in turn."""

@@ -1,0 +1,1 @@
+"""Durable workflows: the agent that steps instances, their store, activities, sends and children."""
