@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import asyncio
 import re
 import time
 from collections import Counter
