@@ -8,7 +8,8 @@ decorator asks the kind's own module to validate the declaration and build its h
 (``kinds/<kind>/``), then registers it with ``app.host(handle)``, the one way a definition
 joins the app (a new kind needs only that: ``tests/counter_kind.py``). Handles and clients
 know the App as a ``KindContext`` (``runtime/context.py``), the worker as a ``HostedApp``
-(``runtime/worker.py``): the App imports them, nothing below imports the App.
+(``runtime/worker.py``): the App imports them, nothing below imports the App. The worker
+alone is imported when it is built, so that a client process never loads Faust.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..core.aggregate import DEFAULT_COMMAND_RETENTION, Decision
 from ..core.saga_starts import SagaStarter
@@ -35,7 +36,9 @@ from .kinds.workflow.handle import WorkflowHandle, workflow_builder, workflow_na
 from .runtime.deadletters import DEAD_LETTER_VALUE_BYTES, MAX_DEAD_LETTER_VALUE_BYTES
 from .runtime.hosting import Hosted
 from .runtime.topics import ApplyReport, TopicSpec, apply_topics, deadletter_topic, spec_for
-from .runtime.worker import Worker
+
+if TYPE_CHECKING:
+    from .runtime.worker import Worker
 
 __all__ = ["AggregateHandle", "App", "ProjectionHandle"]
 
@@ -456,6 +459,11 @@ class App:
         Raises:
             ValueError: ``processing_guarantee`` is not one the worker offers.
         """
+        # Imported here, not above: Faust takes a third of a second to import, and only a
+        # worker process needs it (a client or a CLI command never does). No circle: the
+        # worker imports nothing of the App (it runs a ``HostedApp``).
+        from .runtime.worker import Worker
+
         guarantee = (processing_guarantee or os.environ.get("TIDINGS_PROCESSING_GUARANTEE")
                      or self.processing_guarantee)
         if guarantee not in GUARANTEES:
