@@ -156,7 +156,7 @@ def _open(path: Path) -> AggregateStore[account.AccountState]:
     """The store as the bench worker opens it (``AggregateHandle.open``, bench.apps)."""
     (handle,) = apps.build("bench").aggregates
     return AggregateStore(path, type(handle.definition.initial), definition_name=handle.name,
-                          sagas=[s.name for s in handle.app.sagas_of(handle.name)],
+                          sagas=[s.name for s in handle.context.sagas_of(handle.name)],
                           write_buffer_bytes=handle.write_buffer_bytes)
 
 

@@ -6,11 +6,15 @@ counter id, value ``b"+1"``); each one is journaled at ``{app}.counter.{name}.jo
 ``{app}.counter.{name}.outcomes`` (key id, value ``n``). Its store is memory only, so
 everything a worker knows comes from the journal through the ``PartitionOwner``'s catch-up.
 
-What it uses of the platform is exactly what a new kind (a saga, a schedule) would use:
+Adding a kind is this one module: a pure core (``count_increment`` decides, ``restore_count``
+folds the journal back; no I/O, tested without a broker) and a shell around it. What the
+shell uses of the platform is exactly what a new kind (a saga, a schedule) would use:
+``context.KindContext`` (the app's name and partitions, never ``App``),
 ``hosting.Hosted``/``Agent``/``Input``/``Runtime``, ``owner.PartitionOwner`` (readiness,
 catch-up, ``forward``, ``settle``), ``Runtime.dead_letter`` and ``Runtime.publisher``. It
-imports nothing of the other kinds and nothing of Faust: the worker hosts it like any kind
-(``app.host(CounterKind(app, "clicks"))``).
+imports nothing of ``app.py``, of the other kinds or of Faust, and needs no change to either:
+it is declared like any kind, with ``app.host(CounterKind(app, "clicks"))``
+(``tests/integration/test_counter_kind.py``).
 
 Exactly once per inbox record, without a request id: each journal record carries the
 offset of the inbox record it counts (header ``inbox-offset``; the inbox and the journal
@@ -24,18 +28,15 @@ kind dedupes with an id carried in the record (as commands and workflow requests
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from tidings.errors import DecodeError, RecordError
+from tidings.shell.runtime.context import KindContext
 from tidings.shell.runtime.hosting import Input, Runtime, TopicPartition
 from tidings.shell.runtime.io import Incoming, Outgoing
 from tidings.shell.runtime.owner import PartitionOwner
 from tidings.shell.runtime.topics import TopicSpec, deadletter_topic, spec_for, topic_name
-
-if TYPE_CHECKING:
-    from tidings import App
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,32 @@ INCREMENT = b"+1"
 MAX_ID_BYTES = 200
 #: Header of a journal record: the offset of the inbox record it counts.
 INBOX_OFFSET = "inbox-offset"
+
+
+# -- the pure core ---------------------------------------------------------------------------
+
+
+def count_increment(counts: Mapping[str, int], counted_up_to: int, counter_id: str, offset: int) -> int | None:
+    """Decide the increment of ``counter_id`` at inbox ``offset``: its new count, or None.
+
+    None when the partition's journal already counts an inbox record at or past ``offset``
+    (``counted_up_to``): a record re-delivered after a crash, before its offset was committed.
+    """
+    if offset <= counted_up_to:
+        return None
+    return counts.get(counter_id, 0) + 1
+
+
+def restore_count(counts: Mapping[str, int], counter_id: str, count: int) -> bool:
+    """Whether the journal record ``{counter_id}/{count}`` is the id's next count.
+
+    The first record at each number wins: any other is a second record at a number already
+    counted (a worker's own write replayed after a foreign-writer alarm, or a zombie's).
+    """
+    return count == counts.get(counter_id, 0) + 1
+
+
+# -- the shell -------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,14 +87,14 @@ class CounterTopics:
 class CounterKind:
     """The ``Hosted`` of one counter definition: its topics, and how to open its agent."""
 
-    def __init__(self, app: App, name: str) -> None:
+    def __init__(self, context: KindContext, name: str) -> None:
         self._name = name
-        self.partitions = app.partitions
+        self.partitions = context.partitions
         self.topics = CounterTopics(
-            inbox=topic_name(app.name, self.kind, name, "inbox"),
-            journal=topic_name(app.name, self.kind, name, "journal"),
-            outcomes=topic_name(app.name, self.kind, name, "outcomes"),
-            deadletter=deadletter_topic(app.name),
+            inbox=topic_name(context.name, self.kind, name, "inbox"),
+            journal=topic_name(context.name, self.kind, name, "journal"),
+            outcomes=topic_name(context.name, self.kind, name, "outcomes"),
+            deadletter=deadletter_topic(context.name),
         )
 
     @property
@@ -188,12 +215,11 @@ class CounterAgent:
             decided.after.append(forward)
             return
         partition = record.partition
-        if record.offset <= self._counted.get(partition, -1):
-            # Re-delivered after a crash (its offset was not committed): already counted.
+        counts = self._counts.setdefault(partition, {})
+        count = count_increment(counts, self._counted.get(partition, -1), counter_id, record.offset)
+        if count is None:
             log.info("counter %s: inbox %d@%d is counted already", self.name, partition, record.offset)
             return
-        counts = self._counts.setdefault(partition, {})
-        count = counts.get(counter_id, 0) + 1
         counts[counter_id] = count
         self._counted[partition] = record.offset
         value = str(count).encode()
@@ -220,10 +246,8 @@ class CounterAgent:
             offset = record.headers.get(INBOX_OFFSET)
             if offset is not None:
                 self._counted[partition] = max(self._counted.get(partition, -1), int(offset))
-            if count == counts.get(counter_id, 0) + 1:
+            if restore_count(counts, counter_id, count):
                 counts[counter_id] = count
-            # Anything else is a second record at a number already counted (this worker's
-            # own write replayed after a foreign-writer alarm, or a zombie's duplicate).
 
     def _caught_up(self, partition: int, end: int) -> None:
         self._applied[partition] = end

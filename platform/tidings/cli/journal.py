@@ -45,9 +45,9 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     handle = workflow_handle(args)
-    bootstrap = args.bootstrap or handle.app.bootstrap()
+    bootstrap = args.bootstrap or handle.context.bootstrap()
     records = read_journal(
-        bootstrap, handle.topics.journal, handle.app.partitions, args.instance_id, timeout=args.timeout
+        bootstrap, handle.topics.journal, handle.context.partitions, args.instance_id, timeout=args.timeout
     )
     for record in records:
         print(json.dumps(record_to_json(record)), flush=True)

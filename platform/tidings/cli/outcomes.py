@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     if args.follow:
         interruptible()
     try:
-        asyncio.run(print_outcomes(handle, args.bootstrap or handle.app.bootstrap(), follow=args.follow))
+        asyncio.run(print_outcomes(handle, args.bootstrap or handle.context.bootstrap(), follow=args.follow))
     except KeyboardInterrupt:
         # Ctrl-C is how --follow is meant to end: not a failure, and no traceback.
         pass
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
 
 async def print_outcomes(handle: WorkflowHandle, bootstrap: str, *, follow: bool) -> None:
     """Print one JSON line per instance of ``handle``'s workflow (flushed: others read it live)."""
-    client = Client(bootstrap, app=handle.app)
+    client = Client(bootstrap, app=handle.context)
     try:
         async with aclosing(client.outcomes(handle, follow=follow)) as outcomes:
             async for instance_id, outcome in outcomes:

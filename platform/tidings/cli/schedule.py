@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import logging
 import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
@@ -44,6 +44,7 @@ from ..core.schedule.aggregate import ScheduleState
 from ..shell.kinds.aggregate.handle import AggregateHandle
 from ..shell.client.client import Client
 from ..shell.client.follower import TopicFollower
+from ..shell.runtime.context import ThroughClient
 from ..shell.runtime.io import Incoming
 from ..shell.kinds.schedule.handle import ScheduleHandle
 from .loading import load_app
@@ -395,7 +396,7 @@ async def read_schedules(
         await follower.start()
         while (chunk := await follower.next_chunk()) is not None:
             read += len(chunk)
-            skipped += fold_journal(chunk, aggregate.definition, aggregate.app.partitions, instances)
+            skipped += fold_journal(chunk, aggregate.definition, aggregate.context.partitions, instances)
             if time.monotonic() - last >= every_s:
                 last = time.monotonic()
                 progress(f"read {read} journal records, {len(instances)} schedules "
@@ -409,25 +410,6 @@ async def read_schedules(
 
 
 # -- finding the app's schedules ----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _ClientAggregate(AggregateHandle[Any, Any, ScheduleState]):
-    """The schedule aggregate sending through one given client (``--bootstrap``, ``--timeout``)."""
-
-    client: Client | None = None
-    timeout: float | None = None
-
-    async def send(
-        self, aggregate_id: str, command: Any, timeout: float | None = None, *,
-        expected_version: int | None = None, command_id: str | None = None,
-        correlation_id: str | None = None,
-    ) -> Any:
-        assert self.client is not None
-        return await self.client.send(
-            self, aggregate_id, command, self.timeout if timeout is None else timeout,
-            expected_version=expected_version, command_id=command_id, correlation_id=correlation_id,
-        )
 
 
 def schedule_aggregate(app: Any) -> AggregateHandle[Any, Any, ScheduleState]:
@@ -449,7 +431,7 @@ def schedule_handle(app: Any, client: Client, timeout: float | None) -> Schedule
     """
     aggregate = schedule_aggregate(app)
     workflows = app.schedule_handle().workflows
-    bound = _ClientAggregate(app, aggregate.definition, aggregate.topics, client=client, timeout=timeout)
+    bound = dataclasses.replace(aggregate, context=ThroughClient(aggregate.context, client, timeout))
     return ScheduleHandle(bound, workflows)
 
 

@@ -2,55 +2,56 @@
 
 Declaring does no I/O: ``app.aggregate(...)`` validates and freezes a definition and
 returns a handle. ``tidings worker MODULE:APP`` (``App.worker``) does all the I/O.
+
+The App is a registry and its configuration, with no kind's logic in it: each public
+decorator asks the kind's own module to validate the declaration and build its handle
+(``kinds/<kind>/``), then registers it with ``app.host(handle)``, the one way a definition
+joins the app (a new kind needs only that: ``tests/counter_kind.py``). Handles and clients
+know the App as a ``KindContext`` (``runtime/context.py``), the worker as a ``HostedApp``
+(``runtime/worker.py``): the App imports them, nothing below imports the App. The worker
+alone is imported when it is built, so that a client process never loads Faust.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
-import types
-import typing
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..codec.payloads import type_registry
-from ..core.aggregate import DEFAULT_COMMAND_RETENTION, AggregateDefinition, Decision
-from ..core.workflow.retry import Retry
+from ..core.aggregate import DEFAULT_COMMAND_RETENTION, Decision
 from ..core.saga_starts import SagaStarter
 from ..errors import BrokerError, DefinitionError
-from .kinds.aggregate.agent import AggregateTopics
-from .kinds.projection.agent import Handler, ProjectionSource
+from .client.client import Client
+from .kinds.aggregate.declare import declare_aggregate
 from .kinds.aggregate.handle import AggregateHandle
+from .kinds.flow.stage import WorkflowFlowStage, declare_flow
+from .kinds.orchestration.handle import OrchestrationDefinition, declare_orchestration
+from .kinds.projection.agent import Handler
+from .kinds.projection.handle import ProjectionHandle, declare_projection
+from .kinds.saga.handle import SagaHandle, declare_saga
+from .kinds.schedule.handle import ScheduleHandle, declare_schedules
+from .kinds.workflow.handle import WorkflowHandle, workflow_builder, workflow_named
 from .runtime.deadletters import DEAD_LETTER_VALUE_BYTES, MAX_DEAD_LETTER_VALUE_BYTES
 from .runtime.hosting import Hosted
-from .kinds.projection.handle import ProjectionHandle
-from .runtime.topics import ApplyReport, TopicSpec, apply_topics, deadletter_topic, spec_for, topic_name
+from .runtime.topics import ApplyReport, TopicSpec, apply_topics, deadletter_topic, spec_for
 
 if TYPE_CHECKING:
-    from .client.client import Client
-    from .kinds.flow.stage import WorkflowFlowStage
-    from .kinds.saga.handle import SagaHandle
-    from .kinds.schedule.handle import ScheduleHandle
     from .runtime.worker import Worker
-    from .kinds.workflow.handle import WorkflowHandle
 
 __all__ = ["AggregateHandle", "App", "ProjectionHandle"]
 
 C = TypeVar("C")
 E = TypeVar("E")
 S = TypeVar("S")
+H = TypeVar("H", bound=Hosted)
 
 DEFAULT_PARTITIONS = 8
 AT_LEAST_ONCE = "at_least_once"
 EXACTLY_ONCE = "exactly_once"
 #: The processing guarantees a worker offers (``App(processing_guarantee=...)``).
 GUARANTEES = (AT_LEAST_ONCE, EXACTLY_ONCE)
-#: Schedules a worker keeps in memory per partition of the schedule aggregate.
-SCHEDULE_CACHE_SIZE = 1_000
-#: RocksDB memtable size of the schedule aggregate's store on a worker.
-SCHEDULE_WRITE_BUFFER_BYTES = 4 * 1024 * 1024
 
 
 class App:
@@ -150,45 +151,13 @@ class App:
                 ``command_timeout``). It is also the verdicts topic's ``retention.ms``.
 
         Raises:
-            DefinitionError: listing every problem with the definition.
+            DefinitionError: listing every problem with the definition
+                (``kinds/aggregate/declare.py``).
         """
-        reasons: list[str] = []
-        if not isinstance(cache_size, int) or isinstance(cache_size, bool) or cache_size < 1:
-            reasons.append(f"cache_size must be a positive int, not {cache_size!r}")
-        if ("aggregate", name) in self._hosted:
-            reasons.append(f"an aggregate named {name!r} is already declared")
-        shortest = max(Retry.command.deadline or timedelta(0), timedelta(seconds=self.command_timeout))
-        if isinstance(command_retention, timedelta) and command_retention < shortest:
-            reasons.append(f"command_retention {command_retention} is shorter than the resends the "
-                           f"platform makes itself ({shortest}: Retry.command and command_timeout); "
-                           f"a resend after it would be applied again")
-        registries = []
-        for what, types_ in (("command", command), ("event", event)):
-            try:
-                registries.append(type_registry(_models(types_)))
-            except DefinitionError as exc:
-                reasons.extend(f"{what}=: {reason}" for reason in exc.reasons)
-                registries.append({})
-            except TypeError as exc:
-                reasons.append(f"{what}=: {exc}")
-                registries.append({})
-        try:
-            commands, events = registries
-            definition = AggregateDefinition(name, initial, decide, fold, commands, events,
-                                             command_retention)
-        except DefinitionError as exc:
-            reasons.extend(exc.reasons)
-        if reasons:
-            raise DefinitionError(f"aggregate {name!r}", reasons)
-        topics = AggregateTopics(
-            commands=topic_name(self.name, "aggregate", name, "commands"),
-            events=topic_name(self.name, "aggregate", name, "events"),
-            deadletter=deadletter_topic(self.name),
-            verdicts=topic_name(self.name, "aggregate", name, "verdicts"),
-        )
-        handle = AggregateHandle(self, definition, topics, cache_size)
-        self.host(handle)
-        return handle
+        return self._hosting(declare_aggregate(
+            self, name, initial, decide, fold, command=command, event=event, cache_size=cache_size,
+            command_retention=command_retention,
+        ))
 
     def projection(
         self,
@@ -208,41 +177,21 @@ class App:
         Raises:
             DefinitionError: listing every problem with the definition.
         """
-        reasons: list[str] = []
-        if not name or not all(ch.isalnum() or ch in "_-" for ch in name):
-            reasons.append(f"name {name!r} must be letters, digits, '_' or '-'")
-        if ("projection", name) in self._hosted:
-            reasons.append(f"a projection named {name!r} is already declared")
-        sources = list(sources)
-        if not sources:
-            reasons.append("sources must name at least one aggregate handle")
-        for source in sources:
-            if not isinstance(source, AggregateHandle) or source.app is not self:
-                reasons.append(f"{source!r} is not an aggregate handle of this app")
-        if not callable(handler):
-            reasons.append("handler must be callable: handler(event, view)")
-        if reasons:
-            raise DefinitionError(f"projection {name!r}", reasons)
-        handle = ProjectionHandle(
-            self,
-            name,
-            tuple(
-                ProjectionSource(s.name, s.topics.events, s.definition.event_types)
-                for s in sources
-            ),
-            handler,
-        )
-        self.host(handle)
-        return handle
+        return self._hosting(declare_projection(self, name, sources, handler))
 
     def workflow(self, name: str | None = None, **options: Any) -> Callable[[Any], Any]:
         """Declare a workflow: ``@app.workflow("enrich")`` over ``async def body(ctx, input)``.
 
-        See ``tidings.shell.kinds.workflow.handle.declare_workflow`` for the options.
+        See ``tidings.shell.kinds.workflow.handle.workflow_builder`` for the options.
         """
-        from .kinds.workflow.handle import declare_workflow
+        if callable(name):  # ``@app.workflow`` without parentheses
+            return self.workflow(None, **options)(name)
+        build = workflow_builder(self, name, **options)
 
-        return declare_workflow(self, name, **options)
+        def decorate(body: Callable[..., Any]) -> WorkflowHandle:
+            return self._hosting(build(body))
+
+        return decorate
 
     def orchestration(
         self,
@@ -257,11 +206,10 @@ class App:
 
         See ``tidings.shell.kinds.orchestration.handle.declare_orchestration`` for the details.
         """
-        from .kinds.orchestration.handle import declare_orchestration
-
-        return declare_orchestration(
-            self, name, sources, key_of, factory, actions_topic, **options
+        definition: OrchestrationDefinition = self._hosting(
+            declare_orchestration(self, name, sources, key_of, factory, actions_topic, **options)
         )
+        return definition
 
     def saga(
         self,
@@ -284,10 +232,9 @@ class App:
         Raises:
             DefinitionError: listing every problem with the definition.
         """
-        from .kinds.saga.handle import declare_saga
-
-        return declare_saga(self, name, subscribe=subscribe, start_on=start_on, initial=initial,
-                            handle=handle, on_enter=on_enter, state=state)
+        return self._hosting(declare_saga(self, name, subscribe=subscribe, start_on=start_on,
+                                          initial=initial, handle=handle, on_enter=on_enter,
+                                          state=state))
 
     def workflow_flow(
         self,
@@ -311,10 +258,8 @@ class App:
         Raises:
             DefinitionError: listing every problem with the arguments.
         """
-        from .kinds.flow.stage import declare_flow
-
-        return declare_flow(self, name, source_topic, handle, id_of, sink_topic, parallelism, timeout,
-                            source_schema)
+        return self._hosting(declare_flow(self, name, source_topic, handle, id_of, sink_topic,
+                                          parallelism, timeout, source_schema))
 
     def schedules(self, workflows: Iterable[Any]) -> ScheduleHandle:
         """Declare the schedule aggregate (SPEC §6, docs/schedules.md); returns its handle.
@@ -326,28 +271,11 @@ class App:
         Raises:
             DefinitionError: the app declares schedules already.
         """
-        from ..core.schedule import aggregate as schedule
-        from .kinds.schedule.handle import ScheduleDispatch, ScheduleHandle, workflow_names
-
-        if ("aggregate", schedule.SCHEDULE_AGGREGATE) in self._hosted:
-            raise DefinitionError(f"App {self.name!r}.schedules", [
-                f"an aggregate named {schedule.SCHEDULE_AGGREGATE!r} is already declared: "
-                "call app.schedules once, listing every workflow a schedule may start",
-            ])
-        names = workflow_names(workflows)
-        aggregate = self.aggregate(
-            schedule.SCHEDULE_AGGREGATE, schedule.INITIAL_STATE, schedule.decide, schedule.fold,
-            command=schedule.COMMAND_TYPES, event=schedule.EVENT_TYPES,
-            # A schedule gets a few commands per due time: memory per idle schedule matters
-            # more than a RocksDB read per command (the dispatcher keeps its own index).
-            cache_size=SCHEDULE_CACHE_SIZE,
-        )
-        # Small memtables too: a schedule's store sees a few small writes per due time.
-        aggregate = dataclasses.replace(aggregate, write_buffer_bytes=SCHEDULE_WRITE_BUFFER_BYTES)
-        self._hosted[("aggregate", schedule.SCHEDULE_AGGREGATE)] = aggregate
-        self.host(ScheduleDispatch(self, aggregate))
-        self._schedules = ScheduleHandle(aggregate, names)
-        return self._schedules
+        aggregate, dispatch, schedules = declare_schedules(self, workflows)
+        self.host(aggregate)
+        self.host(dispatch)
+        self._schedules = schedules
+        return schedules
 
     def schedule_handle(self) -> ScheduleHandle:
         """Return the handle ``app.schedules`` returned (the CLI's way to the schedules).
@@ -364,7 +292,8 @@ class App:
     def host(self, definition: Hosted) -> None:
         """Register a definition to run in this app's workers (``hosting.Hosted``).
 
-        Every kind goes through here: aggregates, projections, workflows, orchestrations.
+        Every kind goes through here: the public decorators above, and a kind of a
+        program's own (``tests/counter_kind.py``).
 
         Raises:
             DefinitionError: the app already has a definition of that kind and name.
@@ -376,6 +305,11 @@ class App:
                 f"{kind} {definition.name!r}", [f"a {kind} with this name is already declared"]
             )
         self._hosted[key] = definition
+
+    def _hosting(self, definition: H) -> H:
+        """Host ``definition`` and return it: what each public decorator returns."""
+        self.host(definition)
+        return definition
 
     def register_saga_starter(self, aggregate: str, starter: SagaStarter) -> None:
         """Tell aggregate ``aggregate`` that ``starter`` may start from its stored events.
@@ -402,10 +336,8 @@ class App:
         Those declared with ``app.saga(subscribe=[...])``, then those registered with
         ``register_saga_starter``.
         """
-        from .kinds.saga.starters import SubscribedSaga
-
-        declared: list[SagaStarter] = [SubscribedSaga(saga, aggregate_name) for saga in self.sagas
-                                       if saga.subscribes_to(aggregate_name)]
+        declared: list[SagaStarter] = [starter for saga in self.sagas
+                                       if (starter := saga.starter_for(aggregate_name)) is not None]
         return declared + list(self.saga_starters.get(aggregate_name, ()))
 
     # -- what the shell reads ----------------------------------------------------------
@@ -414,6 +346,14 @@ class App:
     def hosted(self) -> tuple[Hosted, ...]:
         """Every definition the worker runs, in declaration order."""
         return tuple(self._hosted.values())
+
+    def declared(self, kind: str) -> Sequence[Hosted]:
+        """The definitions of ``kind`` (``"aggregate"``, ``"workflow"``, ...), in declaration order.
+
+        The lookup a handle makes through its ``KindContext``: a saga finds its aggregates,
+        a schedule its workflows.
+        """
+        return tuple(h for h in self._hosted.values() if h.kind == kind)
 
     @property
     def aggregates(self) -> tuple[AggregateHandle[Any, Any, Any], ...]:
@@ -426,12 +366,12 @@ class App:
     @property
     def workflows(self) -> tuple[WorkflowHandle, ...]:
         """The handles of the app's workflows, in declaration order."""
-        return tuple(h for h in self._hosted.values() if h.kind == "workflow")  # type: ignore[misc]
+        return tuple(h for h in self._hosted.values() if isinstance(h, WorkflowHandle))
 
     @property
     def sagas(self) -> tuple[SagaHandle, ...]:
         """The handles of the app's sagas, in declaration order."""
-        return tuple(h for h in self._hosted.values() if h.kind == "saga")  # type: ignore[misc]
+        return tuple(h for h in self._hosted.values() if isinstance(h, SagaHandle))
 
 
     def workflow_handle(self, name: str) -> WorkflowHandle:
@@ -440,11 +380,7 @@ class App:
         Raises:
             LookupError: The app declares no such workflow (the message lists the known ones).
         """
-        for handle in self.workflows:
-            if handle.name == name:
-                return handle
-        known = ", ".join(sorted(h.name for h in self.workflows)) or "none"
-        raise LookupError(f"app {self.name!r} has no workflow {name!r}; known: {known}")
+        return workflow_named(self, name)
 
     def own_topics(self) -> frozenset[str]:
         """The app's topics no reply may be sent to: all it declares but the replies topics."""
@@ -493,8 +429,6 @@ class App:
 
     def client(self, bootstrap: str | None = None) -> Client:
         """Return this app's client for ``bootstrap`` (one per address, made on first use)."""
-        from .client.client import Client
-
         address = bootstrap or self.bootstrap()
         if address not in self._clients:
             self._clients[address] = Client(address, app=self)
@@ -525,6 +459,9 @@ class App:
         Raises:
             ValueError: ``processing_guarantee`` is not one the worker offers.
         """
+        # Imported here, not above: Faust takes a third of a second to import, and only a
+        # worker process needs it (a client or a CLI command never does). No circle: the
+        # worker imports nothing of the App (it runs a ``HostedApp``).
         from .runtime.worker import Worker
 
         guarantee = (processing_guarantee or os.environ.get("TIDINGS_PROCESSING_GUARANTEE")
@@ -541,14 +478,3 @@ class App:
             exactly_once=guarantee == EXACTLY_ONCE,
             stall_timeout_s=stall_timeout_s,
         )
-
-
-def _models(declared: Any) -> list[type]:
-    """Flatten ``Model``, ``A | B``, ``Union[A, B]`` or an iterable of models to a list."""
-    if isinstance(declared, types.UnionType) or typing.get_origin(declared) is typing.Union:
-        return [model for arg in typing.get_args(declared) for model in _models(arg)]
-    if isinstance(declared, type):
-        return [declared]
-    if isinstance(declared, Iterable) and not isinstance(declared, (str, bytes)):
-        return [model for item in declared for model in _models(item)]
-    raise TypeError(f"expected a pydantic model class, a union or a list of them, not {declared!r}")

@@ -10,6 +10,10 @@ The workflow calls (``start``, ``result``, ``value``, ``status``, ``signal``, ``
 hand off to the workflow's ``WorkflowHandle``, which makes its requests through this
 client: a program using handles and a client has one producer and one reply reader.
 ``outcomes`` reads a workflow's compacted outcomes topic itself (``follower.py``).
+
+The client knows its app through the same narrow ``KindContext`` a handle does
+(``runtime/context.py``): ``App`` builds clients (``app.client``), so nothing here imports
+``app.py``.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncGenerator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...codec.payloads import load_payload, payload_of
 from ...core.limits import check_command, check_id
@@ -32,13 +36,12 @@ from ...errors import (
     SagaAlreadyStarted,
     SchemaError,
 )
+from ..kinds.aggregate.handle import AggregateHandle
 from ..kinds.workflow.codec import decode_outcome
 from .follower import TopicFollower
+from ..runtime.context import KindContext
 from ..runtime.requester import Requester
 from ..kinds.workflow.handle import WorkflowHandle, workflow_named
-
-if TYPE_CHECKING:
-    from ..app import AggregateHandle, App
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +51,10 @@ class Client:
 
     Args:
         bootstrap: Kafka bootstrap servers.
-        app: The App whose definitions and topics to use.
+        app: The App whose definitions and topics to use (any ``KindContext``).
     """
 
-    def __init__(self, bootstrap: str, *, app: App) -> None:
+    def __init__(self, bootstrap: str, *, app: KindContext) -> None:
         self.bootstrap = bootstrap
         self.app = app
         # Opens its producer and threads on the first request, again after close().
@@ -316,7 +319,7 @@ class Client:
             LookupError: The app declares no workflow of that name (the message lists the known ones).
         """
         handle = workflow if isinstance(workflow, WorkflowHandle) else workflow_named(self.app, workflow)
-        if handle.app is self.app:
+        if handle.context is self.app:
             handle._serve_through(self)
             # Remembered so that close() lets the handle go.
             self._workflows.setdefault(id(handle), handle)
@@ -344,8 +347,9 @@ class Client:
         """Return the handle of ``aggregate`` (a handle, or an aggregate's name)."""
         if not isinstance(aggregate, str):
             return aggregate
-        for handle in self.app.aggregates:
+        aggregates = [h for h in self.app.declared("aggregate") if isinstance(h, AggregateHandle)]
+        for handle in aggregates:
             if handle.name == aggregate:
                 return handle
-        known = ", ".join(h.name for h in self.app.aggregates) or "none"
+        known = ", ".join(h.name for h in aggregates) or "none"
         raise LookupError(f"app {self.app.name!r} has no aggregate {aggregate!r}; known: {known}")

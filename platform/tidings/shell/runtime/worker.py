@@ -1,5 +1,9 @@
 """The worker: one Faust app that runs every definition of a tidings App.
 
+The worker knows the app only as a ``HostedApp`` (below): a name, a partition count, the
+``Hosted`` definitions and their topics, where stores go and the limits the runtime
+applies. ``App`` (``shell/app.py``) is one; nothing here imports it or any kind.
+
 This is the only module that speaks Faust. Faust is the runtime: the ``faust.App``, the
 ``faust.Worker`` lifecycle (signals, logging, ordered start and stop of services), its
 sensors. Records do not come through Faust's consumer, which delivers them one at a time;
@@ -16,27 +20,58 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import faust
 import mode
 from faust.app.base import BootStrategy
 
-from .hosting import Agent, Runtime, TopicPartition
+from .hosting import Agent, Hosted, Runtime, TopicPartition
 from .intake import Intake, describe
 from .kafka import ConfluentPublisher
 from .liveness import STALL_TIMEOUT_S, Liveness, LivenessWatch
 from .metrics import Metrics, MetricsServer
 from .pipeline import stop_worker, stop_worker_on_failure
-from .topics import apply_topics, deadletter_topic
+from .topics import TopicSpec, apply_topics, deadletter_topic
 from .transactions import TransactionalPublisher
 from .worker_dir import WorkerDir
 
-if TYPE_CHECKING:
-    from ..app import App
-
 log = logging.getLogger(__name__)
+
+
+class HostedApp(Protocol):
+    """What a worker runs: an app's definitions, its topics and the limits it applies."""
+
+    @property
+    def name(self) -> str:
+        """The consumer group, the prefix of every topic and of transactional ids."""
+        ...
+
+    @property
+    def partitions(self) -> int: ...
+
+    @property
+    def hosted(self) -> Sequence[Hosted]:
+        """Every definition to open, in declaration order."""
+        ...
+
+    @property
+    def deadletter_value_limit(self) -> int: ...
+
+    @property
+    def json_outcomes(self) -> bool: ...
+
+    def topic_specs(self) -> list[TopicSpec]:
+        """Every topic the app needs, applied before the worker starts."""
+        ...
+
+    def own_topics(self) -> frozenset[str]: ...
+
+    def data_dir(self) -> Path:
+        """Where the worker keeps its stores unless told otherwise."""
+        ...
 
 
 class _Boot(BootStrategy):
@@ -56,7 +91,7 @@ class Worker:
 
     def __init__(
         self,
-        app: App,
+        app: HostedApp,
         *,
         bootstrap: str,
         data_dir: Path | None = None,

@@ -8,16 +8,14 @@ The handle is what a program holds (``await accounts.send(...)``) and what the w
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from ....core.aggregate import AggregateDefinition
 from .agent import AggregateAgent, AggregateTopics
+from ...runtime.context import KindContext
 from ...runtime.hosting import Runtime
 from .store import AggregateStore
 from ...runtime.topics import TopicSpec, spec_for
-
-if TYPE_CHECKING:
-    from ...app import App
 
 C = TypeVar("C")
 E = TypeVar("E")
@@ -26,9 +24,13 @@ S = TypeVar("S")
 
 @dataclass(frozen=True)
 class AggregateHandle(Generic[C, E, S]):
-    """What ``app.aggregate`` returns: the definition, its topics and a way to send."""
+    """What ``app.aggregate`` returns: the definition, its topics and a way to send.
 
-    app: App
+    ``context`` is the app it is declared in (``runtime/context.py``): its partitions, its
+    client, and the sagas that subscribe to it.
+    """
+
+    context: KindContext
     definition: AggregateDefinition[C, E, S]
     topics: AggregateTopics
     cache_size: int = 100_000
@@ -55,15 +57,16 @@ class AggregateHandle(Generic[C, E, S]):
     ) -> E:
         """Send ``command`` to ``aggregate_id`` and return the reply event.
 
-        Uses a client bound to ``TIDINGS_BOOTSTRAP`` (or the app's bootstrap); see
+        Uses the context's client (the app's: bound to ``TIDINGS_BOOTSTRAP`` or the app's
+        bootstrap) and, without ``timeout``, the context's ``command_timeout``; see
         ``Client.send`` for the errors it raises (``SagaAlreadyStarted`` among them).
         """
-        client = self.app.client()
+        client = self.context.client()
         result: E = await client.send(
             self,
             aggregate_id,
             command,
-            timeout,
+            self.context.command_timeout if timeout is None else timeout,
             expected_version=expected_version,
             command_id=command_id,
             correlation_id=correlation_id,
@@ -75,7 +78,7 @@ class AggregateHandle(Generic[C, E, S]):
     def topic_specs(self) -> list[TopicSpec]:
         """The commands, events and verdicts topics, co-partitioned; the verdicts topic
         keeps its records for the definition's ``command_retention``."""
-        partitions = self.app.partitions
+        partitions = self.context.partitions
         verdicts = spec_for("verdicts", self.topics.verdicts, partitions=partitions)
         verdicts.config["retention.ms"] = str(self.definition.command_retention_ms)
         return [
@@ -90,7 +93,7 @@ class AggregateHandle(Generic[C, E, S]):
         The agent is given the sagas subscribed to this aggregate, to refuse a command
         whose event would start one a second time (``core/saga_starts.py``).
         """
-        starters = self.app.sagas_of(self.name)
+        starters = self.context.sagas_of(self.name)
         store: AggregateStore[S] = AggregateStore(
             runtime.store_path(self.kind, self.name),
             type(self.definition.initial),

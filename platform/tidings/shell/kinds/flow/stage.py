@@ -58,15 +58,15 @@ from ....core.limits import MAX_ID_BYTES, check_id, load_json
 from ....core.partitioning import partition_for
 from ....core.workflow import Cancelled, Faulted, Finished, Outcome
 from ....errors import BrokerError, DecodeError, DefinitionError, KeyOfFailed, SchemaError
+from ..workflow.handle import WorkflowHandle, workflow_named
 from .definition import _check
+from ...runtime.context import KindContext
 from ...runtime.hosting import Input, Runtime, TopicPartition
 from ...runtime.io import Incoming, Outgoing
 from ...runtime.topics import TopicSpec, deadletter_topic, spec_for
 
 if TYPE_CHECKING:
     from ....core.workflow import WorkflowDefinition
-    from ...app import App
-    from ..workflow.handle import WorkflowHandle
 
 log = logging.getLogger(__name__)
 
@@ -226,7 +226,7 @@ class WorkflowFlowStage:
 
     def __init__(
         self,
-        app: App,
+        context: KindContext,
         name: str,
         source_topic: str,
         handle: WorkflowHandle,
@@ -236,7 +236,7 @@ class WorkflowFlowStage:
         timeout: float,
         source_schema: SourceSchema | None = None,
     ) -> None:
-        self.app = app
+        self.context = context
         self._name = name
         self.source_topic = source_topic
         self.sink_topic = sink_topic
@@ -259,10 +259,10 @@ class WorkflowFlowStage:
 
         Not the source: it belongs to whoever writes it; ``open`` checks it exists.
         """
-        partitions = self.app.partitions
+        partitions = self.context.partitions
         return [
             spec_for("outcomes", self.sink_topic, partitions=partitions),
-            spec_for("deadletter", deadletter_topic(self.app.name), partitions=partitions),
+            spec_for("deadletter", deadletter_topic(self.context.name), partitions=partitions),
         ]
 
     def open(self, runtime: Runtime) -> WorkflowFlowAgent:
@@ -374,7 +374,7 @@ class WorkflowFlowAgent:
         handle, bootstrap, seconds = self.stage.handle, self._runtime.bootstrap, self.stage.timeout
         read = handle.outcome_reader(instance_id)
         requester = handle.client(bootstrap).requester
-        partition = partition_for(instance_id, self.stage.app.partitions)
+        partition = partition_for(instance_id, self.stage.context.partitions)
         async with requester.outcome(handle.topics.outcomes, partition, instance_id, read) as ended:
             await handle.start(instance_id, element, bootstrap=bootstrap)
             began = time.monotonic()
@@ -416,7 +416,7 @@ class WorkflowFlowAgent:
             body["outcome"] = "cancelled"
         value = pydantic_core.to_json(body)
         return Outgoing(stage.sink_topic, instance_id.encode(), value,
-                        partition_for(instance_id, stage.app.partitions), JSON_HEADERS)
+                        partition_for(instance_id, stage.context.partitions), JSON_HEADERS)
 
     async def _dead_letter(self, record: Incoming, error: BaseException) -> None:
         log.error("flow %s dead-letters %s/%d@%d: %s", self.stage.name, record.topic, record.partition,
@@ -425,7 +425,7 @@ class WorkflowFlowAgent:
 
 
 def declare_flow(
-    app: App,
+    context: KindContext,
     name: str,
     source_topic: str,
     handle: WorkflowHandle | str,
@@ -435,26 +435,24 @@ def declare_flow(
     timeout: float | Any,
     source_schema: Any = None,
 ) -> WorkflowFlowStage:
-    """Validate the arguments of ``app.workflow_flow`` and host the stage.
+    """Validate the arguments of ``app.workflow_flow`` and return the stage (``App`` hosts it).
 
     Raises:
         DefinitionError: listing every problem (an unknown workflow, a bad parallelism or
             timeout, ``id_of`` not callable, sink and source the same topic or one of the
             app's own topics, a ``source_schema`` that is no valid Avro schema).
     """
-    from ..workflow.handle import WorkflowHandle
-
     problems: list[str] = []
     resolved: WorkflowHandle | None = None
     if isinstance(handle, str):
         try:
-            resolved = app.workflow_handle(handle)
+            resolved = workflow_named(context, handle)
         except LookupError as exc:
             problems.append(str(exc))
-    elif isinstance(handle, WorkflowHandle) and handle.app is app:
+    elif isinstance(handle, WorkflowHandle) and handle.context is context:
         resolved = handle
     else:
-        problems.append(f"handle must be a workflow of app {app.name!r} (its handle or name), not {handle!r}")
+        problems.append(f"handle must be a workflow of app {context.name!r} (its handle or name), not {handle!r}")
     seconds = math.nan
     try:
         seconds = _check(resolved or _Placeholder(), id_of, parallelism, ("start", "result"), timeout)
@@ -465,9 +463,9 @@ def declare_flow(
             problems.append(f"{role} must be a topic name, not {topic!r}")
     if source_topic == sink_topic:
         problems.append(f"source_topic and sink_topic are both {source_topic!r}")
-    if isinstance(source_topic, str) and source_topic in app.own_topics():
+    if isinstance(source_topic, str) and source_topic in context.own_topics():
         problems.append(f"source_topic {source_topic!r} is one of the app's own topics")
-    if isinstance(sink_topic, str) and sink_topic in app.own_topics():
+    if isinstance(sink_topic, str) and sink_topic in context.own_topics():
         problems.append(f"sink_topic {sink_topic!r} is already one of the app's topics")
     schema: SourceSchema | None = None
     if source_schema is not None:
@@ -477,10 +475,8 @@ def declare_flow(
             problems.append(str(exc))
     if problems or resolved is None:
         raise DefinitionError(f"flow {name!r}", problems)
-    stage = WorkflowFlowStage(app, name, source_topic, resolved, id_of, sink_topic, parallelism, seconds,
-                              schema)
-    app.host(stage)
-    return stage
+    return WorkflowFlowStage(context, name, source_topic, resolved, id_of, sink_topic, parallelism, seconds,
+                             schema)
 
 
 class _Placeholder:

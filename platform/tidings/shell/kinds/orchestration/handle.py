@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ....errors import DefinitionError
 from .agent import (
@@ -22,11 +22,9 @@ from .agent import (
     OrchestrationTopics,
 )
 from ..projection.agent import ProjectionSource
+from ...runtime.context import KindContext
 from ...runtime.hosting import Input, Runtime, TopicPartition
 from ...runtime.topics import TopicSpec, deadletter_topic, spec_for, topic_name
-
-if TYPE_CHECKING:
-    from ...app import App
 
 
 @dataclass(frozen=True)
@@ -34,7 +32,7 @@ class OrchestrationDefinition:
     """A hosted orchestration: what ``app.orchestration`` returns and the worker runs.
 
     Attributes:
-        app: The App it belongs to.
+        context: The app it belongs to (``runtime/context.py``).
         name: Its name (a topic segment).
         sources: The events topics it reads, with the types to decode them.
         key_of: ``key_of(SourceEvent) -> instance key | None``.
@@ -42,7 +40,7 @@ class OrchestrationDefinition:
         topics: Its inbox, journal, actions and outcomes topics.
     """
 
-    app: App
+    context: KindContext
     name: str
     sources: tuple[ProjectionSource, ...]
     key_of: KeyOf
@@ -51,7 +49,7 @@ class OrchestrationDefinition:
 
     def topic_specs(self) -> list[TopicSpec]:
         """Return the inbox, journal, actions and outcomes topics, co-partitioned."""
-        partitions = self.app.partitions
+        partitions = self.context.partitions
         return [
             spec_for("inbox", self.topics.inbox, partitions=partitions),
             spec_for("journal", self.topics.journal, partitions=partitions),
@@ -111,7 +109,7 @@ class OrchestrationAgents:
 
 
 def declare_orchestration(
-    app: App,
+    context: KindContext,
     name: str,
     sources: Iterable[Any],
     key_of: Callable[[Any], str | None],
@@ -135,30 +133,30 @@ def declare_orchestration(
     offset. *Replay:* after a restart, instances are rebuilt by feeding their journal again.
 
     Args:
-        app: The App.
+        context: The app it belongs to.
         name: The orchestration's name (letters, digits, ``_``, ``-``).
-        sources: Aggregate handles of ``app`` whose stored events it reads.
+        sources: Aggregate handles of the app whose stored events it reads.
         key_of: ``key_of(event) -> str | None``; must be deterministic.
         factory: ``factory(key) -> Orchestration``; must be deterministic.
         actions_topic: Where actions go; it must have the app's partition count.
         **options: None are accepted yet.
 
     Returns:
-        The definition, registered with ``app.host(...)``.
+        The definition; ``App.orchestration`` registers it with ``app.host(...)``.
 
     Raises:
         DefinitionError: listing every problem with the declaration.
     """
-    from ..aggregate.handle import AggregateHandle
-
     reasons: list[str] = []
     if not name or not all(ch.isalnum() or ch in "_-" for ch in name):
         reasons.append(f"name {name!r} must be letters, digits, '_' or '-'")
     sources = list(sources)
     if not sources:
         reasons.append("sources must name at least one aggregate handle")
+    # The app's aggregates, asked of the context: this kind imports no aggregate module.
+    aggregates = context.declared("aggregate")
     for source in sources:
-        if not isinstance(source, AggregateHandle) or source.app is not app:
+        if not any(source is aggregate for aggregate in aggregates):
             reasons.append(f"{source!r} is not an aggregate handle of this app "
                            "(raw topics are not accepted: see docs/orchestrations-hosted.md)")
     if not callable(key_of):
@@ -172,14 +170,14 @@ def declare_orchestration(
     if reasons:
         raise DefinitionError(f"orchestration {name!r}", reasons)
     topics = OrchestrationTopics(
-        inbox=topic_name(app.name, "orchestration", name, "inbox"),
-        journal=topic_name(app.name, "orchestration", name, "journal"),
-        actions=actions_topic or topic_name(app.name, "orchestration", name, "actions"),
-        outcomes=topic_name(app.name, "orchestration", name, "outcomes"),
-        deadletter=deadletter_topic(app.name),
+        inbox=topic_name(context.name, "orchestration", name, "inbox"),
+        journal=topic_name(context.name, "orchestration", name, "journal"),
+        actions=actions_topic or topic_name(context.name, "orchestration", name, "actions"),
+        outcomes=topic_name(context.name, "orchestration", name, "outcomes"),
+        deadletter=deadletter_topic(context.name),
     )
-    definition = OrchestrationDefinition(
-        app,
+    return OrchestrationDefinition(
+        context,
         name,
         tuple(
             ProjectionSource(s.name, s.topics.events, s.definition.event_types) for s in sources
@@ -188,6 +186,4 @@ def declare_orchestration(
         factory,
         topics,
     )
-    app.host(definition)
-    return definition
 

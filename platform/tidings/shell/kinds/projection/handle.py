@@ -1,30 +1,31 @@
-"""``app.projection``'s handle: its name, sources and handler, and its hosting.
+"""``app.projection``: the declaration validated, the handle (name, sources, handler), its hosting.
 
-Opening it (the hosting protocol of ``hosting.py``) builds a ``ProjectionAgent`` over the
+``declare_projection`` lists every problem at once and returns the handle; ``App.projection``
+registers it with ``app.host(handle)``. Opening it (the hosting protocol of ``hosting.py``) builds a ``ProjectionAgent`` over the
 sources' events topics with its view (RocksDB) under the worker's stores.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
+from ....errors import DefinitionError
 from .agent import Handler, ProjectionAgent, ProjectionSource
+from ...runtime.context import KindContext
 from ...runtime.hosting import Runtime
 from .signals import ProjectionSignals
 from ...runtime.topics import TopicSpec
 from .views import ViewStore
-
-if TYPE_CHECKING:
-    from ...app import App
 
 
 @dataclass(frozen=True)
 class ProjectionHandle:
     """What ``app.projection`` returns: the projection's name, sources and handler."""
 
-    app: App
+    context: KindContext
     name: str
     sources: tuple[ProjectionSource, ...]
     handler: Handler
@@ -35,7 +36,7 @@ class ProjectionHandle:
 
     def view_path(self, data_dir: Path | None = None) -> Path:
         """Where a worker using ``data_dir`` keeps this projection's view."""
-        return (data_dir or self.app.data_dir()) / "stores" / self.kind / self.name
+        return (data_dir or self.context.data_dir()) / "stores" / self.kind / self.name
 
     # -- the hosting protocol (the worker side) ------------------------------------------
 
@@ -47,8 +48,42 @@ class ProjectionHandle:
         """Open the view and return the agent that runs this projection in a worker."""
         store = ViewStore(self.view_path(runtime.data_dir))
         signals = ProjectionSignals(
-            self.name, runtime.bootstrap, replies_topic=self.app.replies_topic, timeout=self.app.command_timeout
+            self.name, runtime.bootstrap, replies_topic=self.context.replies_topic,
+            timeout=self.context.command_timeout,
         )
         return ProjectionAgent(
             self.name, self.handler, sources=self.sources, store=store, runtime=runtime, signals=signals
         )
+
+
+def declare_projection(context: KindContext, name: str, sources: Iterable[Any], handler: Handler) -> ProjectionHandle:
+    """Validate a projection of ``context`` and return its handle (see ``App.projection``).
+
+    ``sources`` must be aggregate handles declared in ``context``: it is asked for them, so
+    this kind needs no import of the aggregate kind.
+
+    Raises:
+        DefinitionError: listing every problem with the definition.
+    """
+    reasons: list[str] = []
+    if not name or not all(ch.isalnum() or ch in "_-" for ch in name):
+        reasons.append(f"name {name!r} must be letters, digits, '_' or '-'")
+    if any(declared.name == name for declared in context.declared("projection")):
+        reasons.append(f"a projection named {name!r} is already declared")
+    sources = list(sources)
+    if not sources:
+        reasons.append("sources must name at least one aggregate handle")
+    aggregates = context.declared("aggregate")
+    for source in sources:
+        if not any(source is aggregate for aggregate in aggregates):
+            reasons.append(f"{source!r} is not an aggregate handle of this app")
+    if not callable(handler):
+        reasons.append("handler must be callable: handler(event, view)")
+    if reasons:
+        raise DefinitionError(f"projection {name!r}", reasons)
+    return ProjectionHandle(
+        context,
+        name,
+        tuple(ProjectionSource(s.name, s.topics.events, s.definition.event_types) for s in sources),
+        handler,
+    )

@@ -1,9 +1,9 @@
 """``app.saga(...)``: declare a saga hosted on Kafka, and its handle.
 
-Declaring does no I/O: ``declare_saga`` validates the definition (``core.saga``), registers
-the handle with ``app.host(handle)`` and returns it. The worker calls ``handle.open(runtime)``
-to run the saga (``tidings.shell.kinds.saga.agent``); a program reads a saga's state with
-``await handle.status(saga_id)``, straight from the journal topic. See docs/sagas.md::
+Declaring does no I/O: ``declare_saga`` validates the definition (``core.saga``) and
+returns the handle; ``App.saga`` registers it with ``app.host(handle)``. The worker calls
+``handle.open(runtime)`` to run the saga (``tidings.shell.kinds.saga.agent``); a program
+reads a saga's state with ``await handle.status(saga_id)``, straight from the journal topic. See docs/sagas.md::
 
     transfers = app.saga(
         "transfer", subscribe=[accounts], start_on=lambda e: isinstance(e.value, TransferSent),
@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ....codec import avro
 from ....core.limits import check_id
@@ -24,14 +24,13 @@ from ....core.partitioning import partition_for
 from ....core.saga import SagaDefinition, SagaEvent
 from ....core.saga_records import SagaJournalEntry
 from ....errors import BrokerError, DefinitionError, RecordError
+from ..aggregate.handle import AggregateHandle
 from .agent import SagaAgent, SagaAgents, SagaRouter, SagaStore, SagaTopics
+from .starters import SubscribedSaga
+from ...runtime.context import KindContext
 from ...runtime.hosting import Runtime
 from ...runtime.kafka import KafkaPartitionReader
 from ...runtime.topics import TopicSpec, deadletter_topic, spec_for, topic_name
-
-if TYPE_CHECKING:
-    from ..aggregate.handle import AggregateHandle
-    from ...app import App
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,16 +60,17 @@ class SagaStatus:
 class SagaHandle:
     """What ``app.saga`` returns: the definition, its topics, and the saga's status."""
 
-    def __init__(self, app: App, definition: SagaDefinition, subscribe: tuple[AggregateHandle[Any, Any, Any], ...]) -> None:
-        self.app = app
+    def __init__(self, context: KindContext, definition: SagaDefinition,
+                 subscribe: tuple[AggregateHandle[Any, Any, Any], ...]) -> None:
+        self.context = context
         self.definition = definition
         self.name = definition.name
         self.subscribe = subscribe
         self.topics = SagaTopics(
-            inbox=topic_name(app.name, "saga", self.name, "inbox"),
-            journal=topic_name(app.name, "saga", self.name, "journal"),
-            replies=topic_name(app.name, "saga", self.name, "replies"),
-            deadletter=deadletter_topic(app.name),
+            inbox=topic_name(context.name, "saga", self.name, "inbox"),
+            journal=topic_name(context.name, "saga", self.name, "journal"),
+            replies=topic_name(context.name, "saga", self.name, "replies"),
+            deadletter=deadletter_topic(context.name),
         )
 
     def subscribes_to(self, aggregate_name: str) -> bool:
@@ -80,6 +80,10 @@ class SagaHandle:
     def starts_on(self, event: SagaEvent) -> bool:
         """Whether ``event`` (of a subscribed aggregate) would start a saga: ``start_on``."""
         return bool(event.aggregate and self.subscribes_to(event.aggregate) and self.definition.start_on(event))
+
+    def starter_for(self, aggregate_name: str) -> SubscribedSaga | None:
+        """This saga as aggregate ``aggregate_name`` asks it (``App.sagas_of``); None if unsubscribed."""
+        return SubscribedSaga(self, aggregate_name) if self.subscribes_to(aggregate_name) else None
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -100,9 +104,9 @@ class SagaHandle:
             raise BrokerError(f"reading {self.topics.journal}: no answer from Kafka within {timeout} s") from None
 
     async def _journal(self, saga_id: str, bootstrap: str | None) -> list[SagaJournalEntry]:
-        reader = KafkaPartitionReader(bootstrap or self.app.bootstrap())
+        reader = KafkaPartitionReader(bootstrap or self.context.bootstrap())
         try:
-            partition = partition_for(saga_id, self.app.partitions)
+            partition = partition_for(saga_id, self.context.partitions)
             low, high = await reader.watermarks(self.topics.journal, partition)
             prefix = f"{saga_id}/".encode("utf-8", "surrogatepass")
             by_seq: dict[int, SagaJournalEntry] = {}
@@ -145,7 +149,7 @@ class SagaHandle:
 
     def topic_specs(self) -> list[TopicSpec]:
         """The inbox, journal and replies topics, co-partitioned (and the dead letters)."""
-        partitions = self.app.partitions
+        partitions = self.context.partitions
         return [
             spec_for("inbox", self.topics.inbox, partitions=partitions),
             spec_for("journal", self.topics.journal, partitions=partitions),
@@ -158,14 +162,15 @@ class SagaHandle:
         store = SagaStore(runtime.store_path(self.kind, self.name))
         sources = {source.topics.events: source.name for source in self.subscribe}
         router = SagaRouter(self.name, sources, self.topics, runtime)
-        aggregates = {aggregate.name: aggregate for aggregate in self.app.aggregates}
-        agent = SagaAgent(self.definition, app=self.app, topics=self.topics, store=store, runtime=runtime,
+        aggregates = {aggregate.name: aggregate for aggregate in self.context.declared("aggregate")
+                      if isinstance(aggregate, AggregateHandle)}
+        agent = SagaAgent(self.definition, app=self.context, topics=self.topics, store=store, runtime=runtime,
                           aggregates=aggregates)
         return SagaAgents(router, agent)
 
 
 def declare_saga(
-    app: App,
+    context: KindContext,
     name: str,
     *,
     subscribe: Iterable[Any],
@@ -175,19 +180,19 @@ def declare_saga(
     on_enter: Callable[[Any, bool], Any],
     state: Any = None,
 ) -> SagaHandle:
-    """Declare a saga over the stored events of ``subscribe`` (see ``App.saga``).
+    """Validate a saga of ``context`` over the stored events of ``subscribe``; return its handle.
+
+    See ``App.saga``, which registers the handle.
 
     Raises:
         DefinitionError: listing every problem with the declaration.
     """
-    from ..aggregate.handle import AggregateHandle
-
     reasons: list[str] = []
     sources = list(subscribe)
     if not sources:
         reasons.append("subscribe must name at least one aggregate handle")
     for source in sources:
-        if not isinstance(source, AggregateHandle) or source.app is not app:
+        if not isinstance(source, AggregateHandle) or source.context is not context:
             reasons.append(f"{source!r:.100} is not an aggregate handle of this app")
     try:
         definition = SagaDefinition(name, start_on=start_on, initial=initial, handle=handle, on_enter=on_enter,
@@ -196,20 +201,18 @@ def declare_saga(
         reasons.extend(exc.reasons)
     if reasons:
         raise DefinitionError(f"saga {name!r}", reasons)
-    saga = SagaHandle(app, definition, tuple(sources))
-    app.host(saga)
-    return saga
+    return SagaHandle(context, definition, tuple(sources))
 
 
-def saga_named(app: App, name: str) -> SagaHandle:
-    """Return the handle of the saga ``name`` declared in ``app``.
+def saga_named(context: KindContext, name: str) -> SagaHandle:
+    """Return the handle of the saga ``name`` declared in ``context`` (an App).
 
     Raises:
-        LookupError: ``app`` declares no such saga (the message lists the known ones).
+        LookupError: ``context`` declares no such saga (the message lists the known ones).
     """
-    sagas = [hosted for hosted in app.hosted if isinstance(hosted, SagaHandle)]
+    sagas = [hosted for hosted in context.declared("saga") if isinstance(hosted, SagaHandle)]
     for saga in sagas:
         if saga.name == name:
             return saga
     known = ", ".join(sorted(s.name for s in sagas)) or "none"
-    raise LookupError(f"app {app.name!r} has no saga {name!r}; known: {known}")
+    raise LookupError(f"app {context.name!r} has no saga {name!r}; known: {known}")

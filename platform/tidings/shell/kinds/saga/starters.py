@@ -9,20 +9,26 @@ refuse a second start for one correlation id before anything is stored. This ada
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ....core.records import EventEnvelope
 from ....core.saga import SagaEvent
 
-if TYPE_CHECKING:
-    from .handle import SagaHandle
+
+class StartsOn(Protocol):
+    """A saga as a starter needs it (``SagaHandle`` is one): its name and ``start_on``."""
+
+    @property
+    def name(self) -> str: ...
+
+    def starts_on(self, event: SagaEvent) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
 class SubscribedSaga:
     """Saga ``saga`` as a starter for the stored events of aggregate ``aggregate``."""
 
-    saga: SagaHandle
+    saga: StartsOn
     aggregate: str
 
     @property

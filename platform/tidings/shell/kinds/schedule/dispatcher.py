@@ -390,7 +390,7 @@ class ScheduleDispatcher:
         request = WorkflowInbox(
             f"start:{instance_id}", instance_id, "start", int(self._clock() * 1000), payload=text.encode(),
         )
-        partition = partition_for(instance_id, workflow.app.partitions)
+        partition = partition_for(instance_id, workflow.context.partitions)
         return Outgoing(workflow.topics.inbox, instance_id.encode(), avro.encode(request), partition)
 
     def _unstartable(self, schedule: StoredSchedule, run: PendingRun, error: Exception) -> Outgoing:

@@ -1,7 +1,8 @@
 """``app.schedules([workflow, ...])``'s handle: create, change, pause, resume, delete, state.
 
 A schedule is the aggregate ``schedule`` (``core/schedule/aggregate.py``), declared by
-``App.schedules`` like any other aggregate, so the worker hosts it with no code of its own
+``declare_schedules`` like any other aggregate (``App.schedules`` hosts it and the
+dispatcher with ``app.host``), so the worker hosts it with no code of its own
 and every call here is a command answered through the app's replies topic. The handle
 checks what it can before sending (the workflow is one of the listed ones, the id fits its
 run ids, the input is JSON), stamps each command with this process's clock, and reads the
@@ -13,12 +14,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from ....core.limits import check_id
+from ....core.schedule import aggregate as schedule_aggregate
 from ....core.schedule import MAX_SCHEDULE_ID_BYTES, CatchUp, ScheduleRule
 from ....core.schedule.aggregate import (
     ChangeSchedule,
@@ -31,15 +33,20 @@ from ....core.schedule.aggregate import (
     ScheduleRead,
     ScheduleState,
 )
+from ....errors import DefinitionError
 from .dispatcher import ScheduleDispatcher
+from ..aggregate.declare import declare_aggregate
 from ..aggregate.handle import AggregateHandle
+from ..workflow.handle import WorkflowHandle, workflow_named
+from ...runtime.context import KindContext
 from ...runtime.hosting import Runtime
 from .store import ScheduleStore
 from ...runtime.topics import TopicSpec
 
-if TYPE_CHECKING:
-    from ...app import App
-    from ..workflow.handle import WorkflowHandle
+#: Schedules a worker keeps in memory per partition of the schedule aggregate.
+SCHEDULE_CACHE_SIZE = 1_000
+#: RocksDB memtable size of the schedule aggregate's store on a worker.
+SCHEDULE_WRITE_BUFFER_BYTES = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -169,7 +176,7 @@ class ScheduleDispatch:
     to its commands topic and to the inboxes of the workflows the schedules start.
     """
 
-    app: App
+    context: KindContext
     aggregate: AggregateHandle[Any, Any, ScheduleState]
 
     @property
@@ -185,8 +192,10 @@ class ScheduleDispatch:
 
     def open(self, runtime: Runtime) -> ScheduleDispatcher:
         store = ScheduleStore(runtime.store_path(self.kind, self.name))
-        return ScheduleDispatcher(self.aggregate, workflow=self.app.workflow_handle, store=store,
-                                  runtime=runtime)
+        return ScheduleDispatcher(self.aggregate, workflow=self._workflow, store=store, runtime=runtime)
+
+    def _workflow(self, name: str) -> WorkflowHandle:
+        return workflow_named(self.context, name)
 
 
 def _check_schedule_id(schedule_id: str) -> None:
@@ -221,4 +230,35 @@ def workflow_names(workflows: Iterable[WorkflowHandle | str]) -> tuple[str, ...]
     return tuple(dict.fromkeys(names))
 
 
-__all__ = ["ScheduleDispatch", "ScheduleHandle", "workflow_names"]
+def declare_schedules(
+    context: KindContext, workflows: Iterable[WorkflowHandle | str]
+) -> tuple[AggregateHandle[Any, Any, ScheduleState], ScheduleDispatch, ScheduleHandle]:
+    """Validate ``app.schedules(workflows)``: the schedule aggregate, its dispatcher, the handle.
+
+    ``App.schedules`` hosts the aggregate and the dispatcher (``app.host``) and returns the
+    handle.
+
+    Raises:
+        DefinitionError: ``context`` declares an aggregate named ``schedule`` already.
+        TypeError: ``workflows`` lists something that is no workflow handle or name.
+    """
+    if any(h.name == schedule_aggregate.SCHEDULE_AGGREGATE for h in context.declared("aggregate")):
+        raise DefinitionError(f"App {context.name!r}.schedules", [
+            f"an aggregate named {schedule_aggregate.SCHEDULE_AGGREGATE!r} is already declared: "
+            "call app.schedules once, listing every workflow a schedule may start",
+        ])
+    names = workflow_names(workflows)
+    aggregate: AggregateHandle[Any, Any, ScheduleState] = declare_aggregate(
+        context, schedule_aggregate.SCHEDULE_AGGREGATE, schedule_aggregate.INITIAL_STATE,
+        schedule_aggregate.decide, schedule_aggregate.fold,
+        command=schedule_aggregate.COMMAND_TYPES, event=schedule_aggregate.EVENT_TYPES,
+        # A schedule gets a few commands per due time: memory per idle schedule matters
+        # more than a RocksDB read per command (the dispatcher keeps its own index).
+        cache_size=SCHEDULE_CACHE_SIZE,
+        # Small memtables too: a schedule's store sees a few small writes per due time.
+        write_buffer_bytes=SCHEDULE_WRITE_BUFFER_BYTES,
+    )
+    return aggregate, ScheduleDispatch(context, aggregate), ScheduleHandle(aggregate, names)
+
+
+__all__ = ["ScheduleDispatch", "ScheduleHandle", "declare_schedules", "workflow_names"]

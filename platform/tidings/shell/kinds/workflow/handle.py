@@ -1,7 +1,7 @@
 """``@app.workflow``: declare a durable workflow hosted on Kafka, and its handle.
 
-Declaring does no I/O: ``declare_workflow`` validates the body (``define_workflow``),
-registers the handle with ``app.host(handle)`` and returns it. The worker calls
+Declaring does no I/O: ``workflow_builder`` checks the options and builds the handle of a
+body (``define_workflow`` validates it); ``App.workflow`` registers it with ``app.host(handle)``. The worker calls
 ``handle.open(runtime)`` to run the definition (``tidings.shell.kinds.workflow.agent``);
 a program calls ``handle.start/result/value/status/signal/cancel``, which talk to the
 worker through Kafka (see docs/workflows-hosted.md)::
@@ -20,7 +20,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ....core.limits import check_id, check_payload_size
 from ....core.partitioning import partition_for
@@ -35,6 +35,7 @@ from ....core.workflow import (
 )
 from ....core.workflow_records import WorkflowInbox, WorkflowReply
 from ....errors import (
+    DefinitionError,
     ReplyTimeout,
     SchemaError,
     WorkflowCancelled,
@@ -45,13 +46,10 @@ from ....errors import (
 from .agent import WorkflowAgent, WorkflowTopics
 from .codec import decode_outcome, outcome_from
 from .store import WorkflowStore
+from ...runtime.context import KindClient, KindContext
 from ...runtime.hosting import Runtime
 from .journal import read_journal
 from ...runtime.topics import TopicSpec, deadletter_topic, spec_for, topic_name
-
-if TYPE_CHECKING:
-    from ...app import App
-    from ...client.client import Client
 
 
 class WorkflowHandle:
@@ -62,21 +60,22 @@ class WorkflowHandle:
     request, and a timeout raises ``ReplyTimeout`` (a ``TimeoutError``).
     """
 
-    def __init__(self, app: App, definition: WorkflowDefinition, *, cache_size: int = 10_000) -> None:
-        self.app = app
+    def __init__(self, context: KindContext, definition: WorkflowDefinition, *, cache_size: int = 10_000) -> None:
+        # The app it is declared in (``runtime/context.py``): partitions, timeouts, clients.
+        self.context = context
         self.definition = definition
         self.name = definition.name
         self.cache_size = cache_size
         self.topics = WorkflowTopics(
-            inbox=topic_name(app.name, "workflow", self.name, "inbox"),
-            journal=topic_name(app.name, "workflow", self.name, "journal"),
-            outcomes=topic_name(app.name, "workflow", self.name, "outcomes"),
-            status=topic_name(app.name, "workflow", self.name, "status"),
-            replies=topic_name(app.name, "workflow", self.name, "replies"),
-            deadletter=deadletter_topic(app.name),
+            inbox=topic_name(context.name, "workflow", self.name, "inbox"),
+            journal=topic_name(context.name, "workflow", self.name, "journal"),
+            outcomes=topic_name(context.name, "workflow", self.name, "outcomes"),
+            status=topic_name(context.name, "workflow", self.name, "status"),
+            replies=topic_name(context.name, "workflow", self.name, "replies"),
+            deadletter=deadletter_topic(context.name),
         )
         # The client serving this handle's calls, per bootstrap (see ``client``).
-        self._clients: dict[str, Client] = {}
+        self._clients: dict[str, KindClient] = {}
 
     # -- the client side ---------------------------------------------------------------
 
@@ -126,9 +125,9 @@ class WorkflowHandle:
         """
         _check_id(instance_id)
         requester = self.client(bootstrap).requester
-        wait = self.app.command_timeout if timeout is None else timeout
+        wait = self.context.command_timeout if timeout is None else timeout
         deadline = time.monotonic() + wait
-        partition = partition_for(instance_id, self.app.partitions)
+        partition = partition_for(instance_id, self.context.partitions)
 
         read = self.outcome_reader(instance_id)
 
@@ -224,9 +223,9 @@ class WorkflowHandle:
             BrokerError: The journal topic is missing or Kafka did not answer.
         """
         _check_id(instance_id)
-        address = bootstrap or self.app.bootstrap()
+        address = bootstrap or self.context.bootstrap()
         return await asyncio.to_thread(
-            read_journal, address, self.topics.journal, self.app.partitions, instance_id
+            read_journal, address, self.topics.journal, self.context.partitions, instance_id
         )
 
     async def cancel(self, instance_id: str, *, timeout: float | None = None, bootstrap: str | None = None) -> None:
@@ -238,18 +237,18 @@ class WorkflowHandle:
         """
         await self._ask(instance_id, "cancel", timeout, bootstrap)
 
-    def client(self, bootstrap: str | None = None) -> Client:
+    def client(self, bootstrap: str | None = None) -> KindClient:
         """Return the ``Client`` this handle's calls go through for ``bootstrap``.
 
         That is the last client of this app that took the handle up (``client.workflow``,
         or any of its workflow calls) and was not closed since; otherwise the app's
-        ``app.client(bootstrap)``. So a program using handles and a client opens one
+        ``app.client(bootstrap)`` (the context's client source). So a program using handles and a client opens one
         producer and one reply reader in all. (Before, each handle had a client of its own.)
         """
-        address = bootstrap or self.app.bootstrap()
+        address = bootstrap or self.context.bootstrap()
         client = self._clients.get(address)
         if client is None:
-            client = self._clients[address] = self.app.client(address)
+            client = self._clients[address] = self.context.client(address)
         return client
 
     def close(self, bootstrap: str | None = None) -> None:
@@ -265,11 +264,11 @@ class WorkflowHandle:
             if client is not None:
                 client.close()
 
-    def _serve_through(self, client: Client) -> None:
+    def _serve_through(self, client: KindClient) -> None:
         """Send this handle's calls for ``client.bootstrap`` through ``client`` (``Client.workflow_for``)."""
         self._clients[client.bootstrap] = client
 
-    def _let_go(self, client: Client) -> None:
+    def _let_go(self, client: KindClient) -> None:
         """Forget ``client``, which is closing (``Client.close``)."""
         if self._clients.get(client.bootstrap) is client:
             del self._clients[client.bootstrap]
@@ -279,7 +278,7 @@ class WorkflowHandle:
     ) -> WorkflowReply:
         _check_id(instance_id)
         requester = self.client(bootstrap).requester
-        wait = self.app.command_timeout if timeout is None else timeout
+        wait = self.context.command_timeout if timeout is None else timeout
         reply = await requester.ask(self.topics.inbox, _request(instance_id, kind, requester.replies_topic, **fields), wait)
         if reply is None:
             raise ReplyTimeout(
@@ -311,7 +310,7 @@ class WorkflowHandle:
 
     def topic_specs(self) -> list[TopicSpec]:
         """Every topic this workflow needs (and the app's shared dead-letter topic)."""
-        partitions = self.app.partitions
+        partitions = self.context.partitions
         topics = self.topics
         return [
             spec_for("inbox", topics.inbox, partitions=partitions),
@@ -331,57 +330,56 @@ class WorkflowHandle:
         store = WorkflowStore(runtime.store_path(self.kind, self.name))
         return WorkflowAgent(
             self.definition, topics=self.topics, store=store, runtime=runtime, cache_size=self.cache_size,
-            command_timeout=self.app.command_timeout, workflows=[w.name for w in self.app.workflows],
+            command_timeout=self.context.command_timeout,
+            workflows=[w.name for w in self.context.declared(self.kind)],
         )
 
 
-def declare_workflow(app: App, name: str | Callable[..., Any] | None = None, **options: Any) -> Any:
-    """Return the decorator ``@app.workflow(name)`` applies to ``async def body(ctx, input)``.
+def workflow_builder(
+    context: KindContext, name: str | None = None, **options: Any
+) -> Callable[[Callable[..., Any]], WorkflowHandle]:
+    """Return what builds the handle of a workflow of ``context`` from ``async def body(ctx, input)``.
+
+    ``App.workflow`` applies it to the body it decorates, then registers the handle.
 
     Args:
-        app: The App the workflow belongs to.
+        context: The app the workflow belongs to.
         name: The stored name (a topic segment); default: the body's ``__name__``.
-            ``@app.workflow`` without parentheses passes the body here.
         **options: ``input_type``, ``result_type`` (default: the body's annotations) and
             ``cache_size`` (live instances a worker keeps in memory; default 10,000).
 
     Raises:
-        DefinitionError: listing every problem with the body or the options.
+        DefinitionError: listing every unknown option (the builder raises it listing every
+            problem with the body).
     """
-    if callable(name):
-        return declare_workflow(app, None, **options)(name)
     unknown = sorted(set(options) - {"input_type", "result_type", "cache_size"})
     if unknown:
-        from ....errors import DefinitionError
-
         raise DefinitionError(f"workflow {name!r}", [f"unknown option {option!r}" for option in unknown])
 
-    def decorate(body: Callable[..., Any]) -> WorkflowHandle:
+    def build(body: Callable[..., Any]) -> WorkflowHandle:
         definition = define_workflow(
             name or str(getattr(body, "__name__", "")),
             body,
             input_type=options.get("input_type"),
             result_type=options.get("result_type"),
         )
-        handle = WorkflowHandle(app, definition, cache_size=options.get("cache_size", 10_000))
-        app.host(handle)
-        return handle
+        return WorkflowHandle(context, definition, cache_size=options.get("cache_size", 10_000))
 
-    return decorate
+    return build
 
 
-def workflow_named(app: App, name: str) -> WorkflowHandle:
-    """Return the handle of the workflow ``name`` declared in ``app``.
+def workflow_named(context: KindContext, name: str) -> WorkflowHandle:
+    """Return the handle of the workflow ``name`` declared in ``context`` (an App).
 
     Raises:
-        LookupError: ``app`` declares no such workflow (the message lists the known ones).
+        LookupError: ``context`` declares no such workflow (the message lists the known ones).
     """
-    workflows = [hosted for hosted in app.hosted if isinstance(hosted, WorkflowHandle)]
+    workflows = [hosted for hosted in context.declared("workflow") if isinstance(hosted, WorkflowHandle)]
     for handle in workflows:
         if handle.name == name:
             return handle
     known = ", ".join(sorted(h.name for h in workflows)) or "none"
-    raise LookupError(f"app {app.name!r} has no workflow {name!r}; known: {known}")
+    raise LookupError(f"app {context.name!r} has no workflow {name!r}; known: {known}")
 
 
 def _request(

@@ -27,9 +27,10 @@ import asyncio
 import logging
 import re
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 
@@ -39,7 +40,8 @@ from ....codec.payloads import load_payload, payload_of
 from ....core.limits import check_command, check_id
 from ....core.partitioning import partition_for
 from ....core.records import CommandEnvelope, EventEnvelope, ReplyEnvelope
-from ....core.workflow import WorkflowInstance
+from ....core.workflow import InboxMessage, WorkflowDefinition, WorkflowInstance
+from ....core.workflow.inbox_rules import StoredEnd
 from ....core.workflow.sends import (
     CommandReplied,
     EventsSeen,
@@ -50,13 +52,68 @@ from ....core.workflow.sends import (
     pending_send,
 )
 from ....errors import RecordError, SchemaError
-from ...runtime.io import Incoming, Outgoing
+from ...runtime.hosting import Runtime
+from ...runtime.io import Incoming, Outgoing, Publisher
 from ...runtime.kafka import fatal_error, is_fatal
+from ...runtime.owner import PartitionOwner
 from ...runtime.pipeline import stop_worker
 from ...runtime.threads import OwnThread
 
-if TYPE_CHECKING:
-    from .agent import WorkflowAgent, _Commit
+
+class Commit(Protocol):
+    """One round of the agent's decisions, as a send step adds to it (``agent._Commit``)."""
+
+    @property
+    def dead(self) -> list[Outgoing]:
+        """Dead letters and forwards, awaited before the round's offsets commit."""
+        ...
+
+
+class RepliesTopic(Protocol):
+    @property
+    def replies(self) -> str: ...
+
+
+class SendingAgent(Protocol):
+    """What the send steps use of the ``WorkflowAgent`` they serve (``agent.py``).
+
+    Named here, not imported, so the agent module and this one make no circle; the private
+    members are the agent's inbox rules and instance bookkeeping, shared by design.
+    """
+
+    @property
+    def definition(self) -> WorkflowDefinition: ...
+
+    @property
+    def topics(self) -> RepliesTopic: ...
+
+    @property
+    def owner(self) -> PartitionOwner: ...
+
+    @property
+    def _runtime(self) -> Runtime: ...
+
+    @property
+    def _publisher(self) -> Publisher: ...
+
+    @property
+    def _clock(self) -> Callable[[], float]: ...
+
+    @property
+    def _busy(self) -> Counter[str]: ...
+
+    @property
+    def _inputs(self) -> asyncio.Queue[tuple[str, InboxMessage]] | None: ...
+
+    @property
+    def _refusal(self) -> str | None: ...
+
+    def _known(self, instance_id: str, commit: Any, now_ms: int) -> WorkflowInstance | StoredEnd | None: ...
+
+    def _advance(self, instance: WorkflowInstance, message: InboxMessage, commit: Any, now_ms: int,
+                 inbox_offset: int | None = None) -> Any: ...
+
+    def _partition(self, instance_id: str) -> int: ...
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +161,7 @@ class _Tail:
 class WorkflowSends:
     """The send steps of one workflow agent: commands out, replies and watched events in."""
 
-    def __init__(self, agent: WorkflowAgent, *, bootstrap: str, command_timeout: float) -> None:
+    def __init__(self, agent: SendingAgent, *, bootstrap: str, command_timeout: float) -> None:
         self._agent = agent
         self._bootstrap = bootstrap
         self._command_timeout_ms = int(command_timeout * 1000)
@@ -116,7 +173,7 @@ class WorkflowSends:
 
     # -- replies ---------------------------------------------------------------------------
 
-    def reply_record(self, record: Incoming, commit: _Commit, now_ms: int) -> None:
+    def reply_record(self, record: Incoming, commit: Commit, now_ms: int) -> None:
         """Turn one record of the replies topic into ``CommandReplied`` for its pending step."""
         agent = self._agent
         name = agent.definition.name
@@ -242,7 +299,7 @@ class WorkflowSends:
             reply_to=self._agent.topics.replies,
             reply_key=instance_id,
         ))
-        partition = partition_for(effect.aggregate_id, aggregate.app.partitions)
+        partition = partition_for(effect.aggregate_id, aggregate.context.partitions)
         return Outgoing(aggregate.topics.commands, effect.aggregate_id.encode(), avro.encode(envelope), partition)
 
     def _feed(self, instance_id: str, message: Any) -> None:
@@ -270,7 +327,7 @@ class WorkflowSends:
             instance_id=instance_id,
             path=effect.path,
             topic=aggregate.topics.events,
-            partition=partition_for(effect.aggregate_id, aggregate.app.partitions),
+            partition=partition_for(effect.aggregate_id, aggregate.context.partitions),
             aggregate_id=effect.aggregate_id,
             correlation_id=effect.command_id,
             registry=aggregate.definition.event_types,
