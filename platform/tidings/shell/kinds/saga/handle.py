@@ -24,8 +24,9 @@ from ....core.partitioning import partition_for
 from ....core.saga import SagaDefinition, SagaEvent
 from ....core.saga_records import SagaJournalEntry
 from ....errors import BrokerError, DefinitionError, RecordError
-from .agent import SagaAgent, SagaAgents, SagaRouter, SagaStore, SagaTopics
+from .agent import SagaAgent, SagaStore, SagaTopics, saga_router
 from ...runtime.hosting import Runtime
+from ...runtime.journaled import Agents
 from ...runtime.kafka import KafkaPartitionReader
 from ...runtime.topics import TopicSpec, deadletter_topic, spec_for, topic_name
 
@@ -153,15 +154,15 @@ class SagaHandle:
             spec_for("deadletter", self.topics.deadletter, partitions=partitions),
         ]
 
-    def open(self, runtime: Runtime) -> SagaAgents:
+    def open(self, runtime: Runtime) -> Agents:
         """Open the store and return the router and the saga agent."""
         store = SagaStore(runtime.store_path(self.kind, self.name))
         sources = {source.topics.events: source.name for source in self.subscribe}
-        router = SagaRouter(self.name, sources, self.topics, runtime)
+        router = saga_router(self.name, sources, self.topics, runtime)
         aggregates = {aggregate.name: aggregate for aggregate in self.app.aggregates}
         agent = SagaAgent(self.definition, app=self.app, topics=self.topics, store=store, runtime=runtime,
                           aggregates=aggregates)
-        return SagaAgents(router, agent)
+        return Agents((router, agent))
 
 
 def declare_saga(
