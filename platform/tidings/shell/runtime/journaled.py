@@ -32,13 +32,47 @@ from typing import Any, Generic, TypeVar
 
 from ...errors import DecodeError, RecordError, RecordRejected, SchemaError
 from .hosting import Agent, Input, Runtime, TopicPartition
-from .io import Delivered, Incoming, Outgoing
+from .io import Delivered, Incoming, Outgoing, PartitionReader
 from .owner import CaughtUp, PartitionOwner, Restore
 from .pipeline import Finish, stop_worker, stop_worker_on_failure
 
 log = logging.getLogger(__name__)
 
 C = TypeVar("C")
+T = TypeVar("T")
+
+
+def first_per_seq(
+    chunks: Iterable[Iterable[Incoming]], instance_id: str, decode: Callable[[Incoming, int], T | None]
+) -> list[T]:
+    """Return one instance's journal out of the records of its partition, in seq order.
+
+    Its records are keyed ``{instance_id}/{seq}`` ("a/b/3" is seq 3 of instance "a/b",
+    never of "a"). Only the partition's owner writes there, so each seq appears once; should
+    a zombie have written a seq too, the first record of that seq in offset order is kept,
+    as a worker's catch-up keeps it.
+
+    Args:
+        chunks: The partition's records in offset order (a range reader's chunks).
+        instance_id: The instance.
+        decode: ``decode(record, seq)``: the record's entry, or None to skip it (it does not
+            decode, or its value does not match its key).
+    """
+    prefix = f"{instance_id}/".encode("utf-8", "surrogatepass")
+    by_seq: dict[int, T] = {}
+    for chunk in chunks:
+        for record in chunk:
+            key = record.key or b""
+            seq_text = key[len(prefix):]
+            if not key.startswith(prefix) or not seq_text.isdigit():
+                continue
+            seq = int(seq_text)
+            if seq in by_seq:
+                continue
+            entry = decode(record, seq)
+            if entry is not None:
+                by_seq[seq] = entry
+    return [by_seq[seq] for seq in sorted(by_seq)]
 
 
 class Journaled:
@@ -78,16 +112,19 @@ class Journaled:
         caught_up: CaughtUp | None = None,
         catch_up: Callable[[int], Awaitable[None]] | None = None,
         on_foreign: Callable[[int], None] | None = None,
+        reader: PartitionReader | None = None,
     ) -> None:
         self.runtime = runtime
         self.what = what or f"{kind} {name}"
         self._drop = drop
         self._ready = ready
+        #: Reads the journal's partitions (and any other topic a catch-up reads).
+        self.reader = reader or (runtime.reader() if journal is not None else None)
         self.owner = PartitionOwner(
             self.what,
             journal=journal,
             partitions=runtime.partitions,
-            reader=runtime.reader() if journal is not None else None,
+            reader=self.reader,
             # Transactions fence a second writer; their commit markers take offsets too.
             foreign_writers=not runtime.exactly_once,
             applied=applied,
@@ -367,4 +404,4 @@ class Agents:
             part.close()
 
 
-__all__ = ["Agents", "Backstop", "CommitQueue", "EventRouter", "Journaled", "Pending"]
+__all__ = ["Agents", "Backstop", "CommitQueue", "EventRouter", "Journaled", "Pending", "first_per_seq"]

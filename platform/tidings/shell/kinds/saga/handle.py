@@ -25,8 +25,9 @@ from ....core.saga import SagaDefinition, SagaEvent
 from ....core.saga_records import SagaJournalEntry
 from ....errors import BrokerError, DefinitionError, RecordError
 from .agent import SagaAgent, SagaStore, SagaTopics, saga_router
-from ...runtime.hosting import Runtime
-from ...runtime.journaled import Agents
+from ...runtime.hosting import Runtime, hosted_named
+from ...runtime.io import Incoming
+from ...runtime.journaled import Agents, first_per_seq
 from ...runtime.kafka import KafkaPartitionReader
 from ...runtime.topics import TopicSpec, deadletter_topic, spec_for, topic_name
 
@@ -105,21 +106,16 @@ class SagaHandle:
         try:
             partition = partition_for(saga_id, self.app.partitions)
             low, high = await reader.watermarks(self.topics.journal, partition)
-            prefix = f"{saga_id}/".encode("utf-8", "surrogatepass")
-            by_seq: dict[int, SagaJournalEntry] = {}
-            if high > low:
-                async for chunk in reader.read(self.topics.journal, partition, low, high):
-                    for record in chunk:
-                        key = record.key or b""
-                        if not key.startswith(prefix) or not key[len(prefix):].isdigit():
-                            continue
-                        try:
-                            entry = avro.decode_as(record.value or b"", SagaJournalEntry)
-                        except RecordError:
-                            continue
-                        if entry.saga_id == saga_id and entry.saga == self.name and entry.seq == int(key[len(prefix):]):
-                            by_seq.setdefault(entry.seq, entry)
-            return [by_seq[seq] for seq in sorted(by_seq)]
+            chunks = [chunk async for chunk in reader.read(self.topics.journal, partition, low, high)] if high > low else []
+
+            def decode(record: Incoming, seq: int) -> SagaJournalEntry | None:
+                try:
+                    entry = avro.decode_as(record.value or b"", SagaJournalEntry)
+                except RecordError:
+                    return None
+                return entry if (entry.saga_id, entry.saga, entry.seq) == (saga_id, self.name, seq) else None
+
+            return first_per_seq(chunks, saga_id, decode)
         finally:
             reader.close()
 
@@ -208,9 +204,6 @@ def saga_named(app: App, name: str) -> SagaHandle:
     Raises:
         LookupError: ``app`` declares no such saga (the message lists the known ones).
     """
-    sagas = [hosted for hosted in app.hosted if isinstance(hosted, SagaHandle)]
-    for saga in sagas:
-        if saga.name == name:
-            return saga
-    known = ", ".join(sorted(s.name for s in sagas)) or "none"
-    raise LookupError(f"app {app.name!r} has no saga {name!r}; known: {known}")
+    saga = hosted_named(app.hosted, "saga", name, app=app.name)
+    assert isinstance(saga, SagaHandle)
+    return saga
