@@ -13,7 +13,7 @@ import typing
 from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ..codec.payloads import type_registry
 from ..core.aggregate import DEFAULT_COMMAND_RETENTION, AggregateDefinition, Decision
@@ -24,7 +24,7 @@ from .kinds.aggregate.agent import AggregateTopics
 from .kinds.projection.agent import Handler, ProjectionSource
 from .kinds.aggregate.handle import AggregateHandle
 from .runtime.deadletters import DEAD_LETTER_VALUE_BYTES, MAX_DEAD_LETTER_VALUE_BYTES
-from .runtime.hosting import Hosted
+from .runtime.hosting import Hosted, hosted_named
 from .kinds.projection.handle import ProjectionHandle
 from .runtime.topics import ApplyReport, TopicSpec, apply_topics, deadletter_topic, spec_for, topic_name
 
@@ -440,11 +440,7 @@ class App:
         Raises:
             LookupError: The app declares no such workflow (the message lists the known ones).
         """
-        for handle in self.workflows:
-            if handle.name == name:
-                return handle
-        known = ", ".join(sorted(h.name for h in self.workflows)) or "none"
-        raise LookupError(f"app {self.name!r} has no workflow {name!r}; known: {known}")
+        return cast("WorkflowHandle", hosted_named(self.hosted, "workflow", name, app=self.name))
 
     def own_topics(self) -> frozenset[str]:
         """The app's topics no reply may be sent to: all it declares but the replies topics."""

@@ -45,7 +45,7 @@ from ....errors import (
 from .agent import WorkflowAgent, WorkflowTopics
 from .codec import decode_outcome, outcome_from
 from .store import WorkflowStore
-from ...runtime.hosting import Runtime
+from ...runtime.hosting import Runtime, hosted_named
 from .journal import read_journal
 from ...runtime.topics import TopicSpec, deadletter_topic, spec_for, topic_name
 
@@ -376,12 +376,9 @@ def workflow_named(app: App, name: str) -> WorkflowHandle:
     Raises:
         LookupError: ``app`` declares no such workflow (the message lists the known ones).
     """
-    workflows = [hosted for hosted in app.hosted if isinstance(hosted, WorkflowHandle)]
-    for handle in workflows:
-        if handle.name == name:
-            return handle
-    known = ", ".join(sorted(h.name for h in workflows)) or "none"
-    raise LookupError(f"app {app.name!r} has no workflow {name!r}; known: {known}")
+    handle = hosted_named(app.hosted, "workflow", name, app=app.name)
+    assert isinstance(handle, WorkflowHandle)
+    return handle
 
 
 def _request(
