@@ -11,6 +11,8 @@ The model is quix-streams' ``BatchingSink``: the plumbing lives here, and a kind
 - ``Backstop``: the per-record backstop. Whatever one record (or user code run on it)
   raises becomes that record's dead letter through ``Runtime.dead_letter``, and the records
   after it are decided in order, as if it had not been there.
+- ``OwnInputs``: the agent's own inputs (due timers, activity results), decided in
+  batches under its lock.
 - ``CommitQueue``: a round of decisions is a *commit*. Its journal records are produced at
   once; one task completes commits in the order they were made (awaits the acks, then the
   kind's durable writes, then what waited for them), so nothing that depends on a journal
@@ -241,6 +243,49 @@ class Backstop:
         return self._runtime.dead_letter(record, error)
 
 
+class OwnInputs(Generic[T]):
+    """The agent's own inputs (a due timer, an activity's result), decided in batches under its lock.
+
+    A burst (a thousand timers due together) becomes a few decisions, each one commit,
+    instead of one each; taken in arrival order, so an instance sees its inputs in order.
+
+    Args:
+        lock: The agent's lock (``Journaled.lock``): inputs are decided between its batches.
+        decide: ``decide(items)``: decide a batch of inputs (under the lock).
+        most: The most inputs one batch takes.
+    """
+
+    def __init__(self, lock: asyncio.Lock, decide: Callable[[list[T]], None], *, most: int = 2000) -> None:
+        self._lock = lock
+        self._decide = decide
+        self._most = most
+        self._queue: asyncio.Queue[T] | None = None
+
+    @property
+    def is_open(self) -> bool:
+        return self._queue is not None
+
+    def open(self) -> None:
+        """Take inputs from now on (the agent's tasks start; on the loop)."""
+        self._queue = asyncio.Queue()
+
+    def put(self, item: T) -> None:
+        """Queue an input (after ``open``)."""
+        assert self._queue is not None
+        self._queue.put_nowait(item)
+
+    async def run(self) -> None:
+        """Decide what comes in, forever (the agent's task)."""
+        assert self._queue is not None
+        queue = self._queue
+        while True:
+            items = [await queue.get()]
+            while not queue.empty() and len(items) < self._most:
+                items.append(queue.get_nowait())
+            async with self._lock:
+                self._decide(items)
+
+
 @dataclass(slots=True)
 class Pending(Generic[C]):
     """A commit whose journal records are produced, waiting for the committer."""
@@ -404,4 +449,4 @@ class Agents:
             part.close()
 
 
-__all__ = ["Agents", "Backstop", "CommitQueue", "EventRouter", "Journaled", "Pending", "first_per_seq"]
+__all__ = ["Agents", "Backstop", "CommitQueue", "EventRouter", "Journaled", "OwnInputs", "Pending", "first_per_seq"]

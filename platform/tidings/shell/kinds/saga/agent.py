@@ -53,7 +53,7 @@ from ....core.saga_records import SagaJournalEntry, SagaRouted
 from ....errors import HandlerFailed, RecordError, SchemaError
 from ...runtime.hosting import Input, Runtime, TopicPartition
 from ...runtime.io import Incoming, Outgoing
-from ...runtime.journaled import Backstop, CommitQueue, EventRouter, Journaled, Pending
+from ...runtime.journaled import Backstop, CommitQueue, EventRouter, Journaled, OwnInputs, Pending
 from ...runtime.pipeline import Finish
 from ...runtime.rocks import prefixed
 
@@ -225,7 +225,7 @@ class SagaAgent:
         self._dirty: Counter[str] = Counter()  # sagas in a commit not yet stored
         self._timers: dict[str, dict[tuple[int, int, str], asyncio.TimerHandle]] = {}
         self._tails: dict[int, list[SagaJournalEntry]] = {}  # journal records the store lacked
-        self._inputs: asyncio.Queue[tuple[str, TimerFired]] | None = None
+        self._inputs: OwnInputs[tuple[str, TimerFired]] = OwnInputs(self._lock, self._timers_fired)
 
     # -- the hosting seam ----------------------------------------------------------------
 
@@ -425,31 +425,25 @@ class SagaAgent:
             return  # cancelled meanwhile
         if not armed:
             del self._timers[saga_id]
-        assert self._inputs is not None
-        self._inputs.put_nowait((saga_id, fired))
+        self._inputs.put((saga_id, fired))
 
-    async def _feed_timers(self) -> None:
-        assert self._inputs is not None
-        while True:
-            items = [await self._inputs.get()]
-            while not self._inputs.empty() and len(items) < 2000:
-                items.append(self._inputs.get_nowait())
-            async with self._lock:
-                commit = _Commit()
-                now_ms = self._now_ms()
-                for saga_id, fired in items:
-                    partition = self.owner.home(saga_id)
-                    saga = self._sagas.get(saga_id)
-                    if saga is None or not self.owner.is_ready(partition):
-                        continue  # revoked meanwhile: the new owner re-arms it
-                    try:
-                        step = core.fire(self.definition, saga, fired, now_ms=now_ms, encode=self._encode,
-                                         replies_topic=self.topics.replies)
-                        self._apply(partition, saga_id, step, commit)
-                    except RecordError as exc:
-                        log.error("saga %s %r: a %s timer failed and the saga stays where it was: %s",
-                                  self.name, saga_id, fired.kind, exc)
-                self._submit(commit)
+    def _timers_fired(self, items: list[tuple[str, TimerFired]]) -> None:
+        """Decide a batch of due timers as one commit (``OwnInputs``, under the lock)."""
+        commit = _Commit()
+        now_ms = self._now_ms()
+        for saga_id, fired in items:
+            partition = self.owner.home(saga_id)
+            saga = self._sagas.get(saga_id)
+            if saga is None or not self.owner.is_ready(partition):
+                continue  # revoked meanwhile: the new owner re-arms it
+            try:
+                step = core.fire(self.definition, saga, fired, now_ms=now_ms, encode=self._encode,
+                                 replies_topic=self.topics.replies)
+                self._apply(partition, saga_id, step, commit)
+            except RecordError as exc:
+                log.error("saga %s %r: a %s timer failed and the saga stays where it was: %s",
+                          self.name, saga_id, fired.kind, exc)
+        self._submit(commit)
 
     # -- committing ----------------------------------------------------------------------
 
@@ -588,8 +582,8 @@ class SagaAgent:
     def _ensure_tasks(self) -> None:
         if self.journaled.started:
             return
-        self._inputs = asyncio.Queue()
-        self.journaled.spawn(self._feed_timers, self._commits.run)
+        self._inputs.open()
+        self.journaled.spawn(self._inputs.run, self._commits.run)
 
 
 __all__ = ["SagaAgent", "SagaStore", "SagaTopics", "saga_router"]

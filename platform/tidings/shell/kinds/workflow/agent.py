@@ -66,7 +66,7 @@ from ....core.workflow_records import WorkflowInbox, WorkflowJournalEntry, Workf
 from ....errors import RecordError, RecordRejected, SchemaError
 from ...runtime.hosting import Input, Runtime, TopicPartition
 from ...runtime.io import Incoming, Outgoing
-from ...runtime.journaled import Backstop, CommitQueue, Journaled, Pending
+from ...runtime.journaled import Backstop, CommitQueue, Journaled, OwnInputs, Pending
 from ....core.workflow.sends import SendCommand, StopSend
 from .activities import Skippable, ThreadedAttempts, run_attempt, runs_threaded, settle_returned
 from .replies import RepliesReader
@@ -181,7 +181,7 @@ class WorkflowAgent:
         self._unsettled: Counter[str] = Counter()
         # Queries waiting for the end: (request id, reply_to, answer in JSON).
         self._waiters: dict[str, list[tuple[str, str, bool]]] = {}
-        self._inputs: asyncio.Queue[tuple[str, InboxMessage]] | None = None
+        self._inputs: OwnInputs[tuple[str, InboxMessage]] = OwnInputs(self._lock, self._decide_own)
         self._sends = WorkflowSends(self, bootstrap=runtime.bootstrap, command_timeout=command_timeout)
         # Replies to sends are read outside Faust, in batches (kinds/workflow/replies.py).
         self._replies = RepliesReader(runtime.bootstrap, topics.replies, self._replied)
@@ -520,10 +520,10 @@ class WorkflowAgent:
         return None
 
     def feed(self, instance_id: str, message: InboxMessage) -> None:
-        if self._inputs is None:
+        if not self._inputs.is_open:
             return
-        self._busy[instance_id] += 1  # released by _feed when it takes this
-        self._inputs.put_nowait((instance_id, message))
+        self._busy[instance_id] += 1  # released by _decide_own when it takes this
+        self._inputs.put((instance_id, message))
 
     def hold(self, instance_id: str) -> None:
         self._busy[instance_id] += 1
@@ -538,28 +538,23 @@ class WorkflowAgent:
 
     # -- the shell's own inputs: activity results and due timers --------------------------
 
-    async def _feed(self) -> None:
-        assert self._inputs is not None
-        while True:
-            items = [await self._inputs.get()]
-            while not self._inputs.empty() and len(items) < 2000:
-                items.append(self._inputs.get_nowait())
-            async with self._lock:
-                commit = _Commit()
-                now_ms = self._now_ms()
-                for instance_id, message in items:
-                    self._busy[instance_id] -= 1  # held since the activity or timer started
-                    if self._busy[instance_id] <= 0:
-                        del self._busy[instance_id]
-                    if not self.owner.is_ready(self._partition(instance_id)):
-                        continue  # revoked meanwhile: the new owner replays and re-issues it
-                    instance = self._cache.get(instance_id)
-                    if instance is None:
-                        continue  # ended, or revoked and recovered: nothing waits for this
-                    if isinstance(message, TimerFired):
-                        commit.write.timers[(instance_id, message.path)] = None
-                    self._advance(instance, message, commit, now_ms)
-                self._submit(commit)
+    def _decide_own(self, items: list[tuple[str, InboxMessage]]) -> None:
+        """Decide a batch of results and due timers as one commit (``OwnInputs``, under the lock)."""
+        commit = _Commit()
+        now_ms = self._now_ms()
+        for instance_id, message in items:
+            self._busy[instance_id] -= 1  # held since the activity or timer started
+            if self._busy[instance_id] <= 0:
+                del self._busy[instance_id]
+            if not self.owner.is_ready(self._partition(instance_id)):
+                continue  # revoked meanwhile: the new owner replays and re-issues it
+            instance = self._cache.get(instance_id)
+            if instance is None:
+                continue  # ended, or revoked and recovered: nothing waits for this
+            if isinstance(message, TimerFired):
+                commit.write.timers[(instance_id, message.path)] = None
+            self._advance(instance, message, commit, now_ms)
+        self._submit(commit)
 
     def _carry_out(self, instance_id: str, effect: Any) -> None:
         key = (instance_id, getattr(effect, "path", ""))
@@ -603,9 +598,8 @@ class WorkflowAgent:
     def _fire(self, instance_id: str, path: str) -> None:
         if self._timers.pop((instance_id, path), None) is None:
             return  # stopped meanwhile
-        assert self._inputs is not None
-        # The instance stays busy (not evictable) until _feed has taken this.
-        self._inputs.put_nowait((instance_id, TimerFired(path)))
+        # The instance stays busy (not evictable) until _decide_own has taken this.
+        self._inputs.put((instance_id, TimerFired(path)))
 
     def _threaded_ended(self, ended: list[tuple[str, RunActivity, Attempt, Any]]) -> None:
         """Results of sync attempts run by ``ThreadedAttempts`` (on the loop, in batches)."""
@@ -635,10 +629,9 @@ class WorkflowAgent:
         if current is None or current[1] is not attempt:
             return  # cancelled or replaced meanwhile: the result would be ignored anyway
         del self._activities[key]
-        assert self._inputs is not None
-        # The instance stays busy (not evictable) until _feed has taken the result: evicted
-        # in between, its result would find no instance and be lost.
-        self._inputs.put_nowait((instance_id, result))
+        # The instance stays busy (not evictable) until _decide_own has taken the result:
+        # evicted in between, its result would find no instance and be lost.
+        self._inputs.put((instance_id, result))
 
     # -- committing --------------------------------------------------------------------
 
@@ -847,8 +840,8 @@ class WorkflowAgent:
     def _ensure_tasks(self) -> None:
         if self.journaled.started:
             return
-        self._inputs = asyncio.Queue()
+        self._inputs.open()
         self._reply_batches = asyncio.Queue()
         self._threaded = ThreadedAttempts(self._activity_threads, asyncio.get_running_loop(),
                                           self._threaded_ended)
-        self.journaled.spawn(self._feed, self._commits.run, self._decide_replies)
+        self.journaled.spawn(self._inputs.run, self._commits.run, self._decide_replies)
