@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -353,6 +353,15 @@ class CommitQueue(Generic[C]):
                     pending.done.set_result(None)
 
 
+@dataclass(frozen=True, slots=True)
+class EventSource:
+    """One aggregate's events topic another kind reads, with the types to decode its payloads."""
+
+    aggregate: str
+    topic: str
+    event_types: Mapping[str, type]
+
+
 class EventRouter:
     """Re-addresses the stored events of other kinds' topics to this kind's inbox partitions.
 
@@ -449,4 +458,4 @@ class Agents:
             part.close()
 
 
-__all__ = ["Agents", "Backstop", "CommitQueue", "EventRouter", "Journaled", "OwnInputs", "Pending", "first_per_seq"]
+__all__ = ["Agents", "Backstop", "CommitQueue", "EventRouter", "EventSource", "Journaled", "OwnInputs", "Pending", "first_per_seq"]

@@ -62,10 +62,9 @@ from ....core.records import EventEnvelope
 from ....errors import HandlerFailed, KeyOfFailed, LimitError, RecordError, SchemaError
 from ...runtime.hosting import Input, Runtime, TopicPartition
 from ...runtime.io import Delivered, Incoming, Outgoing, PartitionReader
-from ...runtime.journaled import Backstop, EventRouter, Journaled
+from ...runtime.journaled import Backstop, EventRouter, EventSource, Journaled
 from ...runtime.pipeline import Finish
 from ...runtime.rocks import prefixed
-from ..projection.agent import ProjectionSource
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +100,7 @@ def orchestration_router(
     name: str,
     key_of: KeyOf,
     *,
-    sources: Sequence[ProjectionSource],
+    sources: Sequence[EventSource],
     topics: OrchestrationTopics,
     runtime: Runtime,
 ) -> EventRouter:
@@ -233,7 +232,7 @@ class OrchestrationAgent:
         name: str,
         factory: Factory,
         *,
-        sources: Sequence[ProjectionSource],
+        sources: Sequence[EventSource],
         topics: OrchestrationTopics,
         store: OrchestrationStore,
         runtime: Runtime,

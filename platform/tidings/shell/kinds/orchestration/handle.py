@@ -21,9 +21,8 @@ from .agent import (
     OrchestrationTopics,
     orchestration_router,
 )
-from ..projection.agent import ProjectionSource
 from ...runtime.hosting import Runtime
-from ...runtime.journaled import Agents
+from ...runtime.journaled import Agents, EventSource
 from ...runtime.topics import TopicSpec, deadletter_topic, spec_for, topic_name
 
 if TYPE_CHECKING:
@@ -45,7 +44,7 @@ class OrchestrationDefinition:
 
     app: App
     name: str
-    sources: tuple[ProjectionSource, ...]
+    sources: tuple[EventSource, ...]
     key_of: KeyOf
     factory: Factory
     topics: OrchestrationTopics
@@ -146,7 +145,7 @@ def declare_orchestration(
         app,
         name,
         tuple(
-            ProjectionSource(s.name, s.topics.events, s.definition.event_types) for s in sources
+            EventSource(s.name, s.topics.events, s.definition.event_types) for s in sources
         ),
         key_of,
         factory,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +30,7 @@ from ....core.records import EventEnvelope
 from ....errors import DecodeError, HandlerFailed, RecordError
 from ...runtime.hosting import Input, Runtime, TopicPartition
 from ...runtime.io import Incoming, Outgoing
+from ...runtime.journaled import EventSource
 from ...runtime.pipeline import Finish
 from .signals import EventSignals, ProjectionSignals
 from .views import View, ViewStore
@@ -77,13 +78,9 @@ class ProjectedEvent:
 Handler = Callable[[ProjectedEvent, View], None | Awaitable[None]]
 
 
-@dataclass(frozen=True, slots=True)
-class ProjectionSource:
-    """One events topic a projection reads, with the types to decode its payloads."""
-
-    aggregate: str
-    topic: str
-    event_types: Mapping[str, type]
+#: One events topic a projection reads, with the types to decode its payloads (the
+#: orchestration router reads the same: the runtime's ``EventSource``).
+ProjectionSource = EventSource
 
 
 class ProjectionAgent:
