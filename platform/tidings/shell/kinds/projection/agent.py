@@ -27,10 +27,10 @@ from ....codec import avro
 from ....codec.payloads import load_payload
 from ....core.limits import check_event
 from ....core.records import EventEnvelope
-from ....errors import DecodeError, HandlerFailed, RecordError
+from ....errors import HandlerFailed
 from ...runtime.hosting import Input, Runtime, TopicPartition
 from ...runtime.io import Incoming, Outgoing
-from ...runtime.journaled import EventSource
+from ...runtime.journaled import Backstop, EventSource
 from ...runtime.pipeline import Finish
 from .signals import EventSignals, ProjectionSignals
 from .views import View, ViewStore
@@ -102,6 +102,7 @@ class ProjectionAgent:
         self._sources = {source.topic: source for source in sources}
         self._store = store
         self._runtime = runtime
+        self._backstop = Backstop(runtime, f"projection {name}")
         self._reader = runtime.reader()
         self._publisher = runtime.publisher
         self._next: dict[tuple[str, int], int] = {}  # partitions this worker is applying
@@ -195,11 +196,8 @@ class ProjectionAgent:
                     f"{envelope.version}: {type(exc).__name__}: {exc}"
                 ) from exc
         except Exception as exc:  # noqa: BLE001 - whatever the record holds, the next one goes on
-            error = exc if isinstance(exc, RecordError) else DecodeError(f"{type(exc).__name__}: {exc}")
             view._discard()
-            log.error("projection %s dead-letters %s/%d@%d: %s",
-                      self.name, record.topic, record.partition, record.offset, error)
-            letters.append(self._runtime.dead_letter(record, error))
+            letters.append(self._backstop.letter(record, exc))
             return
         view._keep()
         self._store.applied(source.aggregate, envelope.aggregate_id, envelope.version)
