@@ -10,7 +10,9 @@ Faust agents; nothing here or in a kind imports Faust.
 
 What a kind gets for free lives in ``owner.py`` (``PartitionOwner``: readiness per
 partition, catch-up from its journal, forwarding of misrouted records, foreign-writer
-detection); dead letters are ``Runtime.dead_letter``.
+detection) and ``journaled.py`` (the owner wired to the runtime, the per-record backstop,
+the commit queue, recover-again, the event router, and ``Agents`` for a definition that
+runs several); dead letters are ``Runtime.dead_letter``.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -104,6 +106,27 @@ class Hosted(Protocol):
     def open(self, runtime: Runtime) -> Agent:
         """Open stores and clients and return the running agent (called once per worker)."""
         ...
+
+
+def hosted_named(hosted: Iterable[Hosted], kind: str, name: str, *, app: str) -> Hosted:
+    """Return the definition of ``kind`` called ``name`` among an app's ``hosted`` ones.
+
+    Args:
+        hosted: The app's definitions (``App.hosted``).
+        kind: Their kind (``"workflow"``, ``"saga"``).
+        name: The definition's name.
+        app: The app's name, for the error.
+
+    Raises:
+        LookupError: None is (the message lists the known ones).
+    """
+    known: list[str] = []
+    for definition in hosted:
+        if definition.kind == kind:
+            if definition.name == name:
+                return definition
+            known.append(definition.name)
+    raise LookupError(f"app {app!r} has no {kind} {name!r}; known: {', '.join(sorted(known)) or 'none'}")
 
 
 @dataclass

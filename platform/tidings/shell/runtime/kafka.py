@@ -10,7 +10,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from functools import partial
 from typing import Any, Final, cast
 
@@ -447,6 +447,90 @@ def settle_future(
         future.set_result(result)
 
 
+class PartitionRange:
+    """The bookkeeping of reading offsets [start, end) of one partition, one ``consume`` at a time.
+
+    The one range reader: the worker's ``KafkaPartitionReader`` (async, its own thread)
+    and the blocking ``read_range`` both step it with what each ``consume`` call returns.
+    """
+
+    def __init__(self, topic: str, partition: int, start: int, end: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.position = start  # the next offset wanted
+        self.end = end
+
+    @property
+    def done(self) -> bool:
+        return self.position >= self.end
+
+    def take(self, messages: Sequence[Message]) -> list[Incoming]:
+        """Return the records of ``messages`` inside the range, in offset order.
+
+        Raises:
+            BrokerError: Kafka failed for good (fatal, or an error a retry will not fix).
+        """
+        chunk: list[Incoming] = []
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                if is_transient(error):  # a broker restart: librdkafka fetches again
+                    log.info("reading %s/%d: %s", self.topic, self.partition, error.str())
+                    continue
+                if is_fatal(error):
+                    raise fatal_error(error, f"reading {self.topic}/{self.partition}")
+                raise BrokerError(f"reading {self.topic}/{self.partition}: {error}")
+            record = incoming(message)
+            if record.offset >= self.end:
+                self.position = self.end
+                break
+            self.position = record.offset + 1
+            chunk.append(record)
+        return chunk
+
+    def settled(self, consumer: Consumer) -> bool:
+        """Nothing more arrived: whether the range is read all the same.
+
+        Compaction can leave no record at the last offsets: once nothing more comes, the
+        consumer's fetch position is trusted.
+        """
+        (current,) = consumer.position([TopicPartition(self.topic, self.partition)])
+        if current.offset >= self.end:
+            self.position = self.end
+        return self.done
+
+
+def read_range(
+    consumer: Consumer, topic: str, partition: int, start: int, end: int, *, timeout: float
+) -> Iterator[list[Incoming]]:
+    """Yield the records of ``topic``/``partition`` from ``start`` up to (not including) ``end``, in chunks.
+
+    Blocking: it assigns ``consumer`` to the partition (no group, nothing committed).
+
+    Raises:
+        BrokerError: Nothing arrived for ``timeout`` seconds before ``end``, or Kafka failed.
+    """
+    if end <= start:
+        return
+    consumer.assign([TopicPartition(topic, partition, start)])
+    reading = PartitionRange(topic, partition, start, end)
+    deadline = time.monotonic() + timeout
+    while not reading.done:
+        # consume() waits for the whole count or the timeout: keep each wait short.
+        messages = consumer.consume(1000, 0.1)
+        if not messages:
+            if reading.settled(consumer):
+                break
+            if time.monotonic() > deadline:
+                raise BrokerError(f"reading {topic}/{partition}: nothing after offset {reading.position} "
+                                  f"for {timeout} s (the end is {end})")
+            continue
+        deadline = time.monotonic() + timeout
+        chunk = reading.take(messages)
+        if chunk:
+            yield chunk
+
+
 class KafkaPartitionReader:
     """Reads partitions by assignment (no consumer group), with confluent-kafka in a thread."""
 
@@ -490,33 +574,15 @@ class KafkaPartitionReader:
         async with self._lock:
             consumer = self._client()
             consumer.assign([TopicPartition(topic, partition, start)])
-            position = start
+            reading = PartitionRange(topic, partition, start, end)
             try:
-                while position < end:
+                while not reading.done:
                     messages = await self._calls.run(consumer.consume, self._chunk, 0.1)
                     if not messages:
-                        # Compaction can leave no record at the last offsets: trust the
-                        # fetch position once nothing more arrives.
-                        (current,) = consumer.position([TopicPartition(topic, partition)])
-                        if current.offset >= end:
+                        if reading.settled(consumer):
                             break
                         continue
-                    chunk: list[Incoming] = []
-                    for message in messages:
-                        error = message.error()
-                        if error is not None:
-                            if is_transient(error):  # a broker restart: librdkafka fetches again
-                                log.info("reading %s/%d: %s", topic, partition, error.str())
-                                continue
-                            if is_fatal(error):
-                                raise fatal_error(error, f"reading {topic}/{partition}")
-                            raise BrokerError(f"reading {topic}/{partition}: {error}")
-                        record = incoming(message)
-                        if record.offset >= end:
-                            position = end
-                            break
-                        position = record.offset + 1
-                        chunk.append(record)
+                    chunk = reading.take(messages)
                     if self._on_read is not None:
                         self._on_read()
                     if chunk:

@@ -59,7 +59,7 @@ from ....core.saga_starts import SagaStarter, started_by
 from ....errors import HandlerFailed, RecordError, SchemaError
 from ...runtime.hosting import Input, Runtime, TopicPartition
 from ...runtime.io import Delivered, Incoming, Outgoing
-from ...runtime.owner import PartitionOwner
+from ...runtime.journaled import Backstop, Journaled
 from .store import AggregateStore
 
 log = logging.getLogger(__name__)
@@ -118,26 +118,20 @@ class AggregateAgent:
         self._metrics = runtime.metrics
         self._retention_ms = definition.command_retention_ms
         self._expired_at = 0.0  # when expired verdicts were last removed (clock seconds)
-        self._reader = runtime.reader()
-        self.owner = PartitionOwner(
-            f"aggregate {definition.name}",
-            journal=topics.events,
-            partitions=runtime.partitions,
-            reader=self._reader,
-            # Transactions fence a second writer; their commit markers take offsets too.
-            foreign_writers=not runtime.exactly_once,
-            applied=store.offset,
-            restore=self._restore_chunk,
-            caught_up=self._caught_up,
+        self.journaled = Journaled(
+            runtime, "aggregate", definition.name, journal=topics.events, instances=self._instances,
+            applied=store.offset, restore=self._restore_chunk, caught_up=self._caught_up,
             # Another writer: what is cached may miss its events; re-read before deciding.
             on_foreign=self._forget,
-            on_recovered=runtime.metrics.recovery("aggregate", definition.name),
         )
+        self.owner = self.journaled.owner
+        assert self.journaled.reader is not None
+        self._reader = self.journaled.reader
+        self._backstop = Backstop(runtime, f"aggregate {definition.name}")
         # Live instances per partition; a partition's entries go when it is revoked.
         self._cache: dict[int, OrderedDict[str, AggregateInstance[Any]]] = {}
         self._unwritten: dict[tuple[str, str], bytes] = {}  # replies not in RocksDB yet
         self._unwritten_sagas: set[tuple[str, str, str]] = set()  # starts not in RocksDB yet
-        runtime.metrics.register_instances("aggregate", definition.name, self._instances)
 
     # -- the hosting seam ----------------------------------------------------------------
 
@@ -229,10 +223,8 @@ class AggregateAgent:
             answered = len(decided.notices)
             try:
                 self._decide_one(record, decided, now_ms)
-            except RecordError as exc:
-                log.error("aggregate %s dead-letters %s/%d@%d: %s", self.definition.name,
-                          record.topic, record.partition, record.offset, exc)
-                decided.after.append(self._runtime.dead_letter(record, exc))
+            except RecordError as exc:  # only a record's fault: user code raising is a HandlerFailed
+                decided.after.append(self._backstop.letter(record, exc))
             if len(decided.notices) > answered:
                 decided.replied.append(record.timestamp_ms)
         return decided

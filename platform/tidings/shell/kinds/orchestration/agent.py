@@ -2,7 +2,7 @@
 
 Two agents per hosted orchestration (design: docs/orchestrations-hosted.md):
 
-``OrchestrationRouter`` consumes the source aggregates' events topics. For each stored
+The router (``orchestration_router``, a ``runtime.journaled.EventRouter``) consumes the source aggregates' events topics. For each stored
 event it asks ``key_of`` for the instance key and produces an ``OrchestrationEvent`` to the
 inbox partition ``murmur2(key) % partitions``. It keeps no state: a re-delivered event is
 routed again, and the instance drops the copy by its source position.
@@ -30,9 +30,8 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -60,22 +59,12 @@ from ....core.orchestration_records import (
 from ....core.limits import check_event, check_id
 from ....core.partitioning import partition_for
 from ....core.records import EventEnvelope
-from ....errors import (
-    DecodeError,
-    HandlerFailed,
-    KeyOfFailed,
-    LimitError,
-    RecordError,
-    RecordRejected,
-    SchemaError,
-)
-from ...runtime.deadletters import DEAD_LETTER_VALUE_BYTES, dead_letter
-from ...runtime.io import Delivered, Incoming, Outgoing, PartitionReader, Publisher
-from ...runtime.metrics import Metrics
-from ...runtime.owner import PartitionOwner
+from ....errors import HandlerFailed, KeyOfFailed, LimitError, RecordError, SchemaError
+from ...runtime.hosting import Input, Runtime, TopicPartition
+from ...runtime.io import Delivered, Incoming, Outgoing, PartitionReader
+from ...runtime.journaled import Backstop, EventRouter, EventSource, Journaled
 from ...runtime.pipeline import Finish
 from ...runtime.rocks import prefixed
-from ..projection.agent import ProjectionSource
 
 log = logging.getLogger(__name__)
 
@@ -107,99 +96,41 @@ class OrchestrationTopics:
     deadletter: str
 
 
-class OrchestrationRouter:
-    """Routes stored source events to the inbox partition of their orchestration instance."""
+def orchestration_router(
+    name: str,
+    key_of: KeyOf,
+    *,
+    sources: Sequence[EventSource],
+    topics: OrchestrationTopics,
+    runtime: Runtime,
+) -> EventRouter:
+    """The router of orchestration ``name``: each stored source event to the inbox
+    partition of its instance (``key_of``), as an ``OrchestrationEvent``."""
+    by_topic = {source.topic: source for source in sources}
 
-    def __init__(
-        self,
-        name: str,
-        key_of: KeyOf,
-        *,
-        sources: Sequence[ProjectionSource],
-        topics: OrchestrationTopics,
-        partitions: int,
-        publisher: Publisher,
-        clock: Callable[[], float] = time.time,
-        deadletter_value_limit: int = DEAD_LETTER_VALUE_BYTES,
-        metrics: Metrics | None = None,
-    ) -> None:
-        self.name = name
-        self._metrics = metrics or Metrics()
-        self._key_of = key_of
-        self._sources = {source.topic: source for source in sources}
-        self.topics = topics
-        self._partitions = partitions
-        self._publisher = publisher
-        self._clock = clock
-        self._value_limit = deadletter_value_limit
-
-    @property
-    def source_topics(self) -> list[str]:
-        return list(self._sources)
-
-    async def start(self, batch: Sequence[Incoming]) -> Finish:
-        """Route ``batch`` and start producing; return what waits for the acks."""
-        now_ms = int(self._clock() * 1000)
-        routed: list[Outgoing] = []
-        origins: list[Incoming] = []  # the source record of each routed one
-        letters: list[Outgoing] = []
-        for record in batch:
-            try:
-                outgoing = self._route(record)
-            except Exception as exc:  # noqa: BLE001 - no record stops the router
-                if not isinstance(exc, RecordError):
-                    exc = DecodeError(f"{type(exc).__name__}: {exc}")
-                log.error("orchestration %s dead-letters %s/%d@%d: %s",
-                          self.name, record.topic, record.partition, record.offset, exc)
-                letters.append(self._letter(record, exc, now_ms))
-                continue
-            if outgoing is not None:
-                routed.append(outgoing)
-                origins.append(record)
-        delivery = self._publisher.send(routed)
-
-        async def finish() -> None:
-            try:
-                await delivery
-            except RecordRejected as exc:
-                # The routed copy of an event is larger than the event: near the size
-                # limit it may not fit the inbox. That event goes to the dead letters.
-                for index, _, reason in exc.rejections:
-                    error = SchemaError(f"the event routed to orchestration {self.name} was refused "
-                                        f"by Kafka: {reason}")
-                    letters.append(self._letter(origins[index], error, now_ms))
-            if letters:
-                await self._publisher.publish(letters)
-
-        return finish
-
-    def _letter(self, record: Incoming, error: RecordError, now_ms: int) -> Outgoing:
-        self._metrics.dead_letter("orchestration", self.name, error)
-        return dead_letter(record, error, self.topics.deadletter, now_ms, value_limit=self._value_limit)
-
-    def _route(self, record: Incoming) -> Outgoing | None:
-        source = self._sources[record.topic]
+    def route(record: Incoming) -> Outgoing | None:
+        source = by_topic[record.topic]
         envelope = check_event(avro.decode_as(record.value or b"", EventEnvelope))
         if envelope.deferred:
             return None  # never stored, so never part of an instance's history
         value = load_payload(envelope.type, envelope.payload, source.event_types)
         event = SourceEvent(source.aggregate, envelope.aggregate_id, envelope.version, value, envelope)
         try:
-            key = self._key_of(event)
+            key = key_of(event)
         except Exception as exc:
-            raise KeyOfFailed(f"key_of of orchestration {self.name} raised: "
+            raise KeyOfFailed(f"key_of of orchestration {name} raised: "
                               f"{type(exc).__name__}: {exc}") from exc
         if key is None:
             return None
         if not isinstance(key, str) or not key:
-            raise KeyOfFailed(f"key_of of orchestration {self.name} returned {key!r:.100}, "
+            raise KeyOfFailed(f"key_of of orchestration {name} returned {key!r:.100}, "
                               "not a non-empty str or None")
         try:
             check_id(key, "instance key")
         except LimitError as exc:
-            raise KeyOfFailed(f"key_of of orchestration {self.name}: {exc}") from exc
+            raise KeyOfFailed(f"key_of of orchestration {name}: {exc}") from exc
         routed = OrchestrationEvent(
-            orchestration=self.name,
+            orchestration=name,
             instance=key,
             sequence=0,
             source_topic=record.topic,
@@ -208,8 +139,10 @@ class OrchestrationRouter:
             aggregate=source.aggregate,
             event=envelope,
         )
-        partition = partition_for(key, self._partitions)
-        return Outgoing(self.topics.inbox, key.encode(), avro.encode(routed), partition)
+        partition = partition_for(key, runtime.partitions)
+        return Outgoing(topics.inbox, key.encode(), avro.encode(routed), partition)
+
+    return EventRouter(runtime, "orchestration", name, sources=by_topic, route=route)
 
 
 class OrchestrationStore:
@@ -299,38 +232,33 @@ class OrchestrationAgent:
         name: str,
         factory: Factory,
         *,
-        sources: Sequence[ProjectionSource],
+        sources: Sequence[EventSource],
         topics: OrchestrationTopics,
-        partitions: int,
         store: OrchestrationStore,
-        reader: PartitionReader,
-        publisher: Publisher,
+        runtime: Runtime,
+        reader: PartitionReader | None = None,
         offsets_reader: PartitionReader | None = None,
-        clock: Callable[[], float] = time.time,
         cache_size: int = 10_000,
-        deadletter_value_limit: int = DEAD_LETTER_VALUE_BYTES,
-        metrics: Metrics | None = None,
     ) -> None:
         self.name = name
-        self._metrics = metrics or Metrics()
         self._factory = factory
         self._sources = {source.topic: source for source in sources}
         self.topics = topics
-        self._partitions = partitions
+        self._partitions = runtime.partitions
         self._store = store
-        self._reader = reader
+        self._reader = reader or runtime.reader()
         # librdkafka answers an offsets query slowly (~0.4 s) right after a read's
         # unassign; a second client that only asks for offsets keeps a catch-up fast.
-        self._offsets_reader = offsets_reader or reader
-        self._publisher = publisher
-        self._clock = clock
-        self._value_limit = deadletter_value_limit
+        self._offsets_reader = offsets_reader or (self._reader if reader is not None else runtime.reader())
+        self._publisher = runtime.publisher
+        self._clock = runtime.clock
         self._cache_size = cache_size
-        self.owner = PartitionOwner(
-            f"orchestration {name}", journal=None, partitions=partitions, catch_up=self.catch_up,
-            on_recovered=self._metrics.recovery("orchestration", name),
-        )
-        self._metrics.register_instances("orchestration", name, self._instances)
+        # Its catch-up reads the actions and outcomes tails as well as the journal's.
+        self.journaled = Journaled(runtime, "orchestration", name, journal=None, catch_up=self.catch_up,
+                                   instances=self._instances)
+        self.owner = self.journaled.owner
+        self._backstop = Backstop(runtime, f"orchestration {name}", wrap=HandlerFailed,
+                                  prefix=f"orchestration {name} failed: ")
         self._live: dict[int, OrderedDict[str, _Live]] = {}
         # (instance, position) of action records and instances with an outcome that the
         # catch-up found beyond the store's offsets: written before a crash, not re-written.
@@ -346,13 +274,19 @@ class OrchestrationAgent:
         """``tidings_instances``, on scrape (another thread: only copies and lengths)."""
         return {"cached": sum(len(live) for live in list(self._live.values()))}
 
-    def _letter(self, record: Incoming, error: RecordError, now_ms: int) -> Outgoing:
-        self._metrics.dead_letter("orchestration", self.name, error)
-        return dead_letter(record, error, self.topics.deadletter, now_ms, value_limit=self._value_limit)
+    @property
+    def inputs(self) -> Sequence[Input]:
+        # One batch in flight: the next batch's catch-up and decisions read RocksDB,
+        # which must hold the previous batch first.
+        return [Input(f"orchestration-{self.name}", (self.topics.inbox,), self.start,
+                      partitions=self._partitions, max_in_flight=1)]
 
-    def revoke(self, partitions: Iterable[int]) -> None:
-        """Forget what is cached for ``partitions``: another worker may change them now."""
-        partitions = list(partitions)
+    async def assign(self, partitions: Collection[TopicPartition]) -> None:
+        """Nothing to do at once: a partition is caught up before its first record."""
+
+    def revoke(self, assigned: Collection[TopicPartition]) -> None:
+        """Forget what is cached for revoked inbox partitions: another worker may change them now."""
+        partitions = [p for topic, p in assigned if topic == self.topics.inbox]
         self.owner.revoke(partitions)
         for partition in partitions:
             self._live.pop(partition, None)
@@ -364,15 +298,7 @@ class OrchestrationAgent:
         await self.owner.ensure_ready({record.partition for record in batch})
         now_ms = int(self._clock() * 1000)
         work = _Work()
-        for record in batch:
-            try:
-                self._handle(record, work, now_ms)
-            except Exception as exc:  # noqa: BLE001 - no record stops the agent
-                error = exc if isinstance(exc, RecordError) else HandlerFailed(
-                    f"orchestration {self.name} failed: {type(exc).__name__}: {exc}")
-                log.error("orchestration %s dead-letters %s/%d@%d: %s",
-                          self.name, record.topic, record.partition, record.offset, error)
-                work.letters.append(self._letter(record, error, now_ms))
+        self._backstop.each(batch, lambda record: self._handle(record, work, now_ms), work.letters)
         delivery = self._publisher.send(work.records)
 
         async def finish() -> None:

@@ -8,7 +8,7 @@ guarantees and limits, is in docs/orchestrations-hosted.md.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,13 +17,13 @@ from .agent import (
     Factory,
     KeyOf,
     OrchestrationAgent,
-    OrchestrationRouter,
     OrchestrationStore,
     OrchestrationTopics,
+    orchestration_router,
 )
-from ..projection.agent import ProjectionSource
 from ...runtime.context import KindContext
-from ...runtime.hosting import Input, Runtime, TopicPartition
+from ...runtime.hosting import Runtime
+from ...runtime.journaled import Agents, EventSource
 from ...runtime.topics import TopicSpec, deadletter_topic, spec_for, topic_name
 
 
@@ -42,7 +42,7 @@ class OrchestrationDefinition:
 
     context: KindContext
     name: str
-    sources: tuple[ProjectionSource, ...]
+    sources: tuple[EventSource, ...]
     key_of: KeyOf
     factory: Factory
     topics: OrchestrationTopics
@@ -61,51 +61,14 @@ class OrchestrationDefinition:
     def kind(self) -> str:
         return "orchestration"
 
-    def open(self, runtime: Runtime) -> OrchestrationAgents:
+    def open(self, runtime: Runtime) -> Agents:
         """Open the store and return the router and instance agents of this orchestration."""
         store = OrchestrationStore(runtime.store_path(self.kind, self.name))
-        partitions = runtime.partitions
-        router = OrchestrationRouter(
-            self.name, self.key_of, sources=self.sources, topics=self.topics,
-            partitions=partitions, publisher=runtime.publisher, clock=runtime.clock,
-            deadletter_value_limit=runtime.deadletter_value_limit, metrics=runtime.metrics,
-        )
-        agent = OrchestrationAgent(
-            self.name, self.factory, sources=self.sources, topics=self.topics,
-            partitions=partitions, store=store, reader=runtime.reader(), publisher=runtime.publisher,
-            # librdkafka answers an offsets query slowly right after a read's unassign.
-            offsets_reader=runtime.reader(), clock=runtime.clock,
-            deadletter_value_limit=runtime.deadletter_value_limit, metrics=runtime.metrics,
-        )
-        return OrchestrationAgents(router, agent)
-
-
-@dataclass(frozen=True)
-class OrchestrationAgents:
-    """The two agents of one hosted orchestration, as the worker runs them."""
-
-    router: OrchestrationRouter
-    agent: OrchestrationAgent
-
-    @property
-    def inputs(self) -> Sequence[Input]:
-        name = self.agent.name
-        return [
-            Input(f"orchestration-{name}-router", tuple(self.router.source_topics), self.router.start),
-            # One batch in flight: the next batch's catch-up and decisions read RocksDB,
-            # which must hold the previous batch first.
-            Input(f"orchestration-{name}", (self.agent.topics.inbox,), self.agent.start,
-                  partitions=self.agent.owner.partitions, max_in_flight=1),
-        ]
-
-    async def assign(self, partitions: Collection[TopicPartition]) -> None:
-        """Nothing to do at once: a partition is caught up before its first record."""
-
-    def revoke(self, partitions: Collection[TopicPartition]) -> None:
-        self.agent.revoke(p for topic, p in partitions if topic == self.agent.topics.inbox)
-
-    def close(self) -> None:
-        self.agent.close()
+        router = orchestration_router(self.name, self.key_of, sources=self.sources, topics=self.topics,
+                                      runtime=runtime)
+        agent = OrchestrationAgent(self.name, self.factory, sources=self.sources, topics=self.topics,
+                                   store=store, runtime=runtime)
+        return Agents((router, agent))
 
 
 def declare_orchestration(
@@ -180,7 +143,7 @@ def declare_orchestration(
         context,
         name,
         tuple(
-            ProjectionSource(s.name, s.topics.events, s.definition.event_types) for s in sources
+            EventSource(s.name, s.topics.events, s.definition.event_types) for s in sources
         ),
         key_of,
         factory,

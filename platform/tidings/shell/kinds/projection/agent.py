@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -27,9 +27,10 @@ from ....codec import avro
 from ....codec.payloads import load_payload
 from ....core.limits import check_event
 from ....core.records import EventEnvelope
-from ....errors import DecodeError, HandlerFailed, RecordError
+from ....errors import HandlerFailed
 from ...runtime.hosting import Input, Runtime, TopicPartition
 from ...runtime.io import Incoming, Outgoing
+from ...runtime.journaled import Backstop, EventSource
 from ...runtime.pipeline import Finish
 from .signals import EventSignals, ProjectionSignals
 from .views import View, ViewStore
@@ -77,13 +78,9 @@ class ProjectedEvent:
 Handler = Callable[[ProjectedEvent, View], None | Awaitable[None]]
 
 
-@dataclass(frozen=True, slots=True)
-class ProjectionSource:
-    """One events topic a projection reads, with the types to decode its payloads."""
-
-    aggregate: str
-    topic: str
-    event_types: Mapping[str, type]
+#: One events topic a projection reads, with the types to decode its payloads (the
+#: orchestration router reads the same: the runtime's ``EventSource``).
+ProjectionSource = EventSource
 
 
 class ProjectionAgent:
@@ -105,6 +102,7 @@ class ProjectionAgent:
         self._sources = {source.topic: source for source in sources}
         self._store = store
         self._runtime = runtime
+        self._backstop = Backstop(runtime, f"projection {name}")
         self._reader = runtime.reader()
         self._publisher = runtime.publisher
         self._next: dict[tuple[str, int], int] = {}  # partitions this worker is applying
@@ -198,11 +196,8 @@ class ProjectionAgent:
                     f"{envelope.version}: {type(exc).__name__}: {exc}"
                 ) from exc
         except Exception as exc:  # noqa: BLE001 - whatever the record holds, the next one goes on
-            error = exc if isinstance(exc, RecordError) else DecodeError(f"{type(exc).__name__}: {exc}")
             view._discard()
-            log.error("projection %s dead-letters %s/%d@%d: %s",
-                      self.name, record.topic, record.partition, record.offset, error)
-            letters.append(self._runtime.dead_letter(record, error))
+            letters.append(self._backstop.letter(record, exc))
             return
         view._keep()
         self._store.applied(source.aggregate, envelope.aggregate_id, envelope.version)

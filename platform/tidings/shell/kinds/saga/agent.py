@@ -2,7 +2,7 @@
 
 Two agents per saga (design: docs/sagas.md):
 
-``SagaRouter`` consumes the subscribed aggregates' events topics and forwards every stored
+The router (``saga_router``, a ``runtime.journaled.EventRouter``) consumes the subscribed aggregates' events topics and forwards every stored
 event to ``{app}.saga.{name}.inbox``, keyed by its correlation id (the saga id) on
 partition ``murmur2(correlation id)``. It keeps no state; its offsets are committed once
 the forwarded copies are acknowledged, and a re-delivered event is forwarded again (the
@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -50,11 +50,11 @@ from ....core.partitioning import partition_for
 from ....core.records import EventEnvelope, ReplyEnvelope
 from ....core.saga import SagaDefinition, SagaEvent, SagaState, SagaStep, TimerFired
 from ....core.saga_records import SagaJournalEntry, SagaRouted
-from ....errors import DecodeError, HandlerFailed, RecordError, RecordRejected, SchemaError
+from ....errors import HandlerFailed, RecordError, SchemaError
 from ...runtime.hosting import Input, Runtime, TopicPartition
-from ...runtime.io import Delivered, Incoming, Outgoing
-from ...runtime.owner import PartitionOwner
-from ...runtime.pipeline import Finish, stop_worker, stop_worker_on_failure
+from ...runtime.io import Incoming, Outgoing
+from ...runtime.journaled import Backstop, CommitQueue, EventRouter, Journaled, OwnInputs, Pending
+from ...runtime.pipeline import Finish
 from ...runtime.rocks import prefixed
 
 if TYPE_CHECKING:
@@ -166,62 +166,22 @@ class _Commit:
     touched: set[str] = field(default_factory=set)
 
 
-class SagaRouter:
-    """Forwards every stored event of the subscribed aggregates to the saga's inbox."""
+def saga_router(name: str, sources: Mapping[str, str], topics: SagaTopics, runtime: Runtime) -> EventRouter:
+    """The router of saga ``name``: every stored event of ``sources`` (events topic ->
+    aggregate name) to the inbox partition of its saga (its correlation id)."""
+    aggregates = dict(sources)
+    partitions = runtime.partitions
 
-    def __init__(self, name: str, sources: Mapping[str, str], topics: SagaTopics, runtime: Runtime) -> None:
-        self.name = name
-        self._sources = dict(sources)  # events topic -> aggregate name
-        self.topics = topics
-        self._runtime = runtime
-        self._partitions = runtime.partitions
-
-    @property
-    def source_topics(self) -> list[str]:
-        return list(self._sources)
-
-    async def start(self, batch: Sequence[Incoming]) -> Finish:
-        """Route ``batch`` and start producing; return what waits for the acks."""
-        routed: list[Outgoing] = []
-        origins: list[Incoming] = []
-        letters: list[Outgoing] = []
-        for record in batch:
-            try:
-                outgoing = self._route(record)
-            except Exception as exc:  # noqa: BLE001 - no record stops the router
-                error = exc if isinstance(exc, RecordError) else DecodeError(f"{type(exc).__name__}: {exc}")
-                log.error("saga %s dead-letters %s/%d@%d: %s",
-                          self.name, record.topic, record.partition, record.offset, error)
-                letters.append(self._runtime.dead_letter(record, error))
-                continue
-            if outgoing is not None:
-                routed.append(outgoing)
-                origins.append(record)
-        delivery = self._runtime.publisher.send(routed)
-
-        async def finish() -> None:
-            try:
-                await delivery
-            except RecordRejected as exc:
-                # The routed copy is a little larger than the event: near the size limit it
-                # may not fit the inbox. That event goes to the dead letters.
-                for index, _, reason in exc.rejections:
-                    error = SchemaError(f"the event routed to saga {self.name} was refused by Kafka: {reason}")
-                    letters.append(self._runtime.dead_letter(origins[index], error))
-            if letters:
-                await self._runtime.publisher.publish(letters)
-
-        return finish
-
-    def _route(self, record: Incoming) -> Outgoing | None:
-        aggregate = self._sources[record.topic]
+    def route(record: Incoming) -> Outgoing | None:
         event = check_event(avro.decode_as(record.value or b"", EventEnvelope))
         if event.deferred:
             return None  # never stored: it starts no saga, and reaches a running one in its reply
         saga_id = event.correlation_id
-        value = avro.encode(SagaRouted(self.name, aggregate, event))
-        return Outgoing(self.topics.inbox, saga_id.encode("utf-8", "surrogatepass"), value,
-                        partition_for(saga_id, self._partitions))
+        value = avro.encode(SagaRouted(name, aggregates[record.topic], event))
+        return Outgoing(topics.inbox, saga_id.encode("utf-8", "surrogatepass"), value,
+                        partition_for(saga_id, partitions))
+
+    return EventRouter(runtime, "saga", name, sources=aggregates, route=route)
 
 
 class SagaAgent:
@@ -246,22 +206,17 @@ class SagaAgent:
         self._publisher = runtime.publisher
         self._partitions = runtime.partitions
         self._aggregates = dict(aggregates)
-        self.owner = PartitionOwner(
-            f"saga {definition.name}",
-            journal=topics.journal,
-            partitions=runtime.partitions,
-            reader=runtime.reader(),
-            # Transactions fence a second writer; their commit markers take offsets too.
-            foreign_writers=not runtime.exactly_once,
-            applied=store.journal_offset,
-            forget=self._forget,
-            restore=self._restore_chunk,
-            caught_up=self._caught_up,
-            on_foreign=self._recover_again,
-            on_recovered=runtime.metrics.recovery("saga", definition.name),
+        self.journaled = Journaled(
+            runtime, "saga", definition.name, journal=topics.journal, instances=self._instances,
+            drop=self._drop, applied=store.journal_offset, forget=self._forget,
+            restore=self._restore_chunk, caught_up=self._caught_up,
         )
-        runtime.metrics.register_instances("saga", definition.name, self._instances)
-        self._lock = asyncio.Lock()
+        self.owner = self.journaled.owner
+        self._lock = self.journaled.lock
+        self._backstop = Backstop(runtime, f"saga {definition.name}",
+                                  prefix="the saga agent failed on this record: ")
+        self._commits = CommitQueue(runtime, f"saga {definition.name}", durable=self._durable,
+                                    completed=self._completed)
         self._sagas: dict[str, SagaState] = {}  # running sagas, and ended ones until stored
         # The most recently stored ends, oldest first. An end is final whoever owns the
         # partition later, so an entry is never wrong; it is dropped with its partition only
@@ -270,26 +225,20 @@ class SagaAgent:
         self._dirty: Counter[str] = Counter()  # sagas in a commit not yet stored
         self._timers: dict[str, dict[tuple[int, int, str], asyncio.TimerHandle]] = {}
         self._tails: dict[int, list[SagaJournalEntry]] = {}  # journal records the store lacked
-        self._inputs: asyncio.Queue[tuple[str, TimerFired]] | None = None
-        self._commits: asyncio.Queue[tuple[_Commit, Awaitable[list[Delivered]], asyncio.Future[None]]] | None = None
-        self._tasks: list[asyncio.Task[None]] = []
+        self._inputs: OwnInputs[tuple[str, TimerFired]] = OwnInputs(self._lock, self._timers_fired)
 
     # -- the hosting seam ----------------------------------------------------------------
 
-    def inputs(self, router: SagaRouter) -> list[Input]:
-        return [
-            Input(f"saga-{self.name}-router", tuple(router.source_topics), router.start),
-            # One batch in flight: the next batch's decisions read what this one stored.
-            Input(f"saga-{self.name}", (self.topics.inbox, self.topics.replies), self.start,
-                  partitions=self._partitions, max_in_flight=1),
-        ]
+    @property
+    def inputs(self) -> Sequence[Input]:
+        # One batch in flight: the next batch's decisions read what this one stored.
+        return [Input(f"saga-{self.name}", (self.topics.inbox, self.topics.replies), self.start,
+                      partitions=self._partitions, max_in_flight=1)]
 
     async def assign(self, partitions: Collection[TopicPartition]) -> None:
         """Recover assigned partitions at once: running sagas have commands and timers to resume."""
         self._ensure_tasks()
-        for partition in sorted(p for topic, p in partitions if topic == self.topics.inbox):
-            async with self._lock:
-                await self.owner.ensure_ready([partition])
+        await self.journaled.ready_now(partitions, self.topics.inbox)
 
     def revoke(self, partitions: Collection[TopicPartition]) -> None:
         """Forget revoked partitions: another worker owns their sagas now."""
@@ -301,8 +250,7 @@ class SagaAgent:
 
     def close(self) -> None:
         """Cancel tasks and timers and close the store (the worker is stopping)."""
-        for task in self._tasks:
-            task.cancel()
+        self.journaled.close()
         self._drop(set(range(self._partitions)))
         self._store.close()
 
@@ -313,18 +261,14 @@ class SagaAgent:
             await self.owner.ensure_ready({record.partition for record in batch})
             commit = _Commit()
             now_ms = self._now_ms()
-            for record in batch:
-                try:
-                    if record.topic == self.topics.inbox:
-                        self._routed(record, commit, now_ms)
-                    else:
-                        self._reply(record, commit, now_ms)
-                except Exception as exc:  # noqa: BLE001 - no record stops the agent
-                    error = exc if isinstance(exc, RecordError) else DecodeError(
-                        f"the saga agent failed on this record: {type(exc).__name__}: {exc}")
-                    log.error("saga %s dead-letters %s/%d@%d: %s", self.name,
-                              record.topic, record.partition, record.offset, error)
-                    commit.dead.append(self._runtime.dead_letter(record, error))
+
+            def decide(record: Incoming) -> None:
+                if record.topic == self.topics.inbox:
+                    self._routed(record, commit, now_ms)
+                else:
+                    self._reply(record, commit, now_ms)
+
+            self._backstop.each(batch, decide, commit.dead)
             done = self._submit(commit)
 
         async def finish() -> None:
@@ -481,72 +425,59 @@ class SagaAgent:
             return  # cancelled meanwhile
         if not armed:
             del self._timers[saga_id]
-        assert self._inputs is not None
-        self._inputs.put_nowait((saga_id, fired))
+        self._inputs.put((saga_id, fired))
 
-    async def _feed_timers(self) -> None:
-        assert self._inputs is not None
-        while True:
-            items = [await self._inputs.get()]
-            while not self._inputs.empty() and len(items) < 2000:
-                items.append(self._inputs.get_nowait())
-            async with self._lock:
-                commit = _Commit()
-                now_ms = self._now_ms()
-                for saga_id, fired in items:
-                    partition = self.owner.home(saga_id)
-                    saga = self._sagas.get(saga_id)
-                    if saga is None or not self.owner.is_ready(partition):
-                        continue  # revoked meanwhile: the new owner re-arms it
-                    try:
-                        step = core.fire(self.definition, saga, fired, now_ms=now_ms, encode=self._encode,
-                                         replies_topic=self.topics.replies)
-                        self._apply(partition, saga_id, step, commit)
-                    except RecordError as exc:
-                        log.error("saga %s %r: a %s timer failed and the saga stays where it was: %s",
-                                  self.name, saga_id, fired.kind, exc)
-                self._submit(commit)
+    def _timers_fired(self, items: list[tuple[str, TimerFired]]) -> None:
+        """Decide a batch of due timers as one commit (``OwnInputs``, under the lock)."""
+        commit = _Commit()
+        now_ms = self._now_ms()
+        for saga_id, fired in items:
+            partition = self.owner.home(saga_id)
+            saga = self._sagas.get(saga_id)
+            if saga is None or not self.owner.is_ready(partition):
+                continue  # revoked meanwhile: the new owner re-arms it
+            try:
+                step = core.fire(self.definition, saga, fired, now_ms=now_ms, encode=self._encode,
+                                 replies_topic=self.topics.replies)
+                self._apply(partition, saga_id, step, commit)
+            except RecordError as exc:
+                log.error("saga %s %r: a %s timer failed and the saga stays where it was: %s",
+                          self.name, saga_id, fired.kind, exc)
+        self._submit(commit)
 
     # -- committing ----------------------------------------------------------------------
 
     def _submit(self, commit: _Commit) -> asyncio.Future[None]:
         """Produce ``commit``'s journal records now; queue the rest for the committer."""
-        assert self._commits is not None
-        delivery = self._publisher.send(commit.journal)
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._commits.put_nowait((commit, delivery, done))
-        return done
+        return self._commits.submit(commit, commit.journal)
 
-    async def _commit(self) -> None:
-        assert self._commits is not None
-        while True:
-            commit, delivery, done = await self._commits.get()
-            try:
-                delivered = await delivery
-                offsets = self.owner.settle(delivered)
-                if commit.commands:
-                    await self._publisher.publish(commit.commands)
-                if commit.dead:
-                    await self._publisher.publish(commit.dead)
-                self._store.write(commit.write, offsets)
-            except Exception:  # noqa: BLE001 - Kafka or RocksDB failed: restart the worker
-                stop_worker(f"committing saga {self.name} records")
-            for timer in commit.timers:
-                if self.owner.is_ready(self.owner.home(timer.saga_id)):
-                    self._arm(timer)
-            for saga_id in commit.touched:
-                self._dirty[saga_id] -= 1
-                if self._dirty[saga_id] <= 0:
-                    del self._dirty[saga_id]
-                    saga = self._sagas.get(saga_id)
-                    if saga is not None and saga.ended:
-                        # Stored now: an ended saga answers from RocksDB and needs no
-                        # running state; its end stays in the bounded memory of ends.
-                        del self._sagas[saga_id]
-                        self._cancel_timers(saga_id)
-                        self._remember_end(saga)
-            if not done.done():
-                done.set_result(None)
+    async def _durable(self, waiting: Sequence[Pending[_Commit]]) -> None:
+        """The journal is acknowledged: send the commands it names, the dead letters, then store it."""
+        for pending in waiting:
+            commit = pending.commit
+            offsets = self.owner.settle(await pending.delivery)
+            if commit.commands:
+                await self._publisher.publish(commit.commands)
+            if commit.dead:
+                await self._publisher.publish(commit.dead)
+            self._store.write(commit.write, offsets)
+
+    def _completed(self, commit: _Commit) -> None:
+        """``commit`` is stored: arm its timers, and let go of the sagas that ended."""
+        for timer in commit.timers:
+            if self.owner.is_ready(self.owner.home(timer.saga_id)):
+                self._arm(timer)
+        for saga_id in commit.touched:
+            self._dirty[saga_id] -= 1
+            if self._dirty[saga_id] <= 0:
+                del self._dirty[saga_id]
+                saga = self._sagas.get(saga_id)
+                if saga is not None and saga.ended:
+                    # Stored now: an ended saga answers from RocksDB and needs no
+                    # running state; its end stays in the bounded memory of ends.
+                    del self._sagas[saga_id]
+                    self._cancel_timers(saga_id)
+                    self._remember_end(saga)
 
     # -- recovery ------------------------------------------------------------------------
 
@@ -643,51 +574,16 @@ class SagaAgent:
                      self.name, partition, recovered, resent)
         self._submit(commit)
 
-    def _recover_again(self, partition: int) -> None:
-        """Someone else wrote ``partition``'s journal: forget it and recover it again."""
-        self._drop({partition})
-
-        async def recover() -> None:
-            async with self._lock:
-                await self.owner.ensure_ready([partition])
-
-        task = asyncio.ensure_future(recover())
-        task.add_done_callback(stop_worker_on_failure(f"recovering saga {self.name}"))
-
     # -- small things --------------------------------------------------------------------
 
     def _now_ms(self) -> int:
-        return int(self._runtime.clock() * 1000)
+        return self.journaled.now_ms()
 
     def _ensure_tasks(self) -> None:
-        if self._tasks:
+        if self.journaled.started:
             return
-        self._inputs = asyncio.Queue()
-        self._commits = asyncio.Queue()
-        self._tasks = [asyncio.ensure_future(self._feed_timers()), asyncio.ensure_future(self._commit())]
-        for task in self._tasks:
-            task.add_done_callback(stop_worker_on_failure(f"a task of saga {self.name}"))
+        self._inputs.open()
+        self.journaled.spawn(self._inputs.run, self._commits.run)
 
 
-@dataclass(frozen=True)
-class SagaAgents:
-    """The router and the saga agent of one saga, as the worker runs them."""
-
-    router: SagaRouter
-    agent: SagaAgent
-
-    @property
-    def inputs(self) -> Sequence[Input]:
-        return self.agent.inputs(self.router)
-
-    async def assign(self, partitions: Collection[TopicPartition]) -> None:
-        await self.agent.assign(partitions)
-
-    def revoke(self, partitions: Collection[TopicPartition]) -> None:
-        self.agent.revoke(partitions)
-
-    def close(self) -> None:
-        self.agent.close()
-
-
-__all__ = ["SagaAgent", "SagaAgents", "SagaRouter", "SagaStore", "SagaTopics"]
+__all__ = ["SagaAgent", "SagaStore", "SagaTopics", "saga_router"]

@@ -25,10 +25,12 @@ from ....core.saga import SagaDefinition, SagaEvent
 from ....core.saga_records import SagaJournalEntry
 from ....errors import BrokerError, DefinitionError, RecordError
 from ..aggregate.handle import AggregateHandle
-from .agent import SagaAgent, SagaAgents, SagaRouter, SagaStore, SagaTopics
+from .agent import SagaAgent, SagaStore, SagaTopics, saga_router
 from .starters import SubscribedSaga
 from ...runtime.context import KindContext
-from ...runtime.hosting import Runtime
+from ...runtime.hosting import Runtime, hosted_named
+from ...runtime.io import Incoming
+from ...runtime.journaled import Agents, first_per_seq
 from ...runtime.kafka import KafkaPartitionReader
 from ...runtime.topics import TopicSpec, deadletter_topic, spec_for, topic_name
 
@@ -108,21 +110,16 @@ class SagaHandle:
         try:
             partition = partition_for(saga_id, self.context.partitions)
             low, high = await reader.watermarks(self.topics.journal, partition)
-            prefix = f"{saga_id}/".encode("utf-8", "surrogatepass")
-            by_seq: dict[int, SagaJournalEntry] = {}
-            if high > low:
-                async for chunk in reader.read(self.topics.journal, partition, low, high):
-                    for record in chunk:
-                        key = record.key or b""
-                        if not key.startswith(prefix) or not key[len(prefix):].isdigit():
-                            continue
-                        try:
-                            entry = avro.decode_as(record.value or b"", SagaJournalEntry)
-                        except RecordError:
-                            continue
-                        if entry.saga_id == saga_id and entry.saga == self.name and entry.seq == int(key[len(prefix):]):
-                            by_seq.setdefault(entry.seq, entry)
-            return [by_seq[seq] for seq in sorted(by_seq)]
+            chunks = [chunk async for chunk in reader.read(self.topics.journal, partition, low, high)] if high > low else []
+
+            def decode(record: Incoming, seq: int) -> SagaJournalEntry | None:
+                try:
+                    entry = avro.decode_as(record.value or b"", SagaJournalEntry)
+                except RecordError:
+                    return None
+                return entry if (entry.saga_id, entry.saga, entry.seq) == (saga_id, self.name, seq) else None
+
+            return first_per_seq(chunks, saga_id, decode)
         finally:
             reader.close()
 
@@ -157,16 +154,16 @@ class SagaHandle:
             spec_for("deadletter", self.topics.deadletter, partitions=partitions),
         ]
 
-    def open(self, runtime: Runtime) -> SagaAgents:
+    def open(self, runtime: Runtime) -> Agents:
         """Open the store and return the router and the saga agent."""
         store = SagaStore(runtime.store_path(self.kind, self.name))
         sources = {source.topics.events: source.name for source in self.subscribe}
-        router = SagaRouter(self.name, sources, self.topics, runtime)
+        router = saga_router(self.name, sources, self.topics, runtime)
         aggregates = {aggregate.name: aggregate for aggregate in self.context.declared("aggregate")
                       if isinstance(aggregate, AggregateHandle)}
         agent = SagaAgent(self.definition, app=self.context, topics=self.topics, store=store, runtime=runtime,
                           aggregates=aggregates)
-        return SagaAgents(router, agent)
+        return Agents((router, agent))
 
 
 def declare_saga(
@@ -210,9 +207,6 @@ def saga_named(context: KindContext, name: str) -> SagaHandle:
     Raises:
         LookupError: ``context`` declares no such saga (the message lists the known ones).
     """
-    sagas = [hosted for hosted in context.declared("saga") if isinstance(hosted, SagaHandle)]
-    for saga in sagas:
-        if saga.name == name:
-            return saga
-    known = ", ".join(sorted(s.name for s in sagas)) or "none"
-    raise LookupError(f"app {context.name!r} has no saga {name!r}; known: {known}")
+    saga = hosted_named(context.declared("saga"), "saga", name, app=context.name)
+    assert isinstance(saga, SagaHandle)
+    return saga

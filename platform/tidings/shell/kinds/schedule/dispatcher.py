@@ -54,7 +54,7 @@ from ....core.workflow_records import WorkflowInbox
 from ....errors import RecordError, SchemaError
 from ...runtime.hosting import Input, Runtime, TopicPartition
 from ...runtime.io import Incoming, Outgoing
-from ...runtime.owner import PartitionOwner
+from ...runtime.journaled import Journaled
 from .store import ScheduleStore, StoredSchedule
 
 if TYPE_CHECKING:
@@ -95,19 +95,12 @@ class ScheduleDispatcher:
         self._publisher = runtime.publisher
         self._clock = runtime.clock
         self._refire_after = refire_after
-        self.owner = PartitionOwner(
-            "schedule dispatcher",
-            journal=aggregate.topics.events,
-            partitions=runtime.partitions,
-            reader=runtime.reader(),
-            # Transactions fence a second writer; their commit markers take offsets too.
-            foreign_writers=not runtime.exactly_once,
-            applied=store.offset,
-            forget=self._forget,
-            restore=self._restore_chunk,
-            caught_up=self._caught_up,
-            on_recovered=runtime.metrics.recovery("schedule-dispatcher", self._definition.name),
+        self.journaled = Journaled(
+            runtime, "schedule-dispatcher", self._definition.name, what="schedule dispatcher",
+            journal=aggregate.topics.events, applied=store.offset, forget=self._forget,
+            restore=self._restore_chunk, caught_up=self._caught_up,
         )
+        self.owner = self.journaled.owner
         self._next: dict[int, int] = {}  # next journal offset to apply, per ready partition
         self._timers: dict[int, dict[str, _Timer]] = {}
         self._heap: list[tuple[float, str, int]] = []  # (fire_at, id, partition); stale entries skipped

@@ -63,11 +63,10 @@ from ....core.workflow.inbox_rules import (
 )
 from ....core.workflow.inbox import Start
 from ....core.workflow_records import WorkflowInbox, WorkflowJournalEntry, WorkflowStatusRecord
-from ....errors import DecodeError, RecordError, RecordRejected, SchemaError
+from ....errors import RecordError, RecordRejected, SchemaError
 from ...runtime.hosting import Input, Runtime, TopicPartition
-from ...runtime.io import Delivered, Incoming, Outgoing
-from ...runtime.owner import PartitionOwner
-from ...runtime.pipeline import stop_worker, stop_worker_on_failure
+from ...runtime.io import Incoming, Outgoing
+from ...runtime.journaled import Backstop, CommitQueue, Journaled, OwnInputs, Pending
 from ....core.workflow.sends import SendCommand, StopSend
 from .activities import Skippable, ThreadedAttempts, run_attempt, runs_threaded, settle_returned
 from .replies import RepliesReader
@@ -149,30 +148,25 @@ class WorkflowAgent:
         self._clock = runtime.clock
         self._cache_size = cache_size
         self._children = ChildLinks.of_inbox(topics.inbox, definition.name, runtime.partitions)
-        self.owner = PartitionOwner(
-            f"workflow {definition.name}",
-            journal=topics.journal,
-            partitions=runtime.partitions,
-            reader=runtime.reader(),
-            # Transactions fence a second writer; their commit markers take offsets too.
-            foreign_writers=not runtime.exactly_once,
-            applied=store.journal_offset,
-            forget=self._begin_catch_up,
-            restore=self._restore_chunk,
-            caught_up=self._caught_up,
-            on_foreign=self._recover_again,
-            on_recovered=runtime.metrics.recovery("workflow", definition.name),
+        self.journaled = Journaled(
+            runtime, "workflow", definition.name, journal=topics.journal, instances=self._instances,
+            drop=self._drop, ready=self._ready, applied=store.journal_offset,
+            forget=self._begin_catch_up, restore=self._restore_chunk, caught_up=self._caught_up,
         )
+        self.owner = self.journaled.owner
         self._partition_of = self.owner.home
         self._metrics = runtime.metrics
-        runtime.metrics.register_instances("workflow", definition.name, self._instances)
+        self._backstop = Backstop(runtime, f"workflow {definition.name}",
+                                  prefix="the workflow agent failed on this record: ")
+        self._commits = CommitQueue(runtime, f"workflow {definition.name}", durable=self._durable,
+                                    completed=self._completed, together=True)
         # When each live instance started (ms, from its Started record): its run time is
         # observed when its outcome is published. Entries go with the cached instance.
         self._started_at: dict[str, int] = {}
         # Sync activities block; the loop's default pool (cores + 4 threads) is far too small.
         self._executor = concurrent.futures.ThreadPoolExecutor(activity_threads, "tidings-activity")
         self._activity_threads = activity_threads
-        self._lock = asyncio.Lock()
+        self._lock = self.journaled.lock
         self._cache: OrderedDict[str, WorkflowInstance] = OrderedDict()
         self._inbox_applied: dict[int, int] = {}
         # Each running attempt: what cancels it (its task, or its pool future) and the attempt.
@@ -187,9 +181,7 @@ class WorkflowAgent:
         self._unsettled: Counter[str] = Counter()
         # Queries waiting for the end: (request id, reply_to, answer in JSON).
         self._waiters: dict[str, list[tuple[str, str, bool]]] = {}
-        self._inputs: asyncio.Queue[tuple[str, InboxMessage]] | None = None
-        self._commits: asyncio.Queue[tuple[_Commit, Awaitable[list[Delivered]], asyncio.Future[None]]] | None = None
-        self._tasks: list[asyncio.Task[None]] = []
+        self._inputs: OwnInputs[tuple[str, InboxMessage]] = OwnInputs(self._lock, self._decide_own)
         self._sends = WorkflowSends(self, bootstrap=runtime.bootstrap, command_timeout=command_timeout)
         # Replies to sends are read outside Faust, in batches (kinds/workflow/replies.py).
         self._replies = RepliesReader(runtime.bootstrap, topics.replies, self._replied)
@@ -211,15 +203,7 @@ class WorkflowAgent:
             await self._ready({record.partition for record in batch})
             commit = _Commit()
             now_ms = self._now_ms()
-            for record in batch:
-                try:
-                    self._inbox_record(record, commit, now_ms)
-                except Exception as exc:  # noqa: BLE001 - the backstop: no record stops the agent
-                    log.error("workflow %s failed on %s/%d@%d", self.definition.name,
-                              record.topic, record.partition, record.offset, exc_info=True)
-                    error = exc if isinstance(exc, RecordError) else DecodeError(
-                        f"the workflow agent failed on this record: {type(exc).__name__}: {exc}")
-                    commit.dead.append(self._runtime.dead_letter(record, error))
+            self._backstop.each(batch, lambda record: self._inbox_record(record, commit, now_ms), commit.dead)
             for record in batch:
                 offsets = commit.write.inbox_offsets
                 offsets[record.partition] = max(record.offset, offsets.get(record.partition, -1))
@@ -237,9 +221,7 @@ class WorkflowAgent:
         activities to resume even when nobody writes to them.
         """
         self._ensure_tasks()
-        for partition in sorted(p for topic, p in partitions if topic == self.topics.inbox):
-            async with self._lock:
-                await self._ready([partition])
+        await self.journaled.ready_now(partitions, self.topics.inbox)
 
     def revoke(self, partitions: Collection[TopicPartition]) -> None:
         """Stop everything of revoked inbox partitions: another worker owns their instances."""
@@ -273,17 +255,9 @@ class WorkflowAgent:
     def _decide_reply_batch(self, records: list[Incoming]) -> None:
         commit = _Commit()
         now_ms = self._now_ms()
-        for record in records:
-            if not self.owner.is_ready(record.partition):
-                continue  # revoked, or recovering: the pending command is sent again
-            try:
-                self._sends.reply_record(record, commit, now_ms)
-            except Exception as exc:  # noqa: BLE001 - the backstop: no record stops the agent
-                log.error("workflow %s failed on %s/%d@%d", self.definition.name,
-                          record.topic, record.partition, record.offset, exc_info=True)
-                error = exc if isinstance(exc, RecordError) else DecodeError(
-                    f"the workflow agent failed on this record: {type(exc).__name__}: {exc}")
-                commit.dead.append(self._runtime.dead_letter(record, error))
+        # Revoked, or recovering: the pending command is sent again.
+        ready = [record for record in records if self.owner.is_ready(record.partition)]
+        self._backstop.each(ready, lambda record: self._sends.reply_record(record, commit, now_ms), commit.dead)
         self._submit(commit)
 
     def _drop(self, gone: set[int]) -> None:
@@ -309,8 +283,7 @@ class WorkflowAgent:
 
     def close(self) -> None:
         """Cancel the agent's tasks, activities and timers (the worker is stopping)."""
-        for task in self._tasks:
-            task.cancel()
+        self.journaled.close()
         self._drop(set(range(self._partitions)))
         self._sends.close()
         self._replies.close()
@@ -516,30 +489,72 @@ class WorkflowAgent:
 
     _refusal: str | None = None
 
+    # -- what the send steps use (``sends.StepHost``) ------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self.definition.name
+
+    @property
+    def replies_topic(self) -> str:
+        return self.topics.replies
+
+    def now(self) -> float:
+        return self._clock()
+
+    def home(self, instance_id: str) -> int:
+        return self._partition_of(instance_id)
+
+    def forward(self, record: Incoming, instance_id: str) -> Outgoing | None:
+        return self.owner.forward(record, instance_id)
+
+    def dead_letter(self, record: Incoming, error: RecordError) -> Outgoing:
+        return self._runtime.dead_letter(record, error)
+
+    def known(self, instance_id: str, commit: _Commit, now_ms: int) -> WorkflowInstance | StoredEnd | None:
+        return self._known(instance_id, commit, now_ms)
+
+    def refusal(self, instance: WorkflowInstance, message: InboxMessage, commit: _Commit, now_ms: int) -> str | None:
+        if self._advance(instance, message, commit, now_ms) is None:
+            return self._refusal
+        return None
+
+    def feed(self, instance_id: str, message: InboxMessage) -> None:
+        if not self._inputs.is_open:
+            return
+        self._busy[instance_id] += 1  # released by _decide_own when it takes this
+        self._inputs.put((instance_id, message))
+
+    def hold(self, instance_id: str) -> None:
+        self._busy[instance_id] += 1
+
+    def release(self, instance_id: str) -> None:
+        self._busy[instance_id] -= 1
+        if self._busy[instance_id] <= 0:
+            del self._busy[instance_id]
+
+    def publish_later(self, records: list[Outgoing]) -> None:
+        self._publisher.publish_later(records)
+
     # -- the shell's own inputs: activity results and due timers --------------------------
 
-    async def _feed(self) -> None:
-        assert self._inputs is not None
-        while True:
-            items = [await self._inputs.get()]
-            while not self._inputs.empty() and len(items) < 2000:
-                items.append(self._inputs.get_nowait())
-            async with self._lock:
-                commit = _Commit()
-                now_ms = self._now_ms()
-                for instance_id, message in items:
-                    self._busy[instance_id] -= 1  # held since the activity or timer started
-                    if self._busy[instance_id] <= 0:
-                        del self._busy[instance_id]
-                    if not self.owner.is_ready(self._partition(instance_id)):
-                        continue  # revoked meanwhile: the new owner replays and re-issues it
-                    instance = self._cache.get(instance_id)
-                    if instance is None:
-                        continue  # ended, or revoked and recovered: nothing waits for this
-                    if isinstance(message, TimerFired):
-                        commit.write.timers[(instance_id, message.path)] = None
-                    self._advance(instance, message, commit, now_ms)
-                self._submit(commit)
+    def _decide_own(self, items: list[tuple[str, InboxMessage]]) -> None:
+        """Decide a batch of results and due timers as one commit (``OwnInputs``, under the lock)."""
+        commit = _Commit()
+        now_ms = self._now_ms()
+        for instance_id, message in items:
+            self._busy[instance_id] -= 1  # held since the activity or timer started
+            if self._busy[instance_id] <= 0:
+                del self._busy[instance_id]
+            if not self.owner.is_ready(self._partition(instance_id)):
+                continue  # revoked meanwhile: the new owner replays and re-issues it
+            instance = self._cache.get(instance_id)
+            if instance is None:
+                continue  # ended, or revoked and recovered: nothing waits for this
+            if isinstance(message, TimerFired):
+                commit.write.timers[(instance_id, message.path)] = None
+            self._advance(instance, message, commit, now_ms)
+        self._submit(commit)
 
     def _carry_out(self, instance_id: str, effect: Any) -> None:
         key = (instance_id, getattr(effect, "path", ""))
@@ -583,9 +598,8 @@ class WorkflowAgent:
     def _fire(self, instance_id: str, path: str) -> None:
         if self._timers.pop((instance_id, path), None) is None:
             return  # stopped meanwhile
-        assert self._inputs is not None
-        # The instance stays busy (not evictable) until _feed has taken this.
-        self._inputs.put_nowait((instance_id, TimerFired(path)))
+        # The instance stays busy (not evictable) until _decide_own has taken this.
+        self._inputs.put((instance_id, TimerFired(path)))
 
     def _threaded_ended(self, ended: list[tuple[str, RunActivity, Attempt, Any]]) -> None:
         """Results of sync attempts run by ``ThreadedAttempts`` (on the loop, in batches)."""
@@ -615,21 +629,19 @@ class WorkflowAgent:
         if current is None or current[1] is not attempt:
             return  # cancelled or replaced meanwhile: the result would be ignored anyway
         del self._activities[key]
-        assert self._inputs is not None
-        # The instance stays busy (not evictable) until _feed has taken the result: evicted
-        # in between, its result would find no instance and be lost.
-        self._inputs.put_nowait((instance_id, result))
+        # The instance stays busy (not evictable) until _decide_own has taken the result:
+        # evicted in between, its result would find no instance and be lost.
+        self._inputs.put((instance_id, result))
 
     # -- committing --------------------------------------------------------------------
 
     def _submit(self, commit: _Commit) -> asyncio.Future[None]:
         """Produce ``commit``'s journal records now; queue the rest for the committer."""
-        assert self._commits is not None
-        delivery = self._publisher.send(commit.journal)
+        done = self._commits.submit(commit, commit.journal)
+        # Nothing awaits in between: the committer cannot take the commit before these
+        # are out of its effects.
         for instance_id, effect in self._early_activities(commit):
             self._carry_out(instance_id, effect)
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._commits.put_nowait((commit, delivery, done))
         return done
 
     def _early_activities(self, commit: _Commit) -> list[tuple[str, Any]]:
@@ -658,44 +670,35 @@ class WorkflowAgent:
         commit.effects = rest
         return early
 
-    async def _commit(self) -> None:
-        assert self._commits is not None
-        while True:
-            # Every commit waiting now is completed in one go: under exactly-once they
-            # share one transaction commit instead of paying one each.
-            waiting = [await self._commits.get()]
-            while not self._commits.empty():
-                waiting.append(self._commits.get_nowait())
-            try:
-                for commit, delivery, _ in waiting:
-                    delivered = await delivery
-                    commit.write.journal_offsets.update(self.owner.settle(delivered))
-                    if commit.dead:
-                        await self._publisher.publish(commit.dead)
-                    if commit.links:
-                        await self._children.send(self._publisher, commit.links)
-                if self._exactly_once:
-                    # Outcomes, statuses and answers go into the journal's own transaction:
-                    # it makes them visible together, so they need not wait for it first.
-                    for commit, _, _ in waiting:
-                        if commit.after:
-                            self._publisher.publish_later(commit.after)
-                            commit.after = []
-                    # Acknowledged is not yet durable: the journal records count once their
-                    # transaction commits. The effects below (the next activity) must not
-                    # run on a result a crash would still abort. Without effects there is
-                    # nothing to hold back: the outcome's own waiter commits it soon.
-                    if any(commit.effects for commit, _, _ in waiting):
-                        assert self._committed is not None
-                        await self._committed()
-                for commit, _, _ in waiting:
-                    self._store.write(commit.write)
-            except Exception:  # noqa: BLE001 - Kafka or RocksDB failed: restart the worker
-                stop_worker(f"committing workflow {self.definition.name} records")
-            for commit, _, done in waiting:
-                self._completed(commit, done)
+    async def _durable(self, waiting: Sequence[Pending[_Commit]]) -> None:
+        """Every commit waiting now is completed in one go: under exactly-once they share
+        one transaction commit instead of paying one each."""
+        for pending in waiting:
+            commit = pending.commit
+            delivered = await pending.delivery
+            commit.write.journal_offsets.update(self.owner.settle(delivered))
+            if commit.dead:
+                await self._publisher.publish(commit.dead)
+            if commit.links:
+                await self._children.send(self._publisher, commit.links)
+        if self._exactly_once:
+            # Outcomes, statuses and answers go into the journal's own transaction:
+            # it makes them visible together, so they need not wait for it first.
+            for pending in waiting:
+                if pending.commit.after:
+                    self._publisher.publish_later(pending.commit.after)
+                    pending.commit.after = []
+            # Acknowledged is not yet durable: the journal records count once their
+            # transaction commits. The effects below (the next activity) must not
+            # run on a result a crash would still abort. Without effects there is
+            # nothing to hold back: the outcome's own waiter commits it soon.
+            if any(pending.commit.effects for pending in waiting):
+                assert self._committed is not None
+                await self._committed()
+        for pending in waiting:
+            self._store.write(pending.commit.write)
 
-    def _completed(self, commit: _Commit, done: asyncio.Future[None]) -> None:
+    def _completed(self, commit: _Commit) -> None:
         """``commit`` is durable: publish what waited for it and carry out its effects."""
         for instance_id in commit.touched:
             self._dirty[instance_id] -= 1
@@ -711,21 +714,6 @@ class WorkflowAgent:
             if self.owner.is_ready(self._partition(instance_id)):
                 self._carry_out(instance_id, effect)
         self._evict(commit.touched)
-        if not done.done():
-            done.set_result(None)
-
-    def _recover_again(self, partition: int) -> None:
-        """Someone else wrote ``partition``'s journal (``PartitionOwner.settle``): drop what
-        this worker knows of it and recover it from the journal, foreign records included
-        (detection, not fencing: see docs/workflows-hosted.md)."""
-        self._drop({partition})
-
-        async def recover() -> None:
-            async with self._lock:
-                await self._ready([partition])
-
-        task = asyncio.ensure_future(recover())
-        task.add_done_callback(stop_worker_on_failure(f"recovering workflow {self.definition.name}"))
 
     def _evict(self, touched: Iterable[str]) -> None:
         for instance_id in touched:
@@ -850,14 +838,10 @@ class WorkflowAgent:
         return int(self._clock() * 1000)
 
     def _ensure_tasks(self) -> None:
-        if self._tasks:
+        if self.journaled.started:
             return
-        self._inputs = asyncio.Queue()
-        self._commits = asyncio.Queue()
+        self._inputs.open()
         self._reply_batches = asyncio.Queue()
         self._threaded = ThreadedAttempts(self._activity_threads, asyncio.get_running_loop(),
                                           self._threaded_ended)
-        self._tasks = [asyncio.ensure_future(self._feed()), asyncio.ensure_future(self._commit()),
-                       asyncio.ensure_future(self._decide_replies())]
-        for task in self._tasks:
-            task.add_done_callback(stop_worker_on_failure(f"a task of workflow {self.definition.name}"))
+        self.journaled.spawn(self._inputs.run, self._commits.run, self._decide_replies)

@@ -47,7 +47,7 @@ from .agent import WorkflowAgent, WorkflowTopics
 from .codec import decode_outcome, outcome_from
 from .store import WorkflowStore
 from ...runtime.context import KindClient, KindContext
-from ...runtime.hosting import Runtime
+from ...runtime.hosting import Runtime, hosted_named
 from .journal import read_journal
 from ...runtime.topics import TopicSpec, deadletter_topic, spec_for, topic_name
 
@@ -374,12 +374,9 @@ def workflow_named(context: KindContext, name: str) -> WorkflowHandle:
     Raises:
         LookupError: ``context`` declares no such workflow (the message lists the known ones).
     """
-    workflows = [hosted for hosted in context.declared("workflow") if isinstance(hosted, WorkflowHandle)]
-    for handle in workflows:
-        if handle.name == name:
-            return handle
-    known = ", ".join(sorted(h.name for h in workflows)) or "none"
-    raise LookupError(f"app {context.name!r} has no workflow {name!r}; known: {known}")
+    handle = hosted_named(context.declared("workflow"), "workflow", name, app=context.name)
+    assert isinstance(handle, WorkflowHandle)
+    return handle
 
 
 def _request(

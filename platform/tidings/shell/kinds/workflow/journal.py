@@ -9,10 +9,9 @@ partition ``murmur2(instance_id) % partitions``), as the core's ``JournalRecord`
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer
 
 from ....codec import avro
 from ....core.partitioning import partition_for
@@ -20,7 +19,8 @@ from ....core.workflow.journal import JournalRecord
 from ....core.workflow_records import WorkflowJournalEntry
 from ....errors import BrokerError, RecordError
 from ...runtime.io import Incoming
-from ...runtime.kafka import incoming, is_transient, topic_partitions, watermarks
+from ...runtime.journaled import first_per_seq
+from ...runtime.kafka import read_range, topic_partitions, watermarks
 
 log = logging.getLogger(__name__)
 
@@ -68,64 +68,20 @@ def read_journal(
             raise BrokerError(f"{topic} has {found} partitions where the App declares {partitions}")
         partition = partition_for(instance_id, partitions)
         low, high = watermarks(consumer, topic, partition, timeout)
-        prefix = f"{instance_id}/".encode()
-        by_seq: dict[int, JournalRecord] = {}
-        for record in _read(consumer, topic, partition, low, high, timeout):
-            key = record.key or b""
-            seq_text = key[len(prefix):]
-            # "a/b/3" is instance "a/b": the rest after "a/" must be the seq alone.
-            if not key.startswith(prefix) or not seq_text.isdigit():
-                continue
+
+        def decode(record: Incoming, seq: int) -> JournalRecord | None:
             try:
                 entry = avro.decode_as(record.value or b"", WorkflowJournalEntry)  # type: ignore[type-var]
             except RecordError as exc:
                 log.warning("skipping unreadable journal record %s/%d@%d: %s", topic, partition, record.offset, exc)
-                continue
-            if entry.instance_id != instance_id or entry.record.seq != int(seq_text):
+                return None
+            if entry.instance_id != instance_id or entry.record.seq != seq:
                 log.warning("skipping journal record %s/%d@%d: its key %r does not match its value",
-                            topic, partition, record.offset, key)
-                continue
-            by_seq.setdefault(entry.record.seq, entry.record)
-        return [by_seq[seq] for seq in sorted(by_seq)]
+                            topic, partition, record.offset, record.key)
+                return None
+            return entry.record
+
+        return first_per_seq(read_range(consumer, topic, partition, low, high, timeout=timeout), instance_id, decode)
     finally:
         consumer.close()
 
-
-def _read(consumer: Consumer, topic: str, partition: int, low: int, high: int, timeout: float) -> list[Incoming]:
-    """Return the records of one partition from ``low`` up to (not including) ``high``.
-
-    Raises:
-        BrokerError: Nothing arrived for ``timeout`` seconds before ``high``.
-    """
-    if high <= low:
-        return []
-    consumer.assign([TopicPartition(topic, partition, low)])
-    records: list[Incoming] = []
-    deadline = time.monotonic() + timeout
-    position = low
-    while position < high:
-        # consume() waits for the whole count or the timeout: keep each wait short.
-        messages = consumer.consume(1000, 0.1)
-        if not messages:
-            # Compaction can leave no record at the last offsets: once nothing more comes,
-            # trust the fetch position.
-            (current,) = consumer.position([TopicPartition(topic, partition)])
-            if current.offset >= high:
-                break
-            if time.monotonic() > deadline:
-                raise BrokerError(f"reading {topic}/{partition}: nothing after offset {position} for {timeout} s (the end is {high})")
-            continue
-        deadline = time.monotonic() + timeout
-        for message in messages:
-            error = message.error()
-            if error is not None:
-                if is_transient(error):  # a broker restarting: librdkafka fetches again
-                    continue
-                raise BrokerError(f"reading {topic}/{partition}: {error.str()}")
-            record = incoming(message)
-            if record.offset >= high:
-                position = high
-                break
-            position = record.offset + 1
-            records.append(record)
-    return records

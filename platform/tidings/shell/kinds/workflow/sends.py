@@ -27,7 +27,6 @@ import asyncio
 import logging
 import re
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -40,7 +39,7 @@ from ....codec.payloads import load_payload, payload_of
 from ....core.limits import check_command, check_id
 from ....core.partitioning import partition_for
 from ....core.records import CommandEnvelope, EventEnvelope, ReplyEnvelope
-from ....core.workflow import InboxMessage, WorkflowDefinition, WorkflowInstance
+from ....core.workflow import WorkflowInstance
 from ....core.workflow.inbox_rules import StoredEnd
 from ....core.workflow.sends import (
     CommandReplied,
@@ -52,10 +51,8 @@ from ....core.workflow.sends import (
     pending_send,
 )
 from ....errors import RecordError, SchemaError
-from ...runtime.hosting import Runtime
-from ...runtime.io import Incoming, Outgoing, Publisher
+from ...runtime.io import Incoming, Outgoing
 from ...runtime.kafka import fatal_error, is_fatal
-from ...runtime.owner import PartitionOwner
 from ...runtime.pipeline import stop_worker
 from ...runtime.threads import OwnThread
 
@@ -68,52 +65,6 @@ class Commit(Protocol):
         """Dead letters and forwards, awaited before the round's offsets commit."""
         ...
 
-
-class RepliesTopic(Protocol):
-    @property
-    def replies(self) -> str: ...
-
-
-class SendingAgent(Protocol):
-    """What the send steps use of the ``WorkflowAgent`` they serve (``agent.py``).
-
-    Named here, not imported, so the agent module and this one make no circle; the private
-    members are the agent's inbox rules and instance bookkeeping, shared by design.
-    """
-
-    @property
-    def definition(self) -> WorkflowDefinition: ...
-
-    @property
-    def topics(self) -> RepliesTopic: ...
-
-    @property
-    def owner(self) -> PartitionOwner: ...
-
-    @property
-    def _runtime(self) -> Runtime: ...
-
-    @property
-    def _publisher(self) -> Publisher: ...
-
-    @property
-    def _clock(self) -> Callable[[], float]: ...
-
-    @property
-    def _busy(self) -> Counter[str]: ...
-
-    @property
-    def _inputs(self) -> asyncio.Queue[tuple[str, InboxMessage]] | None: ...
-
-    @property
-    def _refusal(self) -> str | None: ...
-
-    def _known(self, instance_id: str, commit: Any, now_ms: int) -> WorkflowInstance | StoredEnd | None: ...
-
-    def _advance(self, instance: WorkflowInstance, message: InboxMessage, commit: Any, now_ms: int,
-                 inbox_offset: int | None = None) -> Any: ...
-
-    def _partition(self, instance_id: str) -> int: ...
 
 log = logging.getLogger(__name__)
 
@@ -158,16 +109,75 @@ class _Tail:
     watches: dict[str, list[_Watch]] = field(default_factory=dict)
 
 
+class StepHost(Protocol):
+    """What the send steps need of their workflow agent (``WorkflowAgent`` is one).
+
+    ``commit`` is the agent's own round of decisions (``agent._Commit``), handed back as the
+    agent gave it: typed ``Any`` here so this module does not import the agent (a circle).
+    """
+
+    @property
+    def name(self) -> str:
+        """The workflow's name."""
+        ...
+
+    @property
+    def replies_topic(self) -> str:
+        """Where the aggregates answer the workflow's commands."""
+        ...
+
+    def now(self) -> float:
+        """The agent's clock, in seconds."""
+        ...
+
+    def home(self, instance_id: str) -> int:
+        """The partition of ``instance_id``."""
+        ...
+
+    def forward(self, record: Incoming, instance_id: str) -> Outgoing | None:
+        """``record`` re-addressed to the home partition of ``instance_id``, or None if home."""
+        ...
+
+    def dead_letter(self, record: Incoming, error: RecordError) -> Outgoing:
+        """The dead letter of ``record``."""
+        ...
+
+    def known(self, instance_id: str, commit: Any, now_ms: int) -> WorkflowInstance | StoredEnd | None:
+        """What the agent knows of an instance: live, ended, or nothing."""
+        ...
+
+    def refusal(self, instance: WorkflowInstance, message: Any, commit: Any, now_ms: int) -> str | None:
+        """Feed ``message`` to ``instance`` in ``commit``; return why it was refused, or None."""
+        ...
+
+    def feed(self, instance_id: str, message: Any) -> None:
+        """Feed ``message`` to the instance later, as one of the agent's own inputs (it stays
+        in memory until then)."""
+        ...
+
+    def hold(self, instance_id: str) -> None:
+        """Keep the instance in memory (a send of it is pending) until ``release``."""
+        ...
+
+    def release(self, instance_id: str) -> None:
+        """Undo one ``hold``."""
+        ...
+
+    def publish_later(self, records: list[Outgoing]) -> None:
+        """Produce ``records`` without waiting for them."""
+        ...
+
+
 class WorkflowSends:
     """The send steps of one workflow agent: commands out, replies and watched events in."""
 
-    def __init__(self, agent: SendingAgent, *, bootstrap: str, command_timeout: float) -> None:
+    def __init__(self, agent: StepHost, *, bootstrap: str, command_timeout: float) -> None:
         self._agent = agent
         self._bootstrap = bootstrap
         self._command_timeout_ms = int(command_timeout * 1000)
         self._sending: dict[tuple[str, str], _Sending] = {}
         self._tail: EventsTail | None = None
-        self._prefix = f"{agent.definition.name}/"
+        self._prefix = f"{agent.name}/"
         # Commands due now, produced together once the loop turns (one producer call, not one each).
         self._outbox: list[Outgoing] = []
 
@@ -176,7 +186,7 @@ class WorkflowSends:
     def reply_record(self, record: Incoming, commit: Commit, now_ms: int) -> None:
         """Turn one record of the replies topic into ``CommandReplied`` for its pending step."""
         agent = self._agent
-        name = agent.definition.name
+        name = agent.name
         try:
             reply = decode_record(record.value, ReplyEnvelope, headers=record.headers,
                                   timestamp_ms=record.timestamp_ms)
@@ -190,16 +200,16 @@ class WorkflowSends:
                                   f"did not send: its commands carry the step key {reply.correlation_id[:200]!r} "
                                   "as command id and correlation id")
         except RecordError as exc:
-            commit.dead.append(agent._runtime.dead_letter(record, exc))
+            commit.dead.append(agent.dead_letter(record, exc))
             return
-        forward = agent.owner.forward(record, instance_id)
+        forward = agent.forward(record, instance_id)
         if forward is not None:
             commit.dead.append(forward)  # keyed elsewhere: decided where the instance lives
             return
-        known = agent._known(instance_id, commit, now_ms)
+        known = agent.known(instance_id, commit, now_ms)
         if known is None:
             # No send of this instance ever went out: not a late repeat, a record nobody asked for.
-            commit.dead.append(agent._runtime.dead_letter(record, SchemaError(
+            commit.dead.append(agent.dead_letter(record, SchemaError(
                 f"a reply to {reply.command_id[:200]!r}, for an instance of workflow {name!r} that was never started")))
             return
         request = pending_send(known, path) if isinstance(known, WorkflowInstance) else None
@@ -211,14 +221,15 @@ class WorkflowSends:
         try:
             events = tuple(self._event(event, request.aggregate.definition.event_types) for event in reply.events)
         except RecordError as exc:
-            commit.dead.append(agent._runtime.dead_letter(record, exc))
+            commit.dead.append(agent.dead_letter(record, exc))
             return
         assert isinstance(known, WorkflowInstance)
         message = CommandReplied(path, reply.command_id, reply.status, events, reply.reason)
-        if agent._advance(known, message, commit, now_ms) is None:
+        refusal = agent.refusal(known, message, commit, now_ms)
+        if refusal is not None:
             # The step waits on: this reply could not answer it (an accepted reply without events).
-            commit.dead.append(agent._runtime.dead_letter(record, SchemaError(
-                f"send step {path} of workflow {name!r} {instance_id[:200]!r} refused the reply: {agent._refusal}")))
+            commit.dead.append(agent.dead_letter(record, SchemaError(
+                f"send step {path} of workflow {name!r} {instance_id[:200]!r} refused the reply: {refusal}")))
 
     def _step_of(self, correlation_id: str) -> tuple[str, str]:
         """Return (instance id, path) of the step whose key is ``correlation_id``."""
@@ -227,7 +238,7 @@ class WorkflowSends:
             if instance_id and _PATH.fullmatch(path):
                 return instance_id, path
         raise SchemaError(f"a reply whose correlation id {correlation_id[:200]!r} names no step of "
-                          f"workflow {self._agent.definition.name!r}")
+                          f"workflow {self._agent.name!r}")
 
     @staticmethod
     def _event(event: EventEnvelope, registry: Any) -> SentEvent:
@@ -245,10 +256,10 @@ class WorkflowSends:
         sending = self._sending.get(key)
         if sending is None:
             sending = self._sending[key] = _Sending()
-            self._agent._busy[instance_id] += 1  # not evictable while its send is pending
+            self._agent.hold(instance_id)  # not evictable while its send is pending
         sending.stop_timers()
         loop = asyncio.get_running_loop()
-        now = self._agent._clock()
+        now = self._agent.now()
         delay = effect.not_before / 1000 - now
         if delay > 0:
             sending.send = loop.call_later(delay, self._send, instance_id, effect)
@@ -281,7 +292,7 @@ class WorkflowSends:
         records, self._outbox = self._outbox, []
         if records:
             # Not awaited: a lost command is sent again when its attempt times out.
-            self._agent._publisher.publish_later(records)
+            self._agent.publish_later(records)
 
     def _command_record(self, instance_id: str, effect: SendCommand) -> Outgoing:
         aggregate = effect.aggregate
@@ -295,19 +306,15 @@ class WorkflowSends:
             aggregate_id=effect.aggregate_id,
             type=type_name,
             payload=payload,
-            timestamp_ms=int(self._agent._clock() * 1000),
-            reply_to=self._agent.topics.replies,
+            timestamp_ms=int(self._agent.now() * 1000),
+            reply_to=self._agent.replies_topic,
             reply_key=instance_id,
         ))
         partition = partition_for(effect.aggregate_id, aggregate.context.partitions)
         return Outgoing(aggregate.topics.commands, effect.aggregate_id.encode(), avro.encode(envelope), partition)
 
     def _feed(self, instance_id: str, message: Any) -> None:
-        agent = self._agent
-        if agent._inputs is None:
-            return
-        agent._busy[instance_id] += 1  # released by the agent's _feed when it takes this
-        agent._inputs.put_nowait((instance_id, message))
+        self._agent.feed(instance_id, message)
 
     def _stop(self, key: tuple[str, str]) -> None:
         sending = self._sending.pop(key, None)
@@ -316,10 +323,7 @@ class WorkflowSends:
         sending.stop_timers()
         if sending.watch is not None and self._tail is not None:
             self._tail.unwatch(sending.watch)
-        busy = self._agent._busy
-        busy[key[0]] -= 1
-        if busy[key[0]] <= 0:
-            del busy[key[0]]
+        self._agent.release(key[0])
 
     def _watch(self, instance_id: str, effect: SendCommand) -> _Watch:
         aggregate = effect.aggregate
@@ -346,7 +350,7 @@ class WorkflowSends:
 
     def drop(self, partitions: set[int]) -> None:
         """Stop the sends of instances on ``partitions`` (revoked: their new owner resends)."""
-        home = self._agent._partition
+        home = self._agent.home
         for key in [k for k in self._sending if home(k[0]) in partitions]:
             self._stop(key)
 
