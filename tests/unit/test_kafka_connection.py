@@ -484,3 +484,60 @@ def test_aiokafka_gets_the_same_security_settings() -> None:
     }
     with pytest.raises(DefinitionError, match="PLAIN and SCRAM only"):
         resolve(bootstrap=NOWHERE, kafka={"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER"}).aiokafka("consumer")
+
+
+# -- the App ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def clean_environ(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """No TIDINGS_BOOTSTRAP or TIDINGS_KAFKA_* of the machine running the tests."""
+    import os
+
+    for name in list(os.environ):
+        if name == "TIDINGS_BOOTSTRAP" or name.startswith("TIDINGS_KAFKA_"):
+            monkeypatch.delenv(name)
+    return monkeypatch
+
+
+def test_app_kafka_is_checked_when_the_app_is_declared() -> None:
+    from tidings import App
+
+    with pytest.raises(DefinitionError, match="App 'a' is invalid:\n  - ssl.truststore.location"):
+        App("a", kafka={"ssl.truststore.location": "/tmp/kafka.client.truststore.jks"})
+
+
+def test_the_app_connection_keeps_its_properties_for_another_bootstrap(clean_environ: pytest.MonkeyPatch) -> None:
+    from tidings import App
+
+    app = App("a", bootstrap="app:1", kafka={"client.rack": "r1", "sasl.password": SECRET})
+    clean_environ.setenv("TIDINGS_KAFKA_CLIENT_ID", "from-env")
+    assert app.connection.bootstrap == "app:1" and app.bootstrap() == "app:1"
+    assert app.connection.properties == {"client.rack": "r1", "sasl.password": SECRET, "client.id": "from-env"}
+    other = app.connection_for("other:1")
+    assert other.bootstrap == "other:1" and other.properties == app.connection.properties
+    assert app.connection_for(other) is other
+
+
+def test_an_app_without_bootstrap_says_how_to_give_it(clean_environ: pytest.MonkeyPatch) -> None:
+    from tidings import App
+
+    with pytest.raises(BrokerError, match="no Kafka bootstrap servers"):
+        App("a").bootstrap()
+
+
+def test_app_client_is_one_client_per_connection(clean_environ: pytest.MonkeyPatch) -> None:
+    from tidings import App
+
+    app = App("a", bootstrap=NOWHERE, kafka={"client.rack": "r1"})
+    client = app.client()
+    assert app.client(NOWHERE) is client and app.client(app.connection) is client
+    assert client.connection == app.connection and client.bootstrap == NOWHERE
+    assert app.client("127.0.0.1:10") is not client
+
+
+def test_a_client_given_an_address_keeps_the_apps_properties(clean_environ: pytest.MonkeyPatch) -> None:
+    from tidings import App, Client
+
+    app = App("a", kafka={"client.rack": "r1"})
+    assert Client(NOWHERE, app=app).connection.properties == {"client.rack": "r1"}

@@ -25,6 +25,7 @@ from ..codec import avro
 from ..core.records import DeadLetter
 from ..shell.runtime.admin import KafkaAdmin
 from ..shell.client.follower import TopicFollower
+from ..shell.runtime.connection import KafkaConnection
 from ..shell.runtime.io import Incoming
 from ..shell.runtime.topics import deadletter_topic
 from .interrupts import interruptible
@@ -88,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     topic = deadletter_topic(app.name)
     # Says "run tidings topics apply" for a missing topic, and gives up on an unreachable
     # broker in seconds, before the follower's consumer starts retrying.
-    KafkaAdmin(bootstrap).partitions(topic)
+    KafkaAdmin(KafkaConnection.of(bootstrap)).partitions(topic)
     if args.follow:
         interruptible()
     try:
@@ -131,7 +132,7 @@ async def print_dead_letters(
     Raises:
         BrokerError: The topic does not exist, or reading it failed.
     """
-    follower = TopicFollower(bootstrap, topic, follow=follow)
+    follower = TopicFollower(KafkaConnection.of(bootstrap), topic, follow=follow)
     printed = 0
     try:
         await follower.start()

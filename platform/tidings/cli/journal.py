@@ -45,9 +45,8 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     handle = workflow_handle(args)
-    bootstrap = args.bootstrap or handle.app.bootstrap()
     records = read_journal(
-        bootstrap, handle.topics.journal, handle.app.partitions, args.instance_id, timeout=args.timeout
+        handle.app.connection_for(args.bootstrap), handle.topics.journal, handle.app.partitions, args.instance_id, timeout=args.timeout
     )
     for record in records:
         print(json.dumps(record_to_json(record)), flush=True)

@@ -129,7 +129,7 @@ class PartitionOffsets:
 def run_show(args: argparse.Namespace) -> int:
     """Print the group's members and offsets."""
     app = load_app(args.app)
-    admin = KafkaAdmin(args.bootstrap or app.bootstrap())
+    admin = KafkaAdmin(app.connection_for(args.bootstrap))
     group = args.group or app.name
     description = admin.describe_group(group)
     committed = admin.committed(group)
@@ -311,7 +311,7 @@ def plan_moves(
 def run_move(args: argparse.Namespace) -> int:
     """Commit new offsets for the group, once it has no members and the change is confirmed."""
     app = load_app(args.app)
-    admin = KafkaAdmin(args.bootstrap or app.bootstrap())
+    admin = KafkaAdmin(app.connection_for(args.bootstrap))
     group = args.group or app.name
     description = admin.describe_group(group)
     if not description.idle:

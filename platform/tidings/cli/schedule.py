@@ -44,6 +44,7 @@ from ..core.schedule.aggregate import ScheduleState
 from ..shell.kinds.aggregate.handle import AggregateHandle
 from ..shell.client.client import Client
 from ..shell.client.follower import TopicFollower
+from ..shell.runtime.connection import KafkaConnection
 from ..shell.runtime.io import Incoming
 from ..shell.kinds.schedule.handle import ScheduleHandle
 from .loading import load_app
@@ -388,7 +389,7 @@ async def read_schedules(
         BrokerError: the journal topic is missing, or Kafka did not answer.
     """
     instances: dict[str, AggregateInstance[ScheduleState]] = {}
-    follower = TopicFollower(bootstrap, aggregate.topics.events, follow=False, chunk=2000)
+    follower = TopicFollower(KafkaConnection.of(bootstrap), aggregate.topics.events, follow=False, chunk=2000)
     read = skipped = 0
     started = last = time.monotonic()
     try:

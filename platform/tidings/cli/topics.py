@@ -6,6 +6,7 @@ import argparse
 import os
 from typing import Any
 
+from tidings.shell.runtime.connection import KafkaConnection
 from tidings.shell.runtime.topics import TopicSpec, apply_topics
 
 from .loading import load_app
@@ -75,7 +76,7 @@ def run_apply(args: argparse.Namespace) -> int:
     """Apply the App's topic specs; 0 when all match, 2 when a setting differs."""
     app = load_app(args.app)
     specs = _specs(app)
-    report = apply_topics(_bootstrap(args, app), specs)
+    report = apply_topics(KafkaConnection.of(_bootstrap(args, app)), specs)
     print(f"{len(specs)} topics: {len(report.created)} created, {len(report.differences)} differing settings")
     return 0 if report.in_sync else DIFFERENCES_EXIT_CODE
 
