@@ -486,7 +486,7 @@ def test_aiokafka_gets_the_same_security_settings() -> None:
         resolve(bootstrap=NOWHERE, kafka={"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER"}).aiokafka("consumer")
 
 
-# -- the App ---------------------------------------------------------------------------------------
+# -- the App and the CLI ---------------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -541,3 +541,70 @@ def test_a_client_given_an_address_keeps_the_apps_properties(clean_environ: pyte
 
     app = App("a", kafka={"client.rack": "r1"})
     assert Client(NOWHERE, app=app).connection.properties == {"client.rack": "r1"}
+
+
+def kafka_commands() -> dict[str, list[str]]:
+    """Every (sub)command of ``tidings`` and its long options."""
+    import argparse
+
+    from tidings.cli.main import build_parser
+
+    found: dict[str, list[str]] = {}
+
+    def walk(parser: argparse.ArgumentParser, name: str) -> None:
+        subparsers = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subparsers:
+            found[name] = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
+        for action in subparsers:
+            for sub_name, sub in action.choices.items():
+                walk(sub, f"{name} {sub_name}".strip())
+
+    walk(build_parser(), "")
+    return found
+
+
+def test_every_command_that_talks_to_kafka_takes_bootstrap_and_kafka_config() -> None:
+    commands = kafka_commands()
+    without = sorted(name for name, options in commands.items() if "--kafka-config" not in options)
+    # These talk to no Kafka but their own local broker (or none at all).
+    assert without == ["broker start", "broker status", "broker stop", "demo", "topics show"]
+    assert all("--bootstrap" in options for name, options in commands.items() if name not in without)
+
+
+def test_the_cli_reads_kafka_config_and_the_flag_wins_over_the_environment(
+    tmp_path: Path, clean_environ: pytest.MonkeyPatch,
+) -> None:
+    from tidings import App
+    from tidings.cli import kafka as cli_kafka
+    from tidings.cli.main import build_parser
+
+    flagged = write(tmp_path, "bootstrap.servers=file:1\nclient.rack=flag\n", "flag.properties")
+    from_env = write(tmp_path, "client.rack=env\n", "env.properties")
+    clean_environ.setenv("TIDINGS_KAFKA_CONFIG", str(from_env))
+    app = App("a", kafka={"client.id": "app"})
+    args = build_parser().parse_args(["send", "m:app", "tally", "t-1", "Add", "--kafka-config", str(flagged)])
+    connection = cli_kafka.connection(args, app)
+    assert connection.bootstrap == "file:1"
+    assert connection.properties == {"client.rack": "flag", "client.id": "app"}
+    args = build_parser().parse_args(["offsets", "show", "m:app", "--bootstrap", "flag:2"])
+    assert cli_kafka.connection(args, app).redacted() == {
+        "bootstrap.servers": "flag:2", "client.rack": "env", "client.id": "app"}
+
+
+def test_no_help_shows_a_secret(clean_environ: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import argparse
+
+    from tidings.cli.main import build_parser
+
+    clean_environ.setenv("TIDINGS_KAFKA_SASL_PASSWORD", SECRET)
+    clean_environ.setenv("TIDINGS_KAFKA_CONFIG", str(write(tmp_path, f"sasl.password={SECRET}\n")))
+    parser = build_parser()
+    texts = [parser.format_help()]
+    stack = [parser]
+    while stack:
+        for action in stack.pop()._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    texts.append(sub.format_help())
+                    stack.append(sub)
+    assert "--kafka-config" in "".join(texts) and SECRET not in "".join(texts)
