@@ -11,6 +11,7 @@ import pytest
 from tidings.codec import avro
 from tidings.core.records import DeadLetter
 from tidings.errors import HandlerFailed, RecordRejected, SchemaError
+from tidings.shell.runtime.connection import KafkaConnection
 from tidings.shell.runtime.hosting import Runtime, hosted_named
 from tidings.shell.runtime.io import Delivered, Incoming, Outgoing
 from tidings.shell.runtime.journaled import Agents, Backstop, CommitQueue, EventRouter, OwnInputs, Pending, first_per_seq
@@ -46,7 +47,7 @@ class Published:
 
 
 def runtime_over(publisher: Published, tmp_path: Path) -> Runtime:
-    return Runtime(bootstrap="", data_dir=tmp_path, partitions=4, publisher=publisher,
+    return Runtime(connection=KafkaConnection("127.0.0.1:9"), data_dir=tmp_path, partitions=4, publisher=publisher,
                    deadletter_topic="dead", clock=lambda: 1.0)
 
 

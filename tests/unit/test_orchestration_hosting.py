@@ -28,6 +28,7 @@ from tidings.shell.kinds.orchestration.agent import (
     OrchestrationTopics,
 )
 from tidings.shell.kinds.projection.agent import ProjectionSource
+from tidings.shell.runtime.connection import KafkaConnection
 from tidings.shell.runtime.hosting import Runtime
 from tidings.shell.runtime.io import Delivered, Incoming, Outgoing
 
@@ -246,7 +247,7 @@ def inbox_record(order: str, step: str, offset: int) -> Incoming:
 
 
 def agent_on(kafka: MemoryKafka, path: Path) -> OrchestrationAgent:
-    runtime = Runtime(bootstrap="", data_dir=path, partitions=PARTITIONS, publisher=kafka,
+    runtime = Runtime(connection=KafkaConnection("127.0.0.1:9"), data_dir=path, partitions=PARTITIONS, publisher=kafka,
                       deadletter_topic=TOPICS.deadletter, clock=lambda: 1.0)
     return OrchestrationAgent(
         "fulfil", fulfil, sources=[SOURCE], topics=TOPICS,

@@ -3,7 +3,9 @@
 ``app.aggregate``, ``app.projection``, ``@app.workflow``, ``app.saga``, ``app.orchestration``,
 ``app.workflow_flow`` and ``app.schedules`` hand their declarations to the kinds' modules
 (``kinds/<kind>/``) and register what comes back with ``app.host``: a program sees no change.
-``declared`` is new: the lookup handles make through their ``KindContext``.
+``declared`` is new: the lookup handles make through their ``KindContext``; so are
+``kafka=``, ``connection`` and ``connection_for`` (the one Kafka connection, docs/kafka.md),
+and ``client``/``worker``/``apply_topics`` take a ``KafkaConnection`` as well as an address.
 """
 
 import inspect
@@ -14,12 +16,14 @@ from tidings.shell.runtime.worker import HostedApp
 
 #: Every public member of App: a property, or the signature of a method.
 APP_MEMBERS = {
-    '__init__': "(self, name: 'str', *, bootstrap: 'str | None' = None, partitions: 'int' = 8, data_dir: 'str | os.PathLike[str] | None' = None, command_timeout: 'float' = 30.0, deadletter_value_limit: 'int' = 65536, json_outcomes: 'bool' = False, processing_guarantee: 'str' = 'at_least_once') -> 'None'",
+    '__init__': "(self, name: 'str', *, bootstrap: 'str | None' = None, kafka: 'Mapping[str, object] | None' = None, partitions: 'int' = 8, data_dir: 'str | os.PathLike[str] | None' = None, command_timeout: 'float' = 30.0, deadletter_value_limit: 'int' = 65536, json_outcomes: 'bool' = False, processing_guarantee: 'str' = 'at_least_once') -> 'None'",
     'aggregate': "(self, name: 'str', initial: 'S', decide: 'Callable[[C, S], Decision]', fold: 'Callable[[E, S], S]', *, command: 'Any', event: 'Any', cache_size: 'int' = 100000, command_retention: 'timedelta' = datetime.timedelta(days=7)) -> 'AggregateHandle[C, E, S]'",
     'aggregates': 'property',
-    'apply_topics': "(self, bootstrap: 'str | None' = None, *, out: 'Callable[[str], Any]' = <built-in function print>) -> 'ApplyReport'",
+    'apply_topics': "(self, bootstrap: 'str | KafkaConnection | None' = None, *, out: 'Callable[[str], Any]' = <built-in function print>) -> 'ApplyReport'",
     'bootstrap': "(self) -> 'str'",
-    'client': "(self, bootstrap: 'str | None' = None) -> 'Client'",
+    'client': "(self, bootstrap: 'str | KafkaConnection | None' = None) -> 'Client'",
+    'connection': 'property',
+    'connection_for': "(self, bootstrap: 'str | KafkaConnection | None' = None, *, config_file: 'str | os.PathLike[str] | None' = None) -> 'KafkaConnection'",
     'data_dir': "(self) -> 'Path'",
     'declared': "(self, kind: 'str') -> 'Sequence[Hosted]'",
     'host': "(self, definition: 'Hosted') -> 'None'",
@@ -36,7 +40,7 @@ APP_MEMBERS = {
     'schedule_handle': "(self) -> 'ScheduleHandle'",
     'schedules': "(self, workflows: 'Iterable[Any]') -> 'ScheduleHandle'",
     'topic_specs': "(self) -> 'list[TopicSpec]'",
-    'worker': "(self, *, bootstrap: 'str | None' = None, data_dir: 'Path | None' = None, instance_id: 'str | None' = None, metrics_port: 'int | None' = None, processing_guarantee: 'str | None' = None, stall_timeout_s: 'float | None' = None) -> 'Worker'",
+    'worker': "(self, *, bootstrap: 'str | KafkaConnection | None' = None, data_dir: 'Path | None' = None, instance_id: 'str | None' = None, metrics_port: 'int | None' = None, processing_guarantee: 'str | None' = None, stall_timeout_s: 'float | None' = None) -> 'Worker'",
     'workflow': "(self, name: 'str | None' = None, **options: 'Any') -> 'Callable[[Any], Any]'",
     'workflow_flow': "(self, name: 'str', source_topic: 'str', handle: 'WorkflowHandle | str', id_of: 'Callable[[Any], str]', sink_topic: 'str', parallelism: 'int', timeout: 'float | timedelta', *, source_schema: 'Mapping[str, Any] | str | None' = None) -> 'WorkflowFlowStage'",
     'workflow_handle': "(self, name: 'str') -> 'WorkflowHandle'",

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..shell.kinds.workflow.handle import workflow_named
+from .kafka import add_kafka_arguments, connection
 from .loading import load_app
 
 _DESCRIPTION = """\
@@ -36,7 +37,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     handle = workflow_handle(args)
     value = parse_json(args.input, "the input")
-    call(handle, lambda: handle.start(args.instance_id, value, bootstrap=args.bootstrap))
+    call(handle, lambda: handle.start(args.instance_id, value, bootstrap=connection(args, handle.context)))
     print(json.dumps({"started": args.instance_id, "workflow": handle.name}))
     return 0
 
@@ -55,7 +56,7 @@ def add_workflow_parser(
     parser.add_argument("workflow", metavar="WORKFLOW", help="the workflow's name, e.g. enrich")
     if instance:
         parser.add_argument("instance_id", metavar="ID", help="the instance id, e.g. order-17")
-    parser.add_argument("--bootstrap", help="Kafka bootstrap servers (default $TIDINGS_BOOTSTRAP)")
+    add_kafka_arguments(parser)
     return parser
 
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any
 
 from tidings.shell.runtime.topics import TopicSpec, apply_topics
 
+from .kafka import add_kafka_arguments, connection
 from .loading import load_app
 
 _DESCRIPTION = """\
@@ -41,10 +41,7 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     apply.add_argument("app", metavar="MODULE:APP", help="where the App is, e.g. examples.bank.app:app")
-    apply.add_argument(
-        "--bootstrap",
-        help="Kafka bootstrap servers (default: the App's bootstrap, else $TIDINGS_BOOTSTRAP)",
-    )
+    add_kafka_arguments(apply)
     apply.set_defaults(run=run_apply)
     show = actions.add_parser("show", help="print the App's topic specs without contacting Kafka")
     show.add_argument("app", metavar="MODULE:APP", help="where the App is, e.g. examples.bank.app:app")
@@ -58,24 +55,11 @@ def _specs(app: Any) -> list[TopicSpec]:
     return list(topic_specs())
 
 
-def _bootstrap(args: argparse.Namespace, app: Any) -> str:
-    if args.bootstrap:
-        return str(args.bootstrap)
-    # The App knows its own address (App(bootstrap=...) or TIDINGS_BOOTSTRAP) when it can.
-    app_bootstrap = getattr(app, "bootstrap", None)
-    if callable(app_bootstrap):
-        return str(app_bootstrap())
-    configured = os.environ.get("TIDINGS_BOOTSTRAP")
-    if not configured:
-        raise SystemExit("tidings: no Kafka bootstrap servers: pass --bootstrap or set TIDINGS_BOOTSTRAP")
-    return configured
-
-
 def run_apply(args: argparse.Namespace) -> int:
     """Apply the App's topic specs; 0 when all match, 2 when a setting differs."""
     app = load_app(args.app)
     specs = _specs(app)
-    report = apply_topics(_bootstrap(args, app), specs)
+    report = apply_topics(connection(args, app), specs)
     print(f"{len(specs)} topics: {len(report.created)} created, {len(report.differences)} differing settings")
     return 0 if report.in_sync else DIFFERENCES_EXIT_CODE
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ...core.saga_starts import SagaStarter
+from .connection import KafkaConnection
 from .hosting import Hosted
 from .requester import Requester
 
@@ -31,6 +32,9 @@ class KindClient(Protocol):
 
     @property
     def bootstrap(self) -> str: ...
+
+    @property
+    def connection(self) -> KafkaConnection: ...
 
     @property
     def requester(self) -> Requester: ...
@@ -75,6 +79,13 @@ class KindContext(Protocol):
 
     def bootstrap(self) -> str:
         """The Kafka bootstrap servers, for the readers a handle opens itself (journals)."""
+        ...
+
+    def connection_for(
+        self, bootstrap: str | KafkaConnection | None = None, *, config_file: str | None = None
+    ) -> KafkaConnection:
+        """The Kafka connection for ``bootstrap`` (None: the app's own; an address keeps the
+        app's other properties; a connection is used as it is), docs/kafka.md."""
         ...
 
     def data_dir(self) -> Path:
@@ -127,6 +138,13 @@ class ThroughClient:
 
     def bootstrap(self) -> str:
         return self.chosen.bootstrap
+
+    def connection_for(
+        self, bootstrap: str | KafkaConnection | None = None, *, config_file: str | None = None
+    ) -> KafkaConnection:
+        if bootstrap is None and config_file is None:
+            return self.chosen.connection
+        return self.base.connection_for(bootstrap, config_file=config_file)
 
     def data_dir(self) -> Path:
         return self.base.data_dir()

@@ -57,9 +57,9 @@ class AggregateHandle(Generic[C, E, S]):
     ) -> E:
         """Send ``command`` to ``aggregate_id`` and return the reply event.
 
-        Uses the context's client (the app's: bound to ``TIDINGS_BOOTSTRAP`` or the app's
-        bootstrap) and, without ``timeout``, the context's ``command_timeout``; see
-        ``Client.send`` for the errors it raises (``SagaAlreadyStarted`` among them).
+        Uses the context's client (the app's Kafka connection, docs/kafka.md) and, without
+        ``timeout``, the context's ``command_timeout``; see ``Client.send`` for the errors it
+        raises (``SagaAlreadyStarted`` among them).
         """
         client = self.context.client()
         result: E = await client.send(

@@ -48,7 +48,7 @@ class ProjectionHandle:
         """Open the view and return the agent that runs this projection in a worker."""
         store = ViewStore(self.view_path(runtime.data_dir))
         signals = ProjectionSignals(
-            self.name, runtime.bootstrap, replies_topic=self.context.replies_topic,
+            self.name, runtime.connection, replies_topic=self.context.replies_topic,
             timeout=self.context.command_timeout,
         )
         return ProjectionAgent(

@@ -27,6 +27,7 @@ from ....errors import BrokerError, DefinitionError, RecordError
 from ..aggregate.handle import AggregateHandle
 from .agent import SagaAgent, SagaStore, SagaTopics, saga_router
 from .starters import SubscribedSaga
+from ...runtime.connection import KafkaConnection
 from ...runtime.context import KindContext
 from ...runtime.hosting import Runtime, hosted_named
 from ...runtime.io import Incoming
@@ -89,7 +90,9 @@ class SagaHandle:
 
     # -- reading ---------------------------------------------------------------------------
 
-    async def journal(self, saga_id: str, *, bootstrap: str | None = None, timeout: float = 30.0) -> list[SagaJournalEntry]:
+    async def journal(
+        self, saga_id: str, *, bootstrap: str | KafkaConnection | None = None, timeout: float = 30.0,
+    ) -> list[SagaJournalEntry]:
         """Return the saga's journal as the journal topic holds it now, in seq order.
 
         Reads the saga's partition from the start (no worker needed); a second record at a
@@ -105,8 +108,8 @@ class SagaHandle:
         except TimeoutError:
             raise BrokerError(f"reading {self.topics.journal}: no answer from Kafka within {timeout} s") from None
 
-    async def _journal(self, saga_id: str, bootstrap: str | None) -> list[SagaJournalEntry]:
-        reader = KafkaPartitionReader(bootstrap or self.context.bootstrap())
+    async def _journal(self, saga_id: str, bootstrap: str | KafkaConnection | None) -> list[SagaJournalEntry]:
+        reader = KafkaPartitionReader(self.context.connection_for(bootstrap))
         try:
             partition = partition_for(saga_id, self.context.partitions)
             low, high = await reader.watermarks(self.topics.journal, partition)
@@ -123,7 +126,9 @@ class SagaHandle:
         finally:
             reader.close()
 
-    async def status(self, saga_id: str, *, bootstrap: str | None = None, timeout: float = 30.0) -> SagaStatus | None:
+    async def status(
+        self, saga_id: str, *, bootstrap: str | KafkaConnection | None = None, timeout: float = 30.0,
+    ) -> SagaStatus | None:
         """Return where saga ``saga_id`` stands (its last journal record), or None if never started.
 
         Raises:
