@@ -1,0 +1,105 @@
+"""The throttle that makes a repeated Kafka connection error one line per broker per 30 s."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from tidings.shell.runtime.kafka_log import ConnectionThrottle, _ProcessLog, broker_of, hooks
+
+FAIL = ("127.0.0.1:9092/bootstrap: Connect to ipv4#127.0.0.1:9092 failed: Connection refused "
+        "(after 0ms in state CONNECT)")
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_first_failure_of_a_broker_is_reported_at_once() -> None:
+    throttle = ConnectionThrottle(every_s=30)
+    report = throttle.failed("b:9092", 0.0)
+    assert report is not None and report.first and report.failures == 1
+
+
+def test_repeated_failures_within_the_interval_say_nothing() -> None:
+    throttle = ConnectionThrottle(every_s=30)
+    throttle.failed("b:9092", 0.0)
+    assert all(throttle.failed("b:9092", t / 20) is None for t in range(1, 29 * 20))
+
+
+def test_a_failure_after_the_interval_is_a_reminder_counting_the_silent_ones() -> None:
+    throttle = ConnectionThrottle(every_s=30)
+    throttle.failed("b:9092", 0.0)
+    for second in range(1, 30):
+        assert throttle.failed("b:9092", float(second)) is None
+    report = throttle.failed("b:9092", 30.0)
+    assert report is not None and not report.first
+    assert report.down_for == 30.0 and report.failures == 30
+    assert throttle.failed("b:9092", 31.0) is None  # the next one is 30 s later again
+
+
+def test_each_broker_has_its_own_interval() -> None:
+    throttle = ConnectionThrottle(every_s=30)
+    assert throttle.failed("a:9092", 0.0) is not None
+    assert throttle.failed("b:9092", 1.0) is not None
+    assert throttle.failed("a:9092", 2.0) is None
+    assert throttle.down() == ["a:9092", "b:9092"]
+
+
+def test_an_answer_after_an_outage_says_how_long_it_was_down_once() -> None:
+    throttle = ConnectionThrottle(every_s=30)
+    throttle.failed("b:9092", 10.0)
+    assert throttle.answered("b:9092", 72.0) == 62.0
+    assert throttle.answered("b:9092", 73.0) is None
+    assert throttle.down() == []
+
+
+def test_an_answer_from_a_broker_never_reported_down_says_nothing() -> None:
+    assert ConnectionThrottle().answered("b:9092", 5.0) is None
+
+
+def test_a_new_outage_after_an_answer_is_reported_at_once() -> None:
+    throttle = ConnectionThrottle(every_s=30)
+    throttle.failed("b:9092", 0.0)
+    throttle.answered("b:9092", 5.0)
+    report = throttle.failed("b:9092", 6.0)
+    assert report is not None and report.first
+
+
+@pytest.mark.parametrize(("text", "broker"), [
+    (FAIL, "127.0.0.1:9092"),
+    ("[thrd:sasl_ssl://b-1.example.com:9096/2]: sasl_ssl://b-1.example.com:9096/2: Timed out 1 "
+     "in-flight", "b-1.example.com:9096"),
+    ("1/1 brokers are down", None),
+])
+def test_the_broker_a_librdkafka_message_is_about(text: str, broker: str | None) -> None:
+    assert broker_of(text) == broker
+
+
+def test_a_minute_of_failures_every_50_ms_is_two_lines_then_one_when_back(
+        caplog: pytest.LogCaptureFixture) -> None:
+    clock = FakeClock()
+    process = _ProcessLog(clock)
+    caplog.set_level(logging.INFO, logger="tidings.kafka")
+    for _ in range(60 * 20):
+        process.failed("127.0.0.1:9092", "Connection refused")
+        clock.now += 0.05
+    process.answered("127.0.0.1:9092")
+    process.answered("127.0.0.1:9092")
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 3, lines
+    assert "is unreachable" in lines[0] and "127.0.0.1:9092" in lines[0]
+    assert "still unreachable after 30 s" in lines[1]
+    assert "answers again (unreachable for 60 s)" in lines[2]
+
+
+def test_hooks_route_the_log_and_the_callbacks_of_every_role() -> None:
+    for role in ("consumer", "producer", "admin"):
+        config = hooks(role)
+        assert callable(getattr(config["logger"], "log"))
+        assert callable(config["error_cb"]) and callable(config["stats_cb"])
