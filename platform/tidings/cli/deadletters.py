@@ -28,6 +28,7 @@ from ..shell.client.follower import TopicFollower
 from ..shell.runtime.io import Incoming
 from ..shell.runtime.topics import deadletter_topic
 from .interrupts import interruptible
+from .kafka import EXIT_STATUS_EPILOG, reach_kafka
 from .loading import load_app
 
 _DESCRIPTION = """\
@@ -67,6 +68,7 @@ def register(subparsers: Any) -> None:
         help="print an App's dead letters as JSON lines",
         description=_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EXIT_STATUS_EPILOG,
     )
     parser.add_argument("app", metavar="MODULE:APP", help="where the App is, e.g. examples.bank.app:app")
     parser.add_argument("--follow", action="store_true", help="keep printing new dead letters until Ctrl-C")
@@ -85,6 +87,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     app = load_app(args.app)
     bootstrap = args.bootstrap or app.bootstrap()
+    reach_kafka(bootstrap, None)
     topic = deadletter_topic(app.name)
     # Says "run tidings topics apply" for a missing topic, and gives up on an unreachable
     # broker in seconds, before the follower's consumer starts retrying.

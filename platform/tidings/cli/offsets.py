@@ -18,6 +18,7 @@ from typing import Any
 
 from ..shell.runtime.admin import GroupDescription, KafkaAdmin, Position
 from ..errors import BrokerError
+from .kafka import EXIT_STATUS_EPILOG, reach_kafka
 from .loading import load_app
 
 _DESCRIPTION = """\
@@ -52,6 +53,7 @@ def register(subparsers: Any) -> None:
         help="show a consumer group's offsets and lag, or move them",
         description=_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EXIT_STATUS_EPILOG,
     )
     actions = parser.add_subparsers(dest="offsets_action", metavar="ACTION", required=True)
 
@@ -60,6 +62,7 @@ def register(subparsers: Any) -> None:
         help="print the group's members and each partition's committed offset, end and lag",
         description=_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EXIT_STATUS_EPILOG,
     )
     _common(show)
     show.add_argument("--topic", help="only this topic")
@@ -71,6 +74,7 @@ def register(subparsers: Any) -> None:
         help="commit new offsets for the group (its workers stopped)",
         description=_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EXIT_STATUS_EPILOG,
     )
     _common(move)
     move.add_argument("topic", metavar="TOPIC", help="the topic, as `show` prints it")
@@ -129,6 +133,7 @@ class PartitionOffsets:
 def run_show(args: argparse.Namespace) -> int:
     """Print the group's members and offsets."""
     app = load_app(args.app)
+    reach_kafka(args.bootstrap or app.bootstrap(), None)
     admin = KafkaAdmin(args.bootstrap or app.bootstrap())
     group = args.group or app.name
     description = admin.describe_group(group)
@@ -311,6 +316,7 @@ def plan_moves(
 def run_move(args: argparse.Namespace) -> int:
     """Commit new offsets for the group, once it has no members and the change is confirmed."""
     app = load_app(args.app)
+    reach_kafka(args.bootstrap or app.bootstrap(), None)
     admin = KafkaAdmin(args.bootstrap or app.bootstrap())
     group = args.group or app.name
     description = admin.describe_group(group)

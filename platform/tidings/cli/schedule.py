@@ -46,6 +46,7 @@ from ..shell.client.client import Client
 from ..shell.client.follower import TopicFollower
 from ..shell.runtime.io import Incoming
 from ..shell.kinds.schedule.handle import ScheduleHandle
+from .kafka import EXIT_STATUS_EPILOG, reach_kafka
 from .loading import load_app
 
 log = logging.getLogger(__name__)
@@ -496,11 +497,13 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "schedule", help="create, change, pause, resume, delete, show or list schedules",
         description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EXIT_STATUS_EPILOG,
     )
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     for action, help_text in _ACTIONS:
         sub = actions.add_parser(action, help=help_text, description=_DESCRIPTION,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=EXIT_STATUS_EPILOG)
         sub.add_argument("app", metavar="MODULE:APP", help="where the App is, e.g. examples.reminder.app:app")
         if action != "list":
             sub.add_argument("schedule_id", metavar="ID", help="the schedule id, e.g. ada-daily")
@@ -548,6 +551,7 @@ def run(args: argparse.Namespace) -> int:
             raise SystemExit(f"tidings: --input is not JSON: {exc} (a string is quoted: --input '\"Drink water\"')") from None
     app = load_app(args.app)
     bootstrap = args.bootstrap or app.bootstrap()
+    reach_kafka(bootstrap, getattr(args, "timeout", None))
     if args.action == "list":
         return _list(app, bootstrap, args)
     client = Client(bootstrap, app=app)

@@ -8,6 +8,7 @@ from typing import Any
 
 from tidings.shell.runtime.topics import TopicSpec, apply_topics
 
+from .kafka import EXIT_STATUS_EPILOG, reach_kafka
 from .loading import load_app
 
 _DESCRIPTION = """\
@@ -39,12 +40,14 @@ def register(subparsers: Any) -> None:
         help="create missing topics, report differing settings",
         description=_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EXIT_STATUS_EPILOG,
     )
     apply.add_argument("app", metavar="MODULE:APP", help="where the App is, e.g. examples.bank.app:app")
     apply.add_argument(
         "--bootstrap",
         help="Kafka bootstrap servers (default: the App's bootstrap, else $TIDINGS_BOOTSTRAP)",
     )
+    apply.add_argument("--timeout", type=float, help="seconds to wait for Kafka to answer (default 10)")
     apply.set_defaults(run=run_apply)
     show = actions.add_parser("show", help="print the App's topic specs without contacting Kafka")
     show.add_argument("app", metavar="MODULE:APP", help="where the App is, e.g. examples.bank.app:app")
@@ -75,7 +78,9 @@ def run_apply(args: argparse.Namespace) -> int:
     """Apply the App's topic specs; 0 when all match, 2 when a setting differs."""
     app = load_app(args.app)
     specs = _specs(app)
-    report = apply_topics(_bootstrap(args, app), specs)
+    bootstrap = _bootstrap(args, app)
+    reach_kafka(bootstrap, args.timeout)
+    report = apply_topics(bootstrap, specs)
     print(f"{len(specs)} topics: {len(report.created)} created, {len(report.differences)} differing settings")
     return 0 if report.in_sync else DIFFERENCES_EXIT_CODE
 

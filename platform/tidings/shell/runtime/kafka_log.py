@@ -154,8 +154,8 @@ def broker_of(text: str) -> str | None:
     return match.group("address") if match else None
 
 
-def _detail(text: str) -> str:
-    """The message without librdkafka's ``[thrd:...]`` and broker prefixes."""
+def reason_of(text: str) -> str:
+    """A librdkafka message without its ``[thrd:...]`` and broker prefixes."""
     text = re.sub(r"^\[thrd:[^\]]*\]:\s*", "", text)
     return _BROKER.sub("", text, count=1).lstrip(": ").strip() or text
 
@@ -169,7 +169,7 @@ class LibrdkafkaLogger:
         facility, client, text = (str(a) for a in args) if len(args) == 3 else ("", "", msg % args)
         broker = broker_of(text)
         if facility in _CONNECTION_FACILITIES and level >= logging.WARNING:
-            _PROCESS.failed(broker or _ANY_BROKER, _detail(text))
+            _PROCESS.failed(broker or _ANY_BROKER, reason_of(text))
             return
         log.log(level, "%s [%s] %s", facility, client, text)
 
@@ -188,7 +188,7 @@ def error_hook(error: Any) -> None:
         return
     broker = broker_of(text)
     if code in _CONNECTION_ERRORS:
-        _PROCESS.failed(broker or _ANY_BROKER, _detail(text))
+        _PROCESS.failed(broker or _ANY_BROKER, reason_of(text))
         return
     log.log(logging.ERROR if error.fatal() else logging.WARNING, "Kafka: %s", text)
 
