@@ -16,9 +16,14 @@ The throttle (:class:`ConnectionThrottle`) is pure: a broker and a clock reading
 say out. It is one per process on purpose: the process has one log, and one outage is one
 line whichever client meets it first.
 
-A call site with callbacks of its own chains them with :func:`on_error` / :func:`on_stats`,
-so the log hook and the call site's callback (the intake's exit on a fatal error, its
-liveness statistics) both run.
+``KafkaConnection.config`` (``connection.py``) merges :func:`hooks` into every client's
+configuration and chains a callback the call site sets too (the intake's ``error_cb`` that
+ends the worker on a fatal error, its ``stats_cb`` for liveness): the hook's runs first, then
+the call site's, so both run.
+
+A broker back is seen in the statistics of the clients that ask for them (the worker's
+intake, every ``statistics.interval.ms``): the hooks ask none of their own, since a client's
+settings would be overridden by them (the intake's 5 s interval drives liveness).
 """
 
 from __future__ import annotations
@@ -36,9 +41,6 @@ log = logging.getLogger("tidings.kafka")
 
 #: Seconds between two reports of one broker still unreachable.
 REPORT_EVERY_S = 30.0
-#: librdkafka statistics every this many ms on a client with none of its own: how soon a
-#: broker back after an outage is noticed (parsing one report costs microseconds).
-STATISTICS_INTERVAL_MS = 10_000
 
 # librdkafka log facilities that mean "could not talk to this broker" (at warning or above:
 # with `debug` set, the same facilities also log routine steps).
@@ -177,8 +179,8 @@ class LibrdkafkaLogger:
 def error_hook(error: Any) -> None:
     """librdkafka's ``error_cb``: connection errors through the throttle, the rest logged.
 
-    A fatal error is logged here only; the call site's own callback (:func:`on_error`)
-    decides what the process does about it.
+    A fatal error is logged here only; the call site's own callback, chained after this
+    one, decides what the process does about it.
     """
     code = error.code()
     text = error.str()
@@ -208,31 +210,11 @@ def stats_hook(stats: str) -> None:
         _PROCESS.answered(_ANY_BROKER)
 
 
-def on_error(callback: Callable[[Any], None]) -> Callable[[Any], None]:
-    """An ``error_cb`` that logs through the hook, then runs ``callback`` (which may raise)."""
-
-    def both(error: Any) -> None:
-        error_hook(error)
-        callback(error)
-
-    return both
-
-
-def on_stats(callback: Callable[[str], None]) -> Callable[[str], None]:
-    """A ``stats_cb`` that notices brokers back through the hook, then runs ``callback``."""
-
-    def both(stats: str) -> None:
-        stats_hook(stats)
-        callback(stats)
-
-    return both
-
-
 def hooks(role: str) -> dict[str, object]:
     """librdkafka properties that route a ``role`` client's log through Python logging.
 
-    Merged into every client's configuration; a call site's own ``error_cb``/``stats_cb``
-    override these, so it chains them with :func:`on_error`/:func:`on_stats`.
+    Merged into every client's configuration last; a call site's own ``error_cb`` or
+    ``stats_cb`` is chained after the hook's (``KafkaConnection.config``).
 
     Args:
         role: ``consumer``, ``producer`` or ``admin`` (every role gets the same hooks).
@@ -242,5 +224,4 @@ def hooks(role: str) -> dict[str, object]:
         "logger": LibrdkafkaLogger(),
         "error_cb": error_hook,
         "stats_cb": stats_hook,
-        "statistics.interval.ms": STATISTICS_INTERVAL_MS,
     }
