@@ -6,7 +6,9 @@ import logging
 
 import pytest
 
+from tidings.errors import KafkaUnreachable
 from tidings.shell.runtime.kafka_log import ConnectionThrottle, _ProcessLog, broker_of, hooks
+from tidings.shell.runtime.reachability import wait_for_kafka
 
 FAIL = ("127.0.0.1:9092/bootstrap: Connect to ipv4#127.0.0.1:9092 failed: Connection refused "
         "(after 0ms in state CONNECT)")
@@ -103,3 +105,26 @@ def test_hooks_route_the_log_and_the_callbacks_of_every_role() -> None:
         config = hooks(role)
         assert callable(getattr(config["logger"], "log"))
         assert callable(config["error_cb"]) and callable(config["stats_cb"])
+
+
+def test_waiting_for_kafka_tells_each_server_of_each_failed_attempt_then_that_it_answers() -> None:
+    clock = FakeClock()
+    attempts: list[float] = []
+    failed: list[tuple[str, str]] = []
+    answered: list[str] = []
+
+    def probe(bootstrap: str, timeout_s: float) -> None:
+        attempts.append(clock.now)
+        if len(attempts) <= 3:
+            raise KafkaUnreachable(bootstrap, timeout_s, "Connection refused")
+
+    def sleep(seconds: float) -> None:
+        clock.now += seconds
+
+    waited = wait_for_kafka("a:9092,b:9092", probe_timeout_s=5, clock=clock, sleep=sleep, probe=probe,
+                            failed=lambda server, detail: failed.append((server, detail)),
+                            answered=answered.append)
+    assert waited == 15.0
+    assert attempts == [1000.0, 1005.0, 1010.0, 1015.0]  # a refused attempt is paced to the timeout
+    assert failed == [("a:9092", "Connection refused"), ("b:9092", "Connection refused")] * 3
+    assert answered == ["a:9092", "b:9092"]

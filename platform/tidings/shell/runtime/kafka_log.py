@@ -150,6 +150,17 @@ class _ProcessLog:
 _PROCESS = _ProcessLog()
 
 
+def unreachable(broker: str, detail: str) -> None:
+    """Note a failed attempt to reach ``broker`` (``host:port``) the way librdkafka's are:
+    the first of an outage is a warning, then one every 30 s."""
+    _PROCESS.failed(broker, detail)
+
+
+def answered(broker: str) -> None:
+    """Note that ``broker`` answers: one line if it was reported unreachable."""
+    _PROCESS.answered(broker)
+
+
 def broker_of(text: str) -> str | None:
     """The ``host:port`` a librdkafka message is about, or None when it names none."""
     match = _BROKER.search(text)

@@ -16,6 +16,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from ...errors import KafkaUnreachable
+from . import kafka_log
 from .kafka_log import reason_of
 
 
@@ -83,3 +84,49 @@ def _describe(failure: BaseException | None) -> str:
         if isinstance(error, KafkaError):
             return _without_broker(error.str())
     return "no answer" if failure is None else str(failure)
+
+
+def wait_for_kafka(
+    bootstrap: str,
+    *,
+    probe_timeout_s: float = 5.0,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    probe: Callable[[str, float], None] | None = None,
+    failed: Callable[[str, str], None] = kafka_log.unreachable,
+    answered: Callable[[str], None] = kafka_log.answered,
+) -> float:
+    """Return once a broker of ``bootstrap`` answers, however long that takes.
+
+    What a server does when Kafka is away: it says so once, again every 30 s while it
+    lasts, and once when a broker answers; it never exits. The lines are the process's
+    connection lines (``kafka_log``), so the worker's own clients meeting the same outage
+    add none.
+
+    Args:
+        bootstrap: The bootstrap servers.
+        probe_timeout_s: Seconds one attempt may take; a refused one is paced to this.
+        clock: Monotonic seconds.
+        sleep: Waits that many seconds.
+        probe: Asks once (default :func:`probe_kafka` with no other properties).
+        failed: Told each server and the reason of a failed attempt.
+        answered: Told each server once one answered.
+
+    Returns:
+        Seconds waited (0.0 when a broker answered the first attempt).
+    """
+    ask = probe or (lambda servers, timeout: probe_kafka(servers, timeout))
+    servers = [server.strip() for server in bootstrap.split(",") if server.strip()]
+    started = clock()
+    while True:
+        begun = clock()
+        try:
+            ask(bootstrap, probe_timeout_s)
+        except KafkaUnreachable as exc:
+            for server in servers:
+                failed(server, exc.detail)
+            sleep(max(0.0, probe_timeout_s - (clock() - begun)))
+            continue
+        for server in servers:
+            answered(server)
+        return clock() - started

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,12 +25,15 @@ import faust
 import mode
 from faust.app.base import BootStrategy
 
+from ...errors import BrokerError, KafkaUnreachable
+
 from .hosting import Agent, Runtime, TopicPartition
 from .intake import Intake, describe
 from .kafka import ConfluentPublisher
 from .liveness import STALL_TIMEOUT_S, Liveness, LivenessWatch
 from .metrics import Metrics, MetricsServer
 from .pipeline import stop_worker, stop_worker_on_failure
+from .reachability import probe_kafka, wait_for_kafka
 from .topics import apply_topics, deadletter_topic
 from .transactions import TransactionalPublisher
 from .worker_dir import WorkerDir
@@ -87,16 +92,38 @@ class Worker:
         self.faust = self._faust_app()
 
     def run(self, *, apply: bool = True, loglevel: str = "INFO") -> None:
-        """Apply the topics, then run until stopped (SIGTERM/SIGINT stop it cleanly)."""
-        if apply:
-            apply_topics(self.bootstrap, self.app.topic_specs(), out=log.info)
+        """Wait for Kafka, apply the topics, then run until stopped (SIGTERM/SIGINT stop it
+        cleanly)."""
         worker = faust.Worker(self.faust, loglevel=loglevel, quiet=True, redirect_stdouts=False)
         if self.metrics_port is not None:
             self._metrics_server = self.metrics.serve(self.metrics_port)
         try:
+            with _startup_logging(loglevel):
+                self._apply_when_kafka_answers(apply)
+        except BaseException:
+            self.close()
+            raise
+        try:
             worker.execute_from_commandline()
         finally:
             self.close()
+
+    def _apply_when_kafka_answers(self, apply: bool) -> None:
+        """A worker is a server: with Kafka away it waits (one line, then a reminder every
+        30 s) instead of exiting, and applies the topics once a broker answers."""
+        while True:
+            wait_for_kafka(self.bootstrap)
+            if not apply:
+                return
+            try:
+                apply_topics(self.bootstrap, self.app.topic_specs(), out=log.info)
+                return
+            except BrokerError:
+                try:  # the broker went away meanwhile: wait again; else the error is real
+                    probe_kafka(self.bootstrap, 5.0)
+                except KafkaUnreachable:
+                    continue
+                raise
 
     def close(self) -> None:
         """Close every agent, then readers, stores and the publisher."""
@@ -216,6 +243,26 @@ class Worker:
 
         return fapp
 
+
+
+@contextmanager
+def _startup_logging(loglevel: str) -> Iterator[None]:
+    """Log on stderr as Faust will (it sets logging up once it starts) while the worker
+    waits for Kafka, unless the process has set up logging itself."""
+    root = logging.getLogger()
+    if root.handlers:
+        yield
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("[%(asctime)s] [%(process)s] [%(levelname)s]: %(message)s"))
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(loglevel.upper())
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
 
 
 def _producer_failed(error: BaseException) -> None:
