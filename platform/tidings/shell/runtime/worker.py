@@ -89,20 +89,22 @@ class Worker:
         self._metrics_server: MetricsServer | None = None
         self.agents: list[Agent] = []
         self._runtime: Runtime | None = None
-        self.faust = self._faust_app()
+        # Built by run() once Kafka answers: its publisher connects as it is made.
+        self.faust: faust.App | None = None
 
     def run(self, *, apply: bool = True, loglevel: str = "INFO") -> None:
         """Wait for Kafka, apply the topics, then run until stopped (SIGTERM/SIGINT stop it
         cleanly)."""
-        worker = faust.Worker(self.faust, loglevel=loglevel, quiet=True, redirect_stdouts=False)
         if self.metrics_port is not None:
             self._metrics_server = self.metrics.serve(self.metrics_port)
         try:
             with _startup_logging(loglevel):
                 self._apply_when_kafka_answers(apply)
+            self.faust = self._faust_app()
         except BaseException:
             self.close()
             raise
+        worker = faust.Worker(self.faust, loglevel=loglevel, quiet=True, redirect_stdouts=False)
         try:
             worker.execute_from_commandline()
         finally:
