@@ -3,7 +3,8 @@
 One worker runs as a static member while callers keep sending ``Add`` commands through one
 ``Client``. The broker (this module's own, never the shared one) is stopped for 60 s with
 work in flight and started again on the same data and port. The worker goes on by itself:
-the same process, no exit (no 70: a broker outage is not deafness), and its log says little
+the same process, no exit (no 70: a broker outage is not deafness, even with a stall timeout
+of 30 s, half the outage), and its log says little
 about the outage (at most 20 lines from the stop to the end). Afterwards every command a
 caller sent was answered, and its event is stored exactly once.
 
@@ -84,7 +85,9 @@ def _outage(broker: LocalBroker, app_id: str, tmp_path: Path, outage_s: float) -
     assert bootstrap is not None
     app = build(app_id)
     apply_topics(bootstrap, app.topic_specs(), out=lambda line: None)
-    workers = Workers(bootstrap, app_id, tmp_path)
+    # A stall timeout shorter than the outage: were the liveness clock to run while no broker
+    # answers, the worker would exit 70 halfway through it.
+    workers = Workers(bootstrap, app_id, tmp_path, env={"TIDINGS_STALL_TIMEOUT": "30"})
     worker = workers.start("w1", instance_id=f"{app_id}-w1")
     client = Client(bootstrap, app=app)
     sent: dict[str, int] = {}
