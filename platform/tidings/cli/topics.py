@@ -6,7 +6,7 @@ import argparse
 import os
 from typing import Any
 
-from tidings.shell.runtime.topics import TopicSpec, apply_topics
+from tidings.shell.runtime.topics import DEFAULT_TIMEOUT_S, TopicSpec, apply_topics
 
 from .kafka import EXIT_STATUS_EPILOG, reach_kafka
 from .loading import load_app
@@ -47,7 +47,9 @@ def register(subparsers: Any) -> None:
         "--bootstrap",
         help="Kafka bootstrap servers (default: the App's bootstrap, else $TIDINGS_BOOTSTRAP)",
     )
-    apply.add_argument("--timeout", type=float, help="seconds to wait for Kafka to answer (default 10)")
+    apply.add_argument("--timeout", type=float,
+                       help=f"seconds each request to Kafka may take (default {DEFAULT_TIMEOUT_S:g}; "
+                       "10 at most for the first answer)")
     apply.set_defaults(run=run_apply)
     show = actions.add_parser("show", help="print the App's topic specs without contacting Kafka")
     show.add_argument("app", metavar="MODULE:APP", help="where the App is, e.g. examples.bank.app:app")
@@ -80,7 +82,7 @@ def run_apply(args: argparse.Namespace) -> int:
     specs = _specs(app)
     bootstrap = _bootstrap(args, app)
     reach_kafka(bootstrap, args.timeout)
-    report = apply_topics(bootstrap, specs)
+    report = apply_topics(bootstrap, specs, timeout=args.timeout or DEFAULT_TIMEOUT_S)
     print(f"{len(specs)} topics: {len(report.created)} created, {len(report.differences)} differing settings")
     return 0 if report.in_sync else DIFFERENCES_EXIT_CODE
 
