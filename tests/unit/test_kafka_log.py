@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from tidings.errors import KafkaUnreachable
-from tidings.shell.runtime.kafka_log import ConnectionThrottle, _ProcessLog, broker_of, hooks
+from tidings.shell.runtime.kafka_log import ConnectionThrottle, _ProcessLog, broker_of, hooks, reason_of
 from tidings.shell.runtime.reachability import wait_for_kafka
 
 FAIL = ("127.0.0.1:9092/bootstrap: Connect to ipv4#127.0.0.1:9092 failed: Connection refused "
@@ -75,6 +75,9 @@ def test_a_new_outage_after_an_answer_is_reported_at_once() -> None:
 
 @pytest.mark.parametrize(("text", "broker"), [
     (FAIL, "127.0.0.1:9092"),
+    ("[thrd:127.0.0.1:9092/1]: 127.0.0.1:9092/1: Disconnected (after 769ms in state UP)", "127.0.0.1:9092"),
+    ("GroupCoordinator: 127.0.0.1:9092: Connect to ipv4#127.0.0.1:9092 failed: Connection refused",
+     "127.0.0.1:9092"),
     ("[thrd:sasl_ssl://b-1.example.com:9096/2]: sasl_ssl://b-1.example.com:9096/2: Timed out 1 "
      "in-flight", "b-1.example.com:9096"),
     ("1/1 brokers are down", None),
@@ -95,9 +98,14 @@ def test_a_minute_of_failures_every_50_ms_is_two_lines_then_one_when_back(
     process.answered("127.0.0.1:9092")
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 3, lines
-    assert "is unreachable" in lines[0] and "127.0.0.1:9092" in lines[0]
+    assert "Kafka broker 127.0.0.1:9092 unreachable (Connection refused)" in lines[0]
     assert "still unreachable after 30 s" in lines[1]
     assert "answers again (unreachable for 60 s)" in lines[2]
+
+
+def test_the_reason_of_a_line_leaves_out_the_broker_and_the_timing() -> None:
+    assert reason_of(FAIL) == "Connect to ipv4#127.0.0.1:9092 failed: Connection refused"
+    assert reason_of("[thrd:b:9092/1]: b:9092/1: Timed out 1 in-flight") == "Timed out 1 in-flight"
 
 
 def test_hooks_route_the_log_and_the_callbacks_of_every_role() -> None:

@@ -50,8 +50,9 @@ _CONNECTION_FACILITIES = frozenset({"FAIL", "REQTMOUT"})
 # _RESOLVE, _SSL, _AUTHENTICATION.
 _CONNECTION_ERRORS = frozenset({-195, -187, -185, -193, -181, -169})
 _ALL_BROKERS_DOWN = -187
-# "127.0.0.1:9092/1: Connect to ..." or "sasl_ssl://b-1.example.com:9096/bootstrap: ...".
-_BROKER = re.compile(r"(?:[a-z_]+://)?(?P<address>[^\s/]+:\d+)/(?:\d+|bootstrap)")
+# The first host:port a line names: "[thrd:127.0.0.1:9092/1]: ...", "sasl_ssl://b-1.example.com:9096/2:
+# ...", "GroupCoordinator: 127.0.0.1:9092: ..." (not "ipv4#127.0.0.1:9092", the same address resolved).
+_BROKER = re.compile(r"(?<![\w.\-#])(?P<address>[A-Za-z0-9][A-Za-z0-9.\-]*:\d{1,5})(?=[/:\s\]]|$)")
 _ANY_BROKER = "(all brokers)"  # a connection error that names no broker
 
 
@@ -128,19 +129,20 @@ class _ProcessLog:
             report = self.throttle.failed(broker, self._clock())
         if report is None:
             return
+        who = "the Kafka brokers" if broker == _ANY_BROKER else f"Kafka broker {broker}"
         if report.first:
-            log.warning("Kafka broker %s is unreachable (%s); retrying, reported again every %.0f s "
-                        "while it lasts", broker, detail, self.throttle.every_s)
+            log.warning("%s unreachable (%s); retrying, reported again every %.0f s while it lasts",
+                        who, detail, self.throttle.every_s)
         else:
-            log.warning("Kafka broker %s still unreachable after %.0f s (%d failed attempts since "
-                        "the last report; %s); retrying", broker, report.down_for, report.failures,
-                        detail)
+            log.warning("%s still unreachable after %.0f s (%d failed attempts since the last "
+                        "report; %s); retrying", who, report.down_for, report.failures, detail)
 
     def answered(self, broker: str) -> None:
         with self._lock:
             down_for = self.throttle.answered(broker, self._clock())
         if down_for is not None:
-            log.warning("Kafka broker %s answers again (unreachable for %.0f s)", broker, down_for)
+            who = "the Kafka brokers answer" if broker == _ANY_BROKER else f"Kafka broker {broker} answers"
+            log.warning("%s again (unreachable for %.0f s)", who, down_for)
 
     def any_down(self) -> bool:
         with self._lock:
@@ -170,7 +172,9 @@ def broker_of(text: str) -> str | None:
 def reason_of(text: str) -> str:
     """A librdkafka message without its ``[thrd:...]`` and broker prefixes."""
     text = re.sub(r"^\[thrd:[^\]]*\]:\s*", "", text)
-    return _BROKER.sub("", text, count=1).lstrip(": ").strip() or text
+    text = re.sub(r"^(?:GroupCoordinator:\s*)?(?:[a-z_]+://)?[^\s/]+:\d+(?:/\w+)?:\s*", "", text)
+    # "(after 0ms in state CONNECT, 582 identical error(s) suppressed)": the throttle counts.
+    return re.sub(r"\s*\(after \d+ms in state \w+[^)]*\)\s*$", "", text).strip()
 
 
 class LibrdkafkaLogger:
@@ -181,8 +185,11 @@ class LibrdkafkaLogger:
     def log(self, level: int, msg: str, *args: Any, **kwargs: Any) -> None:
         facility, client, text = (str(a) for a in args) if len(args) == 3 else ("", "", msg % args)
         broker = broker_of(text)
-        if facility in _CONNECTION_FACILITIES and level >= logging.WARNING:
-            _PROCESS.failed(broker or _ANY_BROKER, reason_of(text))
+        if facility in _CONNECTION_FACILITIES:
+            if level >= logging.WARNING:
+                _PROCESS.failed(broker or _ANY_BROKER, reason_of(text))
+            else:  # a connection closed once (an idle one the broker reaped): routine
+                log.debug("%s [%s] %s", facility, client, text)
             return
         log.log(level, "%s [%s] %s", facility, client, text)
 

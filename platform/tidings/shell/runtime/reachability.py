@@ -74,8 +74,7 @@ def _without_broker(text: str) -> str:
     # "127.0.0.1:1/bootstrap: Connect to ipv4#127.0.0.1:1 failed: Connection refused (after
     # 0ms in state CONNECT)" -> "Connection refused"; the line names the servers already.
     head, _, reason = reason_of(text).rpartition(" failed: ")
-    reason = reason if head else reason_of(text)
-    return reason.split(" (after ")[0].strip()
+    return (reason if head else reason_of(text)).strip()
 
 
 def _describe(failure: BaseException | None) -> str:
