@@ -108,6 +108,16 @@ def test_the_reason_of_a_line_leaves_out_the_broker_and_the_timing() -> None:
     assert reason_of("[thrd:b:9092/1]: b:9092/1: Timed out 1 in-flight") == "Timed out 1 in-flight"
 
 
+def test_a_line_naming_no_broker_during_a_reported_outage_says_nothing(
+        caplog: pytest.LogCaptureFixture) -> None:
+    clock = FakeClock()
+    process = _ProcessLog(clock)
+    caplog.set_level(logging.INFO, logger="tidings.kafka")
+    process.failed("127.0.0.1:9092", "Connection refused")
+    process.failed("(all brokers)", "GroupCoordinator: Timed out 0 in-flight")
+    assert len(caplog.records) == 1
+
+
 def test_hooks_route_the_log_and_the_callbacks_of_every_role() -> None:
     for role in ("consumer", "producer", "admin"):
         config = hooks(role)

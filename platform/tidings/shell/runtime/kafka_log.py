@@ -126,6 +126,10 @@ class _ProcessLog:
 
     def failed(self, broker: str, detail: str) -> None:
         with self._lock:
+            if broker == _ANY_BROKER and self.throttle.down():
+                # A line naming no broker ("GroupCoordinator: Timed out ...") during an outage
+                # already reported by broker: the same outage.
+                return
             report = self.throttle.failed(broker, self._clock())
         if report is None:
             return
