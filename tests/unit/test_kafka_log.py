@@ -98,7 +98,7 @@ def test_a_minute_of_failures_every_50_ms_is_two_lines_then_one_when_back(
     process.answered("127.0.0.1:9092")
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 3, lines
-    assert "Kafka broker 127.0.0.1:9092 unreachable (Connection refused)" in lines[0]
+    assert "Kafka broker 127.0.0.1:9092 is unreachable (Connection refused)" in lines[0]
     assert "still unreachable after 30 s" in lines[1]
     assert "answers again (unreachable for 60 s)" in lines[2]
 

@@ -133,7 +133,7 @@ class _ProcessLog:
             report = self.throttle.failed(broker, self._clock())
         if report is None:
             return
-        who = "the Kafka brokers" if broker == _ANY_BROKER else f"Kafka broker {broker}"
+        who = "the Kafka brokers are" if broker == _ANY_BROKER else f"Kafka broker {broker} is"
         if report.first:
             log.warning("%s unreachable (%s); retrying, reported again every %.0f s while it lasts",
                         who, detail, self.throttle.every_s)
