@@ -9,7 +9,7 @@ in milliseconds when a broker is there, and says why not when none is.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
@@ -17,6 +17,7 @@ from confluent_kafka.admin import AdminClient
 
 from ...errors import KafkaUnreachable
 from . import kafka_log
+from .connection import KafkaConnection
 from .kafka_log import reason_of
 
 
@@ -27,20 +28,24 @@ class _Silent:
         pass
 
 
-def probe_kafka(bootstrap: str, timeout_s: float, *, properties: Mapping[str, object] | None = None) -> None:
-    """Return once a broker of ``bootstrap`` answers a metadata request; else raise.
+def probe_kafka(kafka: KafkaConnection | str, timeout_s: float) -> None:
+    """Return once a broker of ``kafka`` answers a metadata request; else raise.
 
     Args:
-        bootstrap: The bootstrap servers (also what the error names).
+        kafka: The connection (its TLS and SASL settings too), or bare bootstrap servers.
         timeout_s: Seconds to wait at most.
-        properties: Other librdkafka client properties (TLS, SASL) the probe must use too.
 
     Raises:
         KafkaUnreachable: No broker answered within ``timeout_s`` (or the cluster refused
             this client: authentication, TLS); the message says what to check.
     """
     errors: list[str] = []
-    config: dict[str, Any] = {**(properties or {}), "bootstrap.servers": bootstrap}
+    if isinstance(kafka, KafkaConnection):
+        bootstrap = kafka.bootstrap
+        config: dict[str, Any] = kafka.config("admin")
+    else:
+        bootstrap = kafka
+        config = {"bootstrap.servers": kafka}
     # The probe says in one line what failed; librdkafka's retries would say it 50 times.
     config["logger"] = _Silent()
     config["error_cb"] = _last_error(errors)
@@ -86,12 +91,12 @@ def _describe(failure: BaseException | None) -> str:
 
 
 def wait_for_kafka(
-    bootstrap: str,
+    kafka: KafkaConnection | str,
     *,
     probe_timeout_s: float = 5.0,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
-    probe: Callable[[str, float], None] | None = None,
+    probe: Callable[[KafkaConnection | str, float], None] | None = None,
     failed: Callable[[str, str], None] = kafka_log.unreachable,
     answered: Callable[[str], None] = kafka_log.answered,
 ) -> float:
@@ -103,24 +108,25 @@ def wait_for_kafka(
     add none.
 
     Args:
-        bootstrap: The bootstrap servers.
+        kafka: The connection, or bare bootstrap servers.
         probe_timeout_s: Seconds one attempt may take; a refused one is paced to this.
         clock: Monotonic seconds.
         sleep: Waits that many seconds.
-        probe: Asks once (default :func:`probe_kafka` with no other properties).
+        probe: Asks once (default :func:`probe_kafka`).
         failed: Told each server and the reason of a failed attempt.
         answered: Told each server once one answered.
 
     Returns:
         Seconds waited (0.0 when a broker answered the first attempt).
     """
-    ask = probe or (lambda servers, timeout: probe_kafka(servers, timeout))
+    ask = probe or probe_kafka
+    bootstrap = str(kafka)  # a connection's str is its bootstrap servers
     servers = [server.strip() for server in bootstrap.split(",") if server.strip()]
     started = clock()
     while True:
         begun = clock()
         try:
-            ask(bootstrap, probe_timeout_s)
+            ask(kafka, probe_timeout_s)
         except KafkaUnreachable as exc:
             for server in servers:
                 failed(server, exc.detail)
