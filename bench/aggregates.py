@@ -35,9 +35,10 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import TopicPartition
 
 from examples.bank import account
+from tidings.shell.runtime.connection import KafkaConnection
 from tidings import App
 from tidings.codec import avro
 from tidings.codec.payloads import payload_of
@@ -151,7 +152,7 @@ def run(
     """
     app_id = f"bench{'eos' if exactly_once else ''}{uuid.uuid4().hex[:10]}"
     app = apps.build(app_id)
-    apply_topics(bootstrap, app.topic_specs(), out=lambda _: None)
+    apply_topics(KafkaConnection.of(bootstrap), app.topic_specs(), out=lambda _: None)
     port = free_port()
     env = {"BENCH_APP_ID": app_id, **worker_env(port, exactly_once=exactly_once)}
     if profile is not None:
@@ -269,7 +270,7 @@ def _fed_by_raw_producer(app: App, bootstrap: str, workload: Workload) -> tuple[
     topic = handle.topics.commands
     ids = [f"account-{i}" for i in range(workload.accounts)]
     expected: set[bytes] = set()
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}",
+    consumer = KafkaConnection.of(bootstrap).consumer(**{"group.id": f"bench-{uuid.uuid4().hex}",
                          "enable.auto.commit": False, "fetch.wait.max.ms": 10,
                          # Under exactly-once only committed replies count (librdkafka's
                          # default too; said here because the count depends on it).
@@ -296,7 +297,7 @@ def _fed_by_raw_producer(app: App, bootstrap: str, workload: Workload) -> tuple[
             ready.set()
             consumer.close()
 
-    producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random",
+    producer = KafkaConnection.of(bootstrap).producer(**{"partitioner": "murmur2_random",
                          "enable.idempotence": True, "acks": "all", "linger.ms": 5})
     type_name, payload = payload_of(account.Deposit(amount=Decimal(1)))
     command_ids = [uuid.uuid4().hex for _ in range(workload.commands)]

@@ -50,6 +50,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from examples.bank import account
+from tidings.shell.runtime.connection import KafkaConnection
 from tidings import App
 from tidings.codec import avro
 from tidings.codec.payloads import payload_of
@@ -299,7 +300,7 @@ def _worker_run(
     app_id = f"benchdedup{uuid.uuid4().hex[:10]}"
     app = apps.build(app_id)
     (handle,) = app.aggregates
-    apply_topics(bootstrap, app.topic_specs(), out=lambda _: None)
+    apply_topics(KafkaConnection.of(bootstrap), app.topic_specs(), out=lambda _: None)
     data_dir = workdir / app_id
     # Runtime.store_path: {data dir}/stores/{kind}/{name}.
     store_path = data_dir / "stores" / handle.kind / handle.name

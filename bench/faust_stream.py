@@ -21,9 +21,19 @@ from .report import Progress
 
 _APP = '''
 import os, time, faust
+from tidings.shell.runtime.connection import KafkaConnection
 
 records = int(os.environ["BENCH_RECORDS"])
-app = faust.App(os.environ["BENCH_GROUP"], broker="kafka://" + os.environ["TIDINGS_BOOTSTRAP"],
+# Faust's aiokafka clients get the connection's security settings (TIDINGS_KAFKA_*,
+# TIDINGS_KAFKA_CONFIG), translated as the bench's own aiokafka clients get them.
+kafka = KafkaConnection.resolve().aiokafka("consumer")
+credentials = None
+if kafka["security_protocol"].startswith("SASL"):
+    credentials = faust.SASLCredentials(username=kafka["sasl_plain_username"], password=kafka["sasl_plain_password"],
+                                        mechanism=kafka["sasl_mechanism"], ssl_context=kafka.get("ssl_context"))
+elif kafka["security_protocol"] == "SSL":
+    credentials = faust.SSLCredentials(kafka["ssl_context"])
+app = faust.App(os.environ["BENCH_GROUP"], broker="kafka://" + kafka["bootstrap_servers"], broker_credentials=credentials,
                 store="memory://", web_enabled=False, consumer_auto_offset_reset="earliest",
                 broker_max_poll_records=2000, stream_buffer_maxsize=8000)
 topic = app.topic(os.environ["BENCH_TOPIC"], key_type=bytes, value_type=bytes,
@@ -112,6 +122,7 @@ def intake_noop_seconds(bootstrap: str, records: int, *, progress: Progress) -> 
     ``Feed`` and offset commits the worker uses (first batch to last, as above)."""
     import asyncio
 
+    from tidings.shell.runtime.connection import KafkaConnection
     from tidings.shell.runtime.intake import Intake
 
     topic = fresh_topic(bootstrap, "intake")
@@ -135,7 +146,7 @@ def intake_noop_seconds(bootstrap: str, records: int, *, progress: Progress) -> 
 
             return finish
 
-        intake = Intake(bootstrap, f"bench-intake-{uuid.uuid4().hex[:8]}",
+        intake = Intake(KafkaConnection.of(bootstrap), f"bench-intake-{uuid.uuid4().hex[:8]}",
                         on_assigned=lambda partitions: None, on_revoked=lambda partitions: None)
         intake.add([topic], start, "bench")
         await intake.start()

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
+from tidings.shell.runtime.connection import KafkaConnection
 from tidings.shell.runtime.topics import apply_topics, spec_for
 
 PARTITIONS = 8
@@ -40,7 +41,7 @@ class RawFigures:
 def fresh_topic(bootstrap: str, what: str) -> str:
     """Create an 8-partition topic named for ``what`` and return its name."""
     name = f"bench-raw-{what}-{uuid.uuid4().hex[:8]}"
-    apply_topics(bootstrap, [spec_for("commands", name, partitions=PARTITIONS)], out=lambda _: None)
+    apply_topics(KafkaConnection.of(bootstrap), [spec_for("commands", name, partitions=PARTITIONS)], out=lambda _: None)
     _await_leaders(bootstrap, name)
     return name
 
@@ -88,25 +89,23 @@ def aiokafka(bootstrap: str, records: int, *, progress: Callable[[str], None]) -
 
 def _producer(bootstrap: str, **overrides: object) -> Producer:
     config: dict[str, object] = {
-        "bootstrap.servers": bootstrap,
         "acks": "all",
         "enable.idempotence": True,
         "linger.ms": 5,
         "partitioner": "murmur2_random",
     }
     config.update(overrides)
-    return Producer(config)
+    return KafkaConnection.of(bootstrap).producer(**config)
 
 
 def _consumer(bootstrap: str, **overrides: object) -> Consumer:
     config: dict[str, object] = {
-        "bootstrap.servers": bootstrap,
         "group.id": f"bench-{uuid.uuid4().hex}",
         "enable.auto.commit": False,
         "fetch.wait.max.ms": 10,
     }
     config.update(overrides)
-    return Consumer(config)
+    return KafkaConnection.of(bootstrap).consumer(**config)
 
 
 def _produce_all(bootstrap: str, topic: str, records: int) -> tuple[float, float]:
@@ -188,11 +187,11 @@ def _round_trips(bootstrap: str, pings: int) -> list[float]:
 
 
 async def _aiokafka(bootstrap: str, topic: str, records: int) -> tuple[float, float]:
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
     from aiokafka.structs import TopicPartition as AioPartition
 
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5,
-                                enable_idempotence=True)
+    # The connection's security settings, translated for aiokafka (KafkaConnection.aiokafka).
+    connection = KafkaConnection.of(bootstrap)
+    producer = connection.aiokafka_producer(acks="all", linger_ms=5, enable_idempotence=True)
     await producer.start()
     try:
         value = os.urandom(RECORD_BYTES)
@@ -205,8 +204,8 @@ async def _aiokafka(bootstrap: str, topic: str, records: int) -> tuple[float, fl
     finally:
         await producer.stop()
 
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                                fetch_max_wait_ms=10, max_partition_fetch_bytes=4 << 20)
+    consumer = connection.aiokafka_consumer(enable_auto_commit=False, fetch_max_wait_ms=10,
+                                            max_partition_fetch_bytes=4 << 20)
     await consumer.start()
     try:
         partitions = [AioPartition(topic, p) for p in range(PARTITIONS)]

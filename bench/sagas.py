@@ -31,9 +31,10 @@ from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 
 from examples.bank.account import Deposit, Open, SendTransfer
+from tidings.shell.runtime.connection import KafkaConnection
 from tidings.codec import avro
 from tidings.core.saga_records import SagaJournalEntry
 from tidings.shell.client.client import Client
@@ -77,9 +78,8 @@ class _Ends:
     """Counts saga ends in the saga journal topic, in a thread, from its beginning."""
 
     def __init__(self, bootstrap: str, topic: str) -> None:
-        self._consumer = Consumer({"bootstrap.servers": bootstrap,
-                                   "group.id": f"bench-ends-{uuid.uuid4().hex}",
-                                   "enable.auto.commit": False, "fetch.wait.max.ms": 10})
+        self._consumer = KafkaConnection.of(bootstrap).consumer(**{
+            "group.id": f"bench-ends-{uuid.uuid4().hex}", "enable.auto.commit": False, "fetch.wait.max.ms": 10})
         partitions = self._consumer.list_topics(topic, timeout=30).topics[topic].partitions
         self._consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
         self._ended: dict[str, float] = {}
@@ -131,7 +131,7 @@ def run(
     """
     app_id = f"benchsaga{uuid.uuid4().hex[:10]}"
     app = saga_apps.build(app_id)
-    apply_topics(bootstrap, app.topic_specs(), out=lambda _: None)
+    apply_topics(KafkaConnection.of(bootstrap), app.topic_specs(), out=lambda _: None)
     worker = WorkerProcess("bench.saga_apps:app", bootstrap=bootstrap, data_dir=workdir / "saga-worker",
                            log_path=workdir / "saga-worker.log",
                            env={"BENCH_SAGA_APP_ID": app_id,

@@ -31,8 +31,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 
+from tidings.shell.runtime.connection import KafkaConnection
 from tidings import ScheduleRule
 from tidings.core.schedule import CatchUp, parse_run_id
 from tidings.core.schedule.aggregate import CreateSchedule
@@ -91,7 +92,7 @@ def run(
     """Start a worker, register the schedules, measure the lag of the ones due together."""
     app_id = f"benchsched{uuid.uuid4().hex[:10]}"
     app, _ = schedule_apps.build(app_id)
-    apply_topics(bootstrap, app.topic_specs(), out=lambda _: None)
+    apply_topics(KafkaConnection.of(bootstrap), app.topic_specs(), out=lambda _: None)
     lag_path = workdir / "schedule-lags.log"
     worker = WorkerProcess("bench.schedule_apps:app", bootstrap=bootstrap, data_dir=workdir / "schedule-worker",
                            log_path=workdir / "schedule-worker.log",
@@ -176,7 +177,7 @@ def _wait_lags(path: Path, prefixes: set[str], count: int, progress: Callable[[s
 
 
 def _stored_lags(bootstrap: str, topic: str, count: int) -> list[float]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-sched-{uuid.uuid4().hex}",
+    consumer = KafkaConnection.of(bootstrap).consumer(**{"group.id": f"bench-sched-{uuid.uuid4().hex}",
                          "enable.auto.commit": False})
     try:
         partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions

@@ -6,18 +6,19 @@ register input offsets (``commit_offsets``) every 1, 10 or 50 sends, as an agent
 The idle rows time one record plus ``commit_offsets`` (and ``commit_offsets`` alone) 200 times.
 """
 import asyncio, os, time, uuid
-from confluent_kafka import Consumer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import NewTopic
+from tidings.shell.runtime.connection import KafkaConnection
 from tidings.shell.runtime.io import Outgoing
 from tidings.shell.runtime.kafka import ConfluentPublisher
 from tidings.shell.runtime.transactions import TransactionalPublisher
 
 B = os.environ.get("TIDINGS_BOOTSTRAP", "127.0.0.1:39092"); N = 50_000; CHUNK = 100
+CONNECTION = KafkaConnection.resolve(bootstrap=B)  # with the environment's TIDINGS_KAFKA_* properties
 run = uuid.uuid4().hex[:8]
 topics = {k: f"tbench{run}.{k}" for k in ("plain", "txn", "idle", "input")}
-admin = AdminClient({"bootstrap.servers": B})
+admin = CONNECTION.admin()
 for f in admin.create_topics([NewTopic(t, 4, 1) for t in topics.values()]).values(): f.result()
-consumer = Consumer({"bootstrap.servers": B, "group.id": f"tbench{run}", "enable.auto.commit": False})
+consumer = CONNECTION.consumer(**{"group.id": f"tbench{run}", "enable.auto.commit": False})
 consumer.subscribe([topics["input"]])
 t0 = time.monotonic()
 while not consumer.assignment() and time.monotonic() - t0 < 30: consumer.poll(0.2)
@@ -26,7 +27,7 @@ def records(topic):
     return [Outgoing(topic, f"k{i % 997}".encode(), b"x" * 100) for i in range(CHUNK)]
 
 async def plain():
-    p = ConfluentPublisher(B); batch = records(topics["plain"])
+    p = ConfluentPublisher(CONNECTION); batch = records(topics["plain"])
     await p.publish(batch)  # warm up metadata
     start = time.perf_counter(); pending = []
     for i in range(N // CHUNK):
@@ -35,7 +36,7 @@ async def plain():
     await asyncio.gather(*pending); took = time.perf_counter() - start; p.close(); return N / took
 
 async def txn(commit_every):
-    p = TransactionalPublisher(B, transactional_id=f"tbench{run}-{commit_every}", group_metadata=consumer.consumer_group_metadata, on_fenced=print)
+    p = TransactionalPublisher(CONNECTION, transactional_id=f"tbench{run}-{commit_every}", group_metadata=consumer.consumer_group_metadata, on_fenced=print)
     await p.start(); batch = records(topics["txn"])
     await p.publish(batch); await p.committed()
     start = time.perf_counter(); pending = []
@@ -50,7 +51,7 @@ async def txn(commit_every):
     commits = p.commits; await p.aclose(); return N / took, commits
 
 async def idle():
-    p = TransactionalPublisher(B, transactional_id=f"tbench{run}-idle", group_metadata=consumer.consumer_group_metadata, on_fenced=print, commit_interval_ms=0)
+    p = TransactionalPublisher(CONNECTION, transactional_id=f"tbench{run}-idle", group_metadata=consumer.consumer_group_metadata, on_fenced=print, commit_interval_ms=0)
     await p.start(); one = [Outgoing(topics["idle"], b"k", b"v", partition=0)]
     await p.publish(one); await p.commit_offsets({(topics["input"], 0): 1})
     rt, only = [], []

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tidings.shell.runtime.connection import KafkaConnection
 from tidings.core.workflow import (
     ActivityResult,
     JournalRecord,
@@ -60,8 +61,8 @@ from tidings.core.workflow import (
     define_workflow,
     replay,
 )
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import NewTopic
 
 from tidings.shell.runtime.topics import apply_topics
 from tidings.testing.processes import WorkerProcess
@@ -160,11 +161,11 @@ def run(
 
     app_id = f"benchwf{'eos' if exactly_once else ''}{uuid.uuid4().hex[:10]}"
     app = workflow_apps.build(app_id, flow=flows)
-    apply_topics(bootstrap, app.topic_specs(), out=lambda _: None)
+    apply_topics(KafkaConnection.of(bootstrap), app.topic_specs(), out=lambda _: None)
     if flows:
         # The flow's source is a producer's topic, not the app's: made here, before the
         # worker checks that it exists.
-        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin = KafkaConnection.of(bootstrap).admin()
         for future in admin.create_topics([NewTopic(workflow_apps.flow_source(app_id),
                                                     num_partitions=workflow_apps.PARTITIONS,
                                                     replication_factor=1)]).values():
@@ -340,10 +341,10 @@ def flow_seconds(bootstrap: str, app_id: str, count: int) -> float:
         RuntimeError: An outcome is not the ``finished`` ``n + 1`` of its element.
     """
     source, sink = workflow_apps.flow_source(app_id), workflow_apps.flow_sink(app_id)
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-flow-{uuid.uuid4().hex}",
+    consumer = KafkaConnection.of(bootstrap).consumer(**{"group.id": f"bench-flow-{uuid.uuid4().hex}",
                          "enable.auto.commit": False})
     consumer.assign([TopicPartition(sink, p, 0) for p in range(workflow_apps.PARTITIONS)])
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
+    producer = KafkaConnection.of(bootstrap).producer(**{"linger.ms": 5, "enable.idempotence": True})
 
     def write(numbers: range) -> None:
         for n in numbers:

@@ -18,6 +18,7 @@ from tidings.testing.eventually import assert_eventually
 from .integration.child_apps import PARTITIONS, build
 from .integration.workflow_apps import Calls
 from .workers import Workers
+from tests.kafka_clients import kafka
 
 
 @pytest.fixture
@@ -31,7 +32,7 @@ def children_app(kafka_bootstrap: str, app_id: str, calls: Calls, monkeypatch: p
     """The child-workflow App named for this test, every topic applied; handles use the broker."""
     monkeypatch.setenv("TIDINGS_BOOTSTRAP", kafka_bootstrap)
     app = build(app_id, calls.directory)
-    apply_topics(kafka_bootstrap, app.topic_specs(), out=lambda line: None)
+    apply_topics(kafka(kafka_bootstrap), app.topic_specs(), out=lambda line: None)
     yield app
     for handle in app.workflows:
         handle.close()

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 import pytest
 
 from tidings.broker import LocalBroker
+from tests.kafka_clients import kafka
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -82,9 +83,8 @@ def app_id(request: pytest.FixtureRequest) -> Iterator[str]:
 
 def _delete_topics(bootstrap: str, prefix: str) -> None:
     # Best effort: a broker that does not answer fails the next test that needs it, not this one.
-    from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = kafka(bootstrap).admin()
     try:
         names = [name for name in admin.list_topics(timeout=10).topics if name.startswith(prefix)]
         if names:

@@ -25,6 +25,7 @@ from tidings.testing.topics import read_topic
 
 from .integration.schedule_apps import build
 from .workers import Workers
+from tests.kafka_clients import kafka
 
 SECOND = ScheduleRule.every(timedelta(seconds=1))
 
@@ -61,7 +62,7 @@ def scheduled(kafka_bootstrap: str, app_id: str, tmp_path: Path,
               monkeypatch: pytest.MonkeyPatch) -> Iterator[Scheduled]:
     monkeypatch.setenv("TIDINGS_BOOTSTRAP", kafka_bootstrap)
     app, schedules = build(app_id)
-    apply_topics(kafka_bootstrap, app.topic_specs(), out=lambda line: None)
+    apply_topics(kafka(kafka_bootstrap), app.topic_specs(), out=lambda line: None)
     yield Scheduled(app, schedules, tmp_path / "calls", kafka_bootstrap, tmp_path, app_id)
     for client in list(app._clients.values()):
         client.close()

@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer
 
 from tidings import App
 from tidings.shell.runtime.kafka import watermarks
@@ -19,6 +18,7 @@ from tidings.testing.processes import WorkerProcess
 from tidings.testing.topics import read_topic
 
 from .integration.apps import build
+from tests.kafka_clients import kafka
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -64,7 +64,7 @@ def assert_each_key_once_when_committed(bootstrap: str, topic: str) -> None:
 
 def topic_ends(bootstrap: str, topic: str, isolation: str) -> list[int]:
     """Each partition's end as a reader of ``isolation`` sees it (read_committed: the LSO)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"ends-{uuid.uuid4().hex}",
+    consumer = kafka(bootstrap).consumer(**{"group.id": f"ends-{uuid.uuid4().hex}",
                          "isolation.level": isolation})
     try:
         partitions = sorted(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
@@ -76,7 +76,7 @@ def topic_ends(bootstrap: str, topic: str, isolation: str) -> list[int]:
 def applied(bootstrap: str, app: App) -> Iterator[App]:
     """Apply ``app``'s topics, yield it, close the clients the test made of it: the body of
     every test-App fixture."""
-    apply_topics(bootstrap, app.topic_specs(), out=lambda line: None)
+    apply_topics(kafka(bootstrap), app.topic_specs(), out=lambda line: None)
     yield app
     for client in list(app._clients.values()):
         client.close()

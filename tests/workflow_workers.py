@@ -12,6 +12,7 @@ from tidings.shell.runtime.topics import apply_topics
 
 from .integration.workflow_apps import Calls, build
 from .workers import ROOT, Workers  # noqa: F401 - ROOT is re-exported to the tests
+from tests.kafka_clients import kafka
 
 
 @pytest.fixture
@@ -27,7 +28,7 @@ def workflow_app(
     """The workflow test App named for this test, its topics applied; handles use the broker."""
     monkeypatch.setenv("TIDINGS_BOOTSTRAP", kafka_bootstrap)
     app = build(app_id, calls.directory)
-    apply_topics(kafka_bootstrap, app.topic_specs(), out=lambda line: None)
+    apply_topics(kafka(kafka_bootstrap), app.topic_specs(), out=lambda line: None)
     yield app
     for handle in app.workflows:
         handle.close()

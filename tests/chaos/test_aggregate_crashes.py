@@ -25,6 +25,7 @@ from tests.workers import (  # noqa: F401 - fixtures
     topic_ends,
     workers,
 )
+from tests.kafka_clients import kafka
 
 ACCOUNTS = [f"acc-{n:02d}" for n in range(50)]
 
@@ -244,7 +245,6 @@ def _deposit_each(client, accounts: list[str]):  # noqa: ANN001, ANN202
 def test_a_worker_restarted_with_its_instance_id_rejoins_as_the_same_static_member(
     kafka_bootstrap: str, test_app: App, workers: Workers
 ) -> None:
-    from confluent_kafka.admin import AdminClient
 
     topic = f"{test_app.name}.aggregate.account.commands"
     first = workers.start("w1", instance_id="worker-a")
@@ -254,7 +254,7 @@ def test_a_worker_restarted_with_its_instance_id_rejoins_as_the_same_static_memb
     workers.start("w1-again", data_dir=first.data_dir, instance_id="worker-a")
 
     def one_static_member_with_everything() -> bool:
-        admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+        admin = kafka(kafka_bootstrap).admin()
         (future,) = admin.describe_consumer_groups([test_app.name], request_timeout=10).values()
         members = future.result().members
         assert [m.group_instance_id for m in members] == ["worker-a"], members

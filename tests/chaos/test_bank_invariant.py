@@ -56,6 +56,7 @@ from tidings.testing.processes import WorkerProcess
 from tidings.testing.topics import group_assignment, read_topic
 from tests.bank_workers import build
 from tests.workers import Workers
+from tests.kafka_clients import kafka
 
 ACCOUNTS = [f"acc-{n}" for n in range(6)]
 OPENING = Decimal(1000)
@@ -162,7 +163,7 @@ def _run(broker: LocalBroker, app_id: str, tmp_path: Path, *, kills: int, restar
     bootstrap = broker.status().bootstrap
     assert bootstrap is not None
     app = build(app_id)
-    apply_topics(bootstrap, app.topic_specs(), out=lambda line: None)
+    apply_topics(kafka(bootstrap), app.topic_specs(), out=lambda line: None)
     env = {"BANK_MUTATE_SAGA_IDS": "1"} if mutate else {}
     workers = Workers(bootstrap, app_id, tmp_path, app_spec="tests.bank_workers:app", env=env)
     confirmed: dict[str, tuple[str, str, Decimal]] = {}

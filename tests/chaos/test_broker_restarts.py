@@ -24,7 +24,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
 
 from tidings.broker import LocalBroker
 from tidings.codec import avro
@@ -38,6 +37,7 @@ from tidings.testing.processes import WorkerProcess
 from tidings.testing.topics import read_topic
 from tests.integration.apps import Add, build
 from tests.workers import Workers, both_guarantees
+from tests.kafka_clients import kafka
 
 TALLIES = [f"tally-{n}" for n in range(8)]
 CALLERS = 4
@@ -112,7 +112,7 @@ def _restart_rounds(broker: LocalBroker, app_id: str, tmp_path: Path, guarantee:
     bootstrap = broker.status().bootstrap
     assert bootstrap is not None
     app = build(app_id)
-    apply_topics(bootstrap, app.topic_specs(), out=lambda line: None)
+    apply_topics(kafka(bootstrap), app.topic_specs(), out=lambda line: None)
     # A deaf worker exits 70 after 30 s instead of 120 s (liveness.py), so the test, as its
     # supervisor, restarts it within its 90 s wait for replies.
     workers = Workers(bootstrap, app_id, tmp_path, guarantee=guarantee,
@@ -210,9 +210,9 @@ def test_a_clients_outcome_watcher_reads_outcomes_written_after_a_broker_restart
     bootstrap = own_broker.status().bootstrap
     assert bootstrap is not None
     topic = f"{app_id}.workflow.w.outcomes"
-    apply_topics(bootstrap, [spec_for("outcomes", topic, partitions=2)], out=lambda line: None)
-    producer = Producer({"bootstrap.servers": bootstrap})
-    watcher = OutcomeWatcher(bootstrap)
+    apply_topics(kafka(bootstrap), [spec_for("outcomes", topic, partitions=2)], out=lambda line: None)
+    producer = kafka(bootstrap).producer()
+    watcher = OutcomeWatcher(kafka(bootstrap))
 
     async def scenario() -> None:
         before = await watcher.watch(topic, 1, "before", bytes)

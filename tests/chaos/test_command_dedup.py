@@ -28,7 +28,6 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
 
 from examples.bank.account import Deposit, Open, Withdraw
 from tidings import App
@@ -40,6 +39,7 @@ from tidings.testing.eventually import assert_eventually
 from tidings.testing.topics import read_topic
 from tests.integration.dedup_apps import BUSY, NUDGE_AMOUNT, PARTITIONS, build
 from tests.workers import Workers, applied, both_guarantees
+from tests.kafka_clients import kafka
 
 OTHERS = 10_000
 
@@ -63,7 +63,7 @@ def produce_deposits(bootstrap: str, app: App, count: int) -> None:
     topic = f"{app.name}.aggregate.account.commands"
     partition = partition_for(BUSY, partitions=PARTITIONS)
     type_name, payload = payload_of(Deposit(amount=Decimal(1)))
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    producer = kafka(bootstrap).producer(**{"linger.ms": 5})
     now = int(time.time() * 1000)
     for n in range(count):
         command = CommandEnvelope(command_id=f"other-{n}-{uuid.uuid4().hex[:8]}", correlation_id="others",

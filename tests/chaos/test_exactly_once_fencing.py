@@ -25,7 +25,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
 
 from tidings import App
 from tidings.codec import avro
@@ -35,6 +34,7 @@ from tidings.testing.processes import WorkerProcess
 from tidings.testing.topics import group_assignment, read_topic
 from tests.integration.stall_apps import MARKER, Note, Noted, Stall, build
 from tests.workers import EXACTLY_ONCE, Workers, applied, topic_ends
+from tests.kafka_clients import kafka
 
 FENCED_EXIT = 70  # the worker's "restart me" status
 
@@ -65,7 +65,7 @@ def send_raw(bootstrap: str, app: App, aggregate_id: str, command: Stall | Note,
         type=type(command).__name__, payload=command.model_dump_json().encode(),
         timestamp_ms=int(time.time() * 1000),
     )
-    producer = Producer({"bootstrap.servers": bootstrap})
+    producer = kafka(bootstrap).producer()
     producer.produce(f"{app.name}.aggregate.staller.commands", avro.encode(envelope), aggregate_id.encode())
     assert producer.flush(30) == 0
 

@@ -15,13 +15,14 @@ from tidings.shell.runtime.topics import apply_topics
 from tidings.testing.eventually import assert_eventually
 from tests.integration.deaf_apps import Freeze, Tick, build
 from tests.workers import Workers
+from tests.kafka_clients import kafka
 
 
 def test_a_worker_whose_intake_takes_nothing_while_the_broker_answers_exits_70(
     kafka_bootstrap: str, app_id: str, tmp_path: Path
 ) -> None:
     app = build(app_id)
-    apply_topics(kafka_bootstrap, app.topic_specs(), out=lambda line: None)
+    apply_topics(kafka(kafka_bootstrap), app.topic_specs(), out=lambda line: None)
     workers = Workers(kafka_bootstrap, app_id, tmp_path, app_spec="tests.integration.deaf_apps:app",
                       env={"TIDINGS_STALL_TIMEOUT": "5"})
     worker = workers.start("w1")

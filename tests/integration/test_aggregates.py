@@ -7,7 +7,6 @@ from dataclasses import replace
 from decimal import Decimal
 
 import pytest
-from confluent_kafka import Producer
 
 from examples.bank.account import Deposit, Deposited, Open, Opened, Rejected, Withdraw
 from tidings import AggregateVersionConflict, App
@@ -19,6 +18,7 @@ from tidings.testing.eventually import assert_eventually
 from tidings.testing.topics import read_topic
 from tests.integration.apps import Add, Added, Bump, Read, Total
 from tests.workers import Workers, only_at_least_once, test_app, workers  # noqa: F401 - fixtures
+from tests.kafka_clients import kafka
 
 
 def journal(bootstrap: str, app: App, aggregate: str) -> list[EventEnvelope]:
@@ -132,11 +132,10 @@ def test_a_deferred_event_is_never_stored_and_its_fold_is_gone_after_a_restart(
 def test_malformed_records_are_dead_lettered_and_the_next_command_is_processed(
     kafka_bootstrap: str, test_app: App, workers: Workers
 ) -> None:
-    from confluent_kafka import Producer
 
     workers.start()
     commands = f"{test_app.name}.aggregate.tally.commands"
-    producer = Producer({"bootstrap.servers": kafka_bootstrap, "partitioner": "murmur2_random"})
+    producer = kafka(kafka_bootstrap).producer(**{"partitioner": "murmur2_random"})
     producer.produce(commands, b"\x00not avro at all", b"t-5")
     unknown = (
         b'{"command_id": "u-1", "correlation_id": "u-1", "aggregate_id": "t-5",'
@@ -159,12 +158,11 @@ def test_malformed_records_are_dead_lettered_and_the_next_command_is_processed(
 def test_a_json_envelope_from_any_producer_is_decided_and_answered(
     kafka_bootstrap: str, test_app: App, workers: Workers
 ) -> None:
-    from confluent_kafka import Producer
 
     from tidings.core.records import ReplyEnvelope
 
     workers.start()
-    producer = Producer({"bootstrap.servers": kafka_bootstrap, "partitioner": "murmur2_random"})
+    producer = kafka(kafka_bootstrap).producer(**{"partitioner": "murmur2_random"})
     envelope = (
         b'{"command_id": "json-1", "aggregate_id": "t-6", "type": "Add",'
         b' "payload": {"amount": 4}, "reply_to": "%s"}' % test_app.replies_topic.encode()
@@ -191,7 +189,6 @@ def test_a_json_envelope_from_any_producer_is_decided_and_answered(
 def test_a_command_on_the_wrong_partition_is_forwarded_to_its_owner(
     kafka_bootstrap: str, test_app: App, workers: Workers
 ) -> None:
-    from confluent_kafka import Producer
 
     from tidings.core.partitioning import partition_for
 
@@ -201,7 +198,7 @@ def test_a_command_on_the_wrong_partition_is_forwarded_to_its_owner(
     envelope = (
         b'{"command_id": "wrong-1", "aggregate_id": "t-7", "type": "Add", "payload": {"amount": 1}}'
     )
-    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer = kafka(kafka_bootstrap).producer()
     producer.produce(f"{test_app.name}.aggregate.tally.commands", envelope, b"t-7", partition=wrong,
                      headers=[("content-type", b"application/json")])
     producer.flush(10)
@@ -246,7 +243,7 @@ def test_an_event_another_worker_wrote_to_the_journal_is_read_before_the_next_de
     assert [e.version for e in stored] == [1, 2]
     foreign = replace(stored[-1], event_id="zombie-event", command_id="zombie-command", version=3,
                       payload=Added(amount=100).model_dump_json().encode())
-    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer = kafka(kafka_bootstrap).producer()
     producer.produce(handle.topics.events, avro.encode(foreign), b"t-zombie/3", partition=partition)
     assert producer.flush(30) == 0
 

@@ -10,25 +10,25 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Message, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Consumer, Message
+from confluent_kafka.admin import NewTopic
 
 from tidings.broker._process import is_alive, is_kafka, terminate
 from tidings.testing.eventually import assert_eventually
+from tests.kafka_clients import kafka
 
 
 def test_record_produced_to_a_new_topic_is_consumed_back(kafka_bootstrap: str, app_id: str) -> None:
     topic = f"{app_id}.roundtrip"
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin = kafka(kafka_bootstrap).admin()
     admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(30)
 
-    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer = kafka(kafka_bootstrap).producer()
     producer.produce(topic, key=b"order-1", value=b'{"placed": true}')
     assert producer.flush(30) == 0
 
-    consumer = Consumer(
-        {
-            "bootstrap.servers": kafka_bootstrap,
+    consumer = kafka(kafka_bootstrap).consumer(
+        **{
             "group.id": app_id,
             "auto.offset.reset": "earliest",
         }
@@ -88,7 +88,7 @@ def test_cli_starts_reports_and_stops_a_broker(
     bootstrap = exports[0].removeprefix("export TIDINGS_BOOTSTRAP=")
     pid = json.loads(state_file.read_text())["pid"]
     assert is_kafka(pid)
-    metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
+    metadata = kafka(bootstrap).admin().list_topics(timeout=10)
     assert len(metadata.brokers) == 1
 
     running = _tidings("broker", "status", *files, cwd=tmp_path)

@@ -28,6 +28,7 @@ from tidings.shell.runtime.io import Incoming
 from tidings.shell.runtime.kafka import ConfluentPublisher
 from tidings.shell.runtime.topics import apply_topics, deadletter_topic
 from tidings.testing.topics import read_topic
+from tests.kafka_clients import kafka
 
 PARTITIONS = 2
 RETENTION = timedelta(minutes=10)
@@ -40,7 +41,7 @@ def test_an_id_older_than_the_retention_is_decided_again_and_a_young_one_is_kept
     accounts = app.aggregate("account", account.initial, account.decide, account.fold,
                              command=account.AccountCommand, event=account.AccountEvent,
                              command_retention=RETENTION)
-    apply_topics(kafka_bootstrap, app.topic_specs(), out=lambda line: None)
+    apply_topics(kafka(kafka_bootstrap), app.topic_specs(), out=lambda line: None)
     partition = partition_for("alice", partitions=PARTITIONS)
     offsets = iter(range(1_000_000))
     now = [time.time()]
@@ -52,8 +53,8 @@ def test_an_id_older_than_the_retention_is_decided_again_and_a_young_one_is_kept
         return Incoming(accounts.topics.commands, partition, next(offsets), b"alice", avro.encode(envelope))
 
     async def scenario() -> None:
-        publisher = ConfluentPublisher(kafka_bootstrap)
-        runtime = Runtime(bootstrap=kafka_bootstrap, data_dir=tmp_path, partitions=PARTITIONS,
+        publisher = ConfluentPublisher(kafka(kafka_bootstrap))
+        runtime = Runtime(connection=kafka(kafka_bootstrap), data_dir=tmp_path, partitions=PARTITIONS,
                           publisher=publisher, deadletter_topic=deadletter_topic(app.name),
                           clock=lambda: now[0])
         agent = accounts.open(runtime)

@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, Message, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import KafkaError, Message
+from confluent_kafka.admin import NewTopic
 from fastavro import parse_schema, schemaless_writer
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
@@ -44,6 +44,7 @@ from tidings.testing import WorkerProcess, assert_eventually, read_topic
 from tests.integration.flow_hostile_apps import PARTITIONS, SCHEMA, build, sink_topic, source_topic
 from tests.integration.hostile_records import BAD_UTF8, DEEP_JSON, NEAR_LIMIT
 from tests.workers import Workers
+from tests.kafka_clients import kafka
 
 SETTLE_S = 90.0
 CRASHED = "failed; stopping the worker"
@@ -162,7 +163,7 @@ def plan() -> list[Sent]:
 
 
 def produce(bootstrap: str, topic: str, records: list[Sent]) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 2,
+    producer = kafka(bootstrap).producer(**{"enable.idempotence": True, "linger.ms": 2,
                          "message.max.bytes": 1_048_576})
     failures: list[str] = []
     for record in records:
@@ -206,14 +207,14 @@ def observe(bootstrap: str, app_id: str) -> tuple[dict[tuple[int, int], list[Dea
 @pytest.fixture
 def flow_app(kafka_bootstrap: str, app_id: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[App]:
     monkeypatch.setenv("TIDINGS_BOOTSTRAP", kafka_bootstrap)
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin = kafka(kafka_bootstrap).admin()
     # The source belongs to its producers: made as they would, with the broker's default
     # max.message.bytes (1,048,588), which the near-limit case is just short of.
     for future in admin.create_topics([NewTopic(source_topic(app_id), num_partitions=PARTITIONS,
                                                 replication_factor=1)]).values():
         future.result(30)
     app = build(app_id)
-    apply_topics(kafka_bootstrap, app.topic_specs(), out=lambda line: None)
+    apply_topics(kafka(kafka_bootstrap), app.topic_specs(), out=lambda line: None)
     yield app
     for handle in app.workflows:
         handle.close()

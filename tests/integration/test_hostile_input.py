@@ -32,8 +32,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaError, Message, Producer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import KafkaError, Message
 
 from tidings import App, RecordError
 from tidings.codec import avro
@@ -47,6 +46,7 @@ from tidings.testing import WorkerProcess, assert_eventually, read_topic
 from tests.integration.hostile_apps import build, projected
 from tests.integration.hostile_records import AvroWriter, Expect, Observed, Sent, Table, Topics
 from tests.workers import ROOT, Workers
+from tests.kafka_clients import kafka
 
 #: No dead letter may be larger than this: the broker refuses records near 1 MB, and a dead
 #: letter keeps the original value only up to a bounded size.
@@ -76,9 +76,9 @@ def hostile_app(kafka_bootstrap: str, app_id: str, calls_dir: Path) -> Iterator[
     this test's ~16 MB in 60 partitions have nothing left to tell once it is over.
     """
     app = build(app_id, calls_dir)
-    apply_topics(kafka_bootstrap, app.topic_specs(), out=lambda line: None)
+    apply_topics(kafka(kafka_bootstrap), app.topic_specs(), out=lambda line: None)
     yield app
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin = kafka(kafka_bootstrap).admin()
     topics = admin.list_topics(timeout=30).topics
     ours = [name for name in topics if name.startswith((f"{app_id}.", f"{app_id}-"))]  # Faust's too
     if ours:
@@ -105,8 +105,7 @@ def produce(bootstrap: str, table: Table) -> list[Sent]:
     record even where the canary goes to another topic (an events topic gets the event the
     aggregate writes for a canary command).
     """
-    producer = Producer({
-        "bootstrap.servers": bootstrap,
+    producer = kafka(bootstrap).producer(**{
         "partitioner": "murmur2_random",  # Java's partitioner, as SPEC §2 asks of producers
         "enable.idempotence": True,  # keeps each partition's records in the order sent
         "linger.ms": 2,

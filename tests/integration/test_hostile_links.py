@@ -43,8 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, Message, Producer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import KafkaError, Message
 
 from tidings import App, RecordError
 from tidings.codec import avro
@@ -76,6 +75,7 @@ from tests.integration.hostile_records import (
     partition_of,
 )
 from tests.workers import ROOT, Workers
+from tests.kafka_clients import kafka
 
 MAX_DEAD_LETTER = 256 * 1024
 SETTLE_S = 60.0
@@ -575,9 +575,9 @@ class LinkTable:
 def links_apps(kafka_bootstrap: str, app_id: str) -> Iterator[tuple[App, App]]:
     app, mute = build(app_id)
     for one in (app, mute):
-        apply_topics(kafka_bootstrap, one.topic_specs(), out=lambda line: None)
+        apply_topics(kafka(kafka_bootstrap), one.topic_specs(), out=lambda line: None)
     yield app, mute
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin = kafka(kafka_bootstrap).admin()
     topics = admin.list_topics(timeout=30).topics
     ours = [name for name in topics if name.startswith((f"{app_id}.", f"{app_id}-"))]
     if ours:
@@ -595,7 +595,7 @@ def links_worker(kafka_bootstrap: str, links_apps: tuple[App, App], tmp_path: Pa
 
 def produce(bootstrap: str, phases: list[list[Link]]) -> None:
     """Send each phase, acknowledged, before the next (so a canary comes after its records)."""
-    producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random",
+    producer = kafka(bootstrap).producer(**{"partitioner": "murmur2_random",
                          "enable.idempotence": True, "linger.ms": 2, "message.max.bytes": 1_048_576})
     failures: list[str] = []
     for phase in phases:

@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
 
 from tidings import App
 from tidings.codec import avro
@@ -27,6 +26,7 @@ from tidings.testing.topics import StoredRecord, read_topic
 from tests.counter_kind import INCREMENT, CounterKind
 from tests.integration.counter_apps import build
 from tests.workers import Workers, only_at_least_once
+from tests.kafka_clients import kafka
 
 TIMEOUT = 45.0
 
@@ -35,7 +35,7 @@ TIMEOUT = 45.0
 def counter_app(kafka_bootstrap: str, app_id: str) -> App:
     """The counter App named for this test, its topics applied."""
     app = build(app_id)
-    apply_topics(kafka_bootstrap, app.topic_specs(), out=lambda line: None)
+    apply_topics(kafka(kafka_bootstrap), app.topic_specs(), out=lambda line: None)
     return app
 
 
@@ -56,7 +56,7 @@ class Counter:
         self.topics = self.kind.topics
         self.partitions = app.partitions
         self.bootstrap = bootstrap
-        self._producer = Producer({"bootstrap.servers": bootstrap})
+        self._producer = kafka(bootstrap).producer()
 
     def home(self, counter_id: str) -> int:
         return partition_for(counter_id, self.partitions)
@@ -154,7 +154,7 @@ def test_a_misrouted_increment_is_counted_once_on_its_home_partition(
     worker = counter_workers.start()
     counter.increment(x, partition=wrong)
     landed: list[int | None] = []
-    scattering = Producer({"bootstrap.servers": kafka_bootstrap, "partitioner": "random"})
+    scattering = kafka(kafka_bootstrap).producer(**{"partitioner": "random"})
     for _ in range(4):
         scattering.produce(counter.topics.inbox, INCREMENT, x.encode(),
                            on_delivery=lambda error, message: landed.append(message.partition()))
@@ -212,7 +212,7 @@ def test_a_journal_record_another_worker_wrote_is_noticed_and_counted(
     counter.increment(x)
     counter.wait_for(x, [1, 2], counter_workers)
 
-    zombie = Producer({"bootstrap.servers": kafka_bootstrap})
+    zombie = kafka(kafka_bootstrap).producer()
     zombie.produce(counter.topics.journal, b"3", f"{x}/3".encode(), partition=home)
     assert zombie.flush(30) == 0
 

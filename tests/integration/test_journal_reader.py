@@ -15,7 +15,6 @@ import sys
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
 
 from tidings import App, Finished
 from tidings.codec import avro
@@ -36,6 +35,7 @@ from tidings.shell.kinds.workflow.journal import read_journal
 from tidings.testing.topics import read_topic
 from tests.integration.workflow_apps import SLEEP, Calls
 from tests.workflow_workers import ROOT, WorkflowWorkers, calls, workflow_app, workflow_workers  # noqa: F401
+from tests.kafka_clients import kafka
 
 
 def finished_enrich(app: App, workers: WorkflowWorkers, instance_id: str) -> Any:
@@ -53,7 +53,7 @@ def finished_enrich(app: App, workers: WorkflowWorkers, instance_id: str) -> Any
 
 
 def produce(bootstrap: str, topic: str, partition: int, records: list[tuple[bytes, bytes]]) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap})
+    producer = kafka(bootstrap).producer()
     for key, value in records:
         producer.produce(topic, value, key, partition=partition)
     assert producer.flush(30) == 0
@@ -64,7 +64,7 @@ def test_the_journal_of_a_finished_instance_reads_oldest_first_as_the_worker_wro
 ) -> None:
     enrich = finished_enrich(workflow_app, workflow_workers, "order-17")
 
-    journal = read_journal(kafka_bootstrap, enrich.topics.journal, workflow_app.partitions, "order-17")
+    journal = read_journal(kafka(kafka_bootstrap), enrich.topics.journal, workflow_app.partitions, "order-17")
 
     assert [record.seq for record in journal] == list(range(1, len(journal) + 1))
     started, score_started, score_done, sleep_started = journal[:4]
@@ -88,7 +88,7 @@ def test_a_never_started_instance_has_an_empty_journal(
     workflow_app: App, workflow_workers: WorkflowWorkers, kafka_bootstrap: str
 ) -> None:
     enrich = finished_enrich(workflow_app, workflow_workers, "order-17")
-    assert read_journal(kafka_bootstrap, enrich.topics.journal, workflow_app.partitions, "order-18") == []
+    assert read_journal(kafka(kafka_bootstrap), enrich.topics.journal, workflow_app.partitions, "order-18") == []
 
 
 def test_only_records_keyed_for_the_instance_are_kept_and_the_first_of_a_seq_wins(
@@ -96,7 +96,7 @@ def test_only_records_keyed_for_the_instance_are_kept_and_the_first_of_a_seq_win
 ) -> None:
     enrich = finished_enrich(workflow_app, workflow_workers, "order-17")
     topic, partitions = enrich.topics.journal, workflow_app.partitions
-    before = read_journal(kafka_bootstrap, topic, partitions, "order-17")
+    before = read_journal(kafka(kafka_bootstrap), topic, partitions, "order-17")
     partition = partition_for("order-17", partitions)
     # An instance whose id starts with "order-17/" and lives on the same partition.
     neighbour = next(f"order-17/{n}" for n in range(10_000) if partition_for(f"order-17/{n}", partitions) == partition)
@@ -111,10 +111,10 @@ def test_only_records_keyed_for_the_instance_are_kept_and_the_first_of_a_seq_win
         (f"order-17/{last + 1}".encode(), avro.encode(WorkflowJournalEntry("order-17", later))),
     ])
 
-    after = read_journal(kafka_bootstrap, topic, partitions, "order-17")
+    after = read_journal(kafka(kafka_bootstrap), topic, partitions, "order-17")
 
     assert after == [*before, later]
-    assert read_journal(kafka_bootstrap, topic, partitions, neighbour) == [Started(1, '"X"', 0)]
+    assert read_journal(kafka(kafka_bootstrap), topic, partitions, neighbour) == [Started(1, '"X"', 0)]
 
 
 def test_a_partition_count_other_than_the_topics_is_refused(
@@ -122,9 +122,9 @@ def test_a_partition_count_other_than_the_topics_is_refused(
 ) -> None:
     topic = workflow_app.workflow_handle("enrich").topics.journal
     with pytest.raises(BrokerError, match="partitions"):
-        read_journal(kafka_bootstrap, topic, workflow_app.partitions + 1, "order-17")
+        read_journal(kafka(kafka_bootstrap), topic, workflow_app.partitions + 1, "order-17")
     with pytest.raises(BrokerError, match="not there"):
-        read_journal(kafka_bootstrap, f"{topic}-missing", workflow_app.partitions, "order-17")
+        read_journal(kafka(kafka_bootstrap), f"{topic}-missing", workflow_app.partitions, "order-17")
 
 
 def test_tidings_journal_prints_one_json_line_per_record_that_reads_back(
@@ -142,7 +142,7 @@ def test_tidings_journal_prints_one_json_line_per_record_that_reads_back(
 
     assert done.returncode == 0, done.stderr
     lines = [json.loads(line) for line in done.stdout.splitlines()]
-    journal: list[JournalRecord] = read_journal(kafka_bootstrap, enrich.topics.journal, workflow_app.partitions, "order-17")
+    journal: list[JournalRecord] = read_journal(kafka(kafka_bootstrap), enrich.topics.journal, workflow_app.partitions, "order-17")
     assert lines == [record_to_json(record) for record in journal] and len(lines) >= 5
     assert [record_from_json(line) for line in lines] == journal
 

@@ -20,8 +20,8 @@ from typing import Any
 from unittest.mock import ANY
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import NewTopic
 
 from tidings import App, Finished
 from tidings.codec import avro
@@ -30,6 +30,7 @@ from tidings.core.records import DeadLetter
 from tidings.shell.runtime.topics import apply_topics, deadletter_topic
 from tests.integration.kcat_apps import PARTITIONS, Greeting, build, sink_topic, source_topic
 from tests.workers import Workers
+from tests.kafka_clients import kafka
 
 KCAT = shutil.which("kcat")
 pytestmark = pytest.mark.skipif(
@@ -88,12 +89,12 @@ def keyed_json(lines: list[list[str]], key: str) -> dict[str, Any] | None:
 @pytest.fixture
 def kcat_app(kafka_bootstrap: str, app_id: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[App]:
     monkeypatch.setenv("TIDINGS_BOOTSTRAP", kafka_bootstrap)
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin = kafka(kafka_bootstrap).admin()
     # The flow's source is any producer's topic: the app does not declare it.
     for future in admin.create_topics([NewTopic(source_topic(app_id), PARTITIONS, 1)]).values():
         future.result(30)
     app = build(app_id)
-    apply_topics(kafka_bootstrap, app.topic_specs(), out=lambda line: None)
+    apply_topics(kafka(kafka_bootstrap), app.topic_specs(), out=lambda line: None)
     yield app
     for handle in app.workflows:
         handle.close()
@@ -222,7 +223,7 @@ def test_kcat_feeds_a_flow_and_reads_its_sink_and_json_outcomes(
 
 
 def dead_letters(bootstrap: str, app_id: str) -> list[DeadLetter]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{app_id}-dl-reader",
+    consumer = kafka(bootstrap).consumer(**{"group.id": f"{app_id}-dl-reader",
                          "enable.auto.commit": False})
     try:
         consumer.assign([TopicPartition(deadletter_topic(app_id), p, 0) for p in range(PARTITIONS)])
@@ -261,7 +262,7 @@ def test_kcat_garbage_on_an_inbox_is_dead_lettered_and_the_worker_goes_on(
 
 def raw_outcomes(bootstrap: str, topic: str) -> list[tuple[str, bytes, Any]]:
     """Every record of an outcomes topic as (key, value, headers), with a plain consumer."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-reader", "enable.auto.commit": False})
+    consumer = kafka(bootstrap).consumer(**{"group.id": f"{topic}-reader", "enable.auto.commit": False})
     try:
         consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
         return [((m.key() or b"").decode(), m.value() or b"", list(m.headers() or []))

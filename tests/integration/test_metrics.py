@@ -20,7 +20,6 @@ import urllib.request
 from decimal import Decimal
 from pathlib import Path
 
-from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
 from examples.bank.account import Deposit, Deposited, Open, Opened, Rejected, Withdraw
@@ -29,6 +28,7 @@ from tidings.testing.eventually import assert_eventually
 from tests.integration.workflow_apps import PARTITIONS, Calls
 from tests.workers import Workers, test_app  # noqa: F401 - fixture
 from tests.workflow_workers import calls, workflow_app  # noqa: F401 - fixtures
+from tests.kafka_clients import kafka
 
 ACCOUNTS = 5
 DEPOSITS_EACH = 4  # 5 opens + 20 deposits: 25 accepted commands, one event each
@@ -83,7 +83,7 @@ def test_metrics_count_commands_in_events_out_and_dead_letters_exactly(
         assert [type(r) for r in replies] == [Opened] * ACCOUNTS + [Deposited] * (accepted - ACCOUNTS) \
             + [Rejected] * REJECTED
 
-        producer = Producer({"bootstrap.servers": kafka_bootstrap})
+        producer = kafka(kafka_bootstrap).producer()
         for n, hostile in enumerate(HOSTILE):
             producer.produce(commands, hostile, b"hostile-%d" % n)
         assert producer.flush(10) == 0

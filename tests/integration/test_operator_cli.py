@@ -18,8 +18,7 @@ import sys
 import threading
 from typing import Any
 
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
 from tidings import App
 from tidings.codec import avro
@@ -29,6 +28,7 @@ from tidings.testing.eventually import assert_eventually
 from tidings.testing.topics import read_topic
 from tests.integration.apps import Add, Added, Read, Total
 from tests.workers import ROOT, Workers, test_app, workers  # noqa: F401 - fixtures
+from tests.kafka_clients import kafka
 
 APP = "tests.integration.apps:app"
 
@@ -59,13 +59,13 @@ def letter(source_topic: str, offset: int, value: bytes, *, timestamp_ms: int) -
 
 def committed(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
     """The group's committed offsets, as Kafka's AdminClient reads them."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = kafka(bootstrap).admin()
     (future,) = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)]).values()
     return {(tp.topic, tp.partition): tp.offset for tp in future.result().topic_partitions if tp.offset >= 0}
 
 
 def group_state(bootstrap: str, group: str) -> str:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = kafka(bootstrap).admin()
     (future,) = admin.describe_consumer_groups([group], request_timeout=10).values()
     return str(future.result().state.name)
 
@@ -81,7 +81,7 @@ def test_deadletters_prints_what_a_worker_dead_lettered_and_what_others_wrote_as
     deadletters = f"{test_app.name}.deadletter"
     not_avro = b"\x00\xc3 not avro, not UTF-8"
     broken_json = b'{"command_id": "c-1", "aggregate_id": "t-1", "type": "Add", "payl'
-    producer = Producer({"bootstrap.servers": kafka_bootstrap, "partitioner": "murmur2_random"})
+    producer = kafka(kafka_bootstrap).producer(**{"partitioner": "murmur2_random"})
     producer.produce(commands, not_avro, b"t-1")
     producer.produce(commands, broken_json, b"t-1", headers=[("content-type", b"application/json")])
     producer.flush(10)
@@ -125,7 +125,7 @@ def test_deadletters_follow_prints_new_letters_until_ctrl_c_and_exits_0(
     kafka_bootstrap: str, test_app: App
 ) -> None:
     deadletters = f"{test_app.name}.deadletter"
-    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer = kafka(kafka_bootstrap).producer()
     producer.produce(deadletters, avro.encode(letter("in", 1, b"one", timestamp_ms=1)), b"k")
     producer.flush(10)
     follower = subprocess.Popen(
@@ -172,13 +172,13 @@ def test_offsets_show_the_committed_offsets_and_move_them_with_yes_or_a_confirma
 ) -> None:
     group = test_app.name
     topic = f"{test_app.name}.aggregate.tally.commands"
-    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer = kafka(kafka_bootstrap).producer()
     for partition in range(test_app.partitions):
         for n in range(5):
             producer.produce(topic, b"record %d" % n, b"k", partition=partition)
     producer.flush(10)
     # A consumer of the group reads some records, commits where it got to, and leaves.
-    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group, "enable.auto.commit": False})
+    consumer = kafka(kafka_bootstrap).consumer(**{"group.id": group, "enable.auto.commit": False})
     consumer.commit(offsets=[TopicPartition(topic, 0, 5), TopicPartition(topic, 1, 2), TopicPartition(topic, 2, 0)],
                     asynchronous=False)
     consumer.close()
@@ -238,7 +238,7 @@ def test_offsets_move_is_refused_while_a_worker_runs_and_once_it_stopped_a_shift
     worker.stop()
     assert_eventually(lambda: group_state(kafka_bootstrap, group) == "EMPTY", timeout=30, interval=0.3)
     # A command the operator wants skipped (a stand-in for one a worker cannot get past).
-    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer = kafka(kafka_bootstrap).producer()
     envelope = (b'{"command_id": "skip-me", "aggregate_id": "t-9", "type": "Add", "payload": {"amount": 100},'
                 b' "reply_to": "%s"}' % test_app.replies_topic.encode())
     producer.produce(topic, envelope, b"t-9", partition=home, headers=[("content-type", b"application/json")])

@@ -7,7 +7,6 @@ import json
 import time
 from collections import Counter
 
-from confluent_kafka import Producer
 
 from tidings import App
 from tidings.codec import avro
@@ -21,6 +20,7 @@ from tests.orchestration_workers import (  # noqa: F401 - fixtures
     orchestration_app,
     orchestration_workers,
 )
+from tests.kafka_clients import kafka
 
 ORDERS = [f"o-{n}" for n in range(6)]
 
@@ -87,7 +87,7 @@ def test_bad_events_are_dead_lettered_and_the_orchestration_goes_on(
     orchestration_workers.start()
     client = orchestration_app.client(kafka_bootstrap)
     executor = Executor(orchestration_app, kafka_bootstrap)
-    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer = kafka(kafka_bootstrap).producer()
     producer.produce(f"{orchestration_app.name}.aggregate.ledger.events", b"not avro", b"junk")
     producer.flush(10)
     order = "o-bad"

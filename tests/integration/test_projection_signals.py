@@ -20,6 +20,7 @@ from tidings.testing.topics import read_topic
 from tests.integration import projection_signal_apps
 from tests.integration.projection_signal_apps import Finish, Nudge, handler_log
 from tests.workers import Workers
+from tests.kafka_clients import kafka
 
 APP_SPEC = "tests.integration.projection_signal_apps:app"
 
@@ -34,7 +35,7 @@ def signal_app(kafka_bootstrap: str, app_id: str, calls_dir: Path, monkeypatch: 
     """The App named for this test, its topics applied; its handles use the broker."""
     monkeypatch.setenv("TIDINGS_BOOTSTRAP", kafka_bootstrap)
     app = projection_signal_apps.build(app_id, calls_dir)
-    apply_topics(kafka_bootstrap, app.topic_specs(), out=lambda line: None)
+    apply_topics(kafka(kafka_bootstrap), app.topic_specs(), out=lambda line: None)
     yield app
     for client in list(app._clients.values()):
         client.close()

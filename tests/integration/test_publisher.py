@@ -10,19 +10,20 @@ import asyncio
 import logging
 
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import NewTopic
 
 from tidings.errors import BrokerError, RecordRejected
 from tidings.shell.runtime.io import Outgoing
 from tidings.shell.runtime.kafka import ConfluentPublisher
 from tidings.testing.topics import read_topic
+from tests.kafka_clients import kafka
 
 INVALID_TOPIC = "not a topic!"
 SMALL_LIMIT = 16 * 1024
 
 
 def create_topics(bootstrap: str, *topics: NewTopic) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = kafka(bootstrap).admin()
     for future in admin.create_topics(list(topics), operation_timeout=30).values():
         future.result(30)
 
@@ -39,7 +40,7 @@ def test_refused_records_fail_only_their_send_and_the_others_are_produced(
     )
 
     async def scenario() -> None:
-        publisher = ConfluentPublisher(kafka_bootstrap)
+        publisher = ConfluentPublisher(kafka(kafka_bootstrap))
         try:
             # The broker refuses the invalid name and the oversized record; the others land.
             first = publisher.send(

@@ -25,6 +25,7 @@ from tests.integration.apps import Add, Added
 from tests.integration.workflow_apps import Calls
 from tests.workers import Workers
 from tests.workflow_workers import WorkflowWorkers, calls, workflow_app, workflow_workers  # noqa: F401
+from tests.kafka_clients import kafka
 
 
 def tidings_threads(excluding: set[int | None]) -> Counter[str]:
@@ -37,7 +38,7 @@ def mixed_app(kafka_bootstrap: str, app_id: str, calls: Calls, monkeypatch: pyte
     """The aggregate-and-workflows App named for this test, its topics applied; handles use the broker."""
     monkeypatch.setenv("TIDINGS_BOOTSTRAP", kafka_bootstrap)
     app = requester_apps.build(app_id, calls.directory)
-    apply_topics(kafka_bootstrap, app.topic_specs(), out=lambda line: None)
+    apply_topics(kafka(kafka_bootstrap), app.topic_specs(), out=lambda line: None)
     yield app
     for client in list(app._clients.values()):
         client.close()

@@ -11,7 +11,6 @@ import sys
 import time
 from typing import Any
 
-from confluent_kafka import Producer
 
 from tidings import App, SagaHandle
 from tidings.codec import avro
@@ -30,6 +29,7 @@ from tests.saga_workers import (  # noqa: F401 - fixtures
     stored_events,
 )
 from tests.workers import ROOT, Workers
+from tests.kafka_clients import kafka
 
 
 def transfers(app: App) -> SagaHandle:
@@ -158,7 +158,7 @@ def test_hostile_records_on_the_inbox_and_replies_are_dead_lettered_and_the_saga
          partition_for("nobody", parts)),
         (replies, b"k", b"\xc3\x01garbage", 2),
     ]
-    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer = kafka(kafka_bootstrap).producer()
     for topic, key, value, partition in hostile:
         producer.produce(topic, value=value, key=key, partition=partition)
     producer.flush(10)

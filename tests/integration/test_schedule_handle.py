@@ -19,6 +19,7 @@ from tidings.shell.runtime.topics import apply_topics
 from tidings.testing.topics import read_topic
 from tests.integration.schedule_apps import build
 from tests.workers import Workers
+from tests.kafka_clients import kafka
 
 EVERY = ScheduleRule.every(timedelta(seconds=5))
 
@@ -26,7 +27,7 @@ EVERY = ScheduleRule.every(timedelta(seconds=5))
 @pytest.fixture
 def scheduled(kafka_bootstrap: str, app_id: str, tmp_path: Path) -> Iterator[tuple[App, ScheduleHandle, Workers]]:
     app, schedules = build(app_id)
-    apply_topics(kafka_bootstrap, app.topic_specs(), out=lambda line: None)
+    apply_topics(kafka(kafka_bootstrap), app.topic_specs(), out=lambda line: None)
     workers = Workers(kafka_bootstrap, app_id, tmp_path, app_spec="tests.integration.schedule_apps:app")
     yield app, schedules, workers
     workers.kill_all()

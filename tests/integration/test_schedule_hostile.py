@@ -16,7 +16,6 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from confluent_kafka import Producer
 
 from tidings import CatchUp
 from tidings.codec import avro
@@ -26,6 +25,7 @@ from tidings.testing import assert_eventually
 from tidings.testing.topics import read_topic
 from tests.integration.schedule_apps import PARTITIONS
 from tests.schedules_kit import SECOND, Scheduled, run, scheduled
+from tests.kafka_clients import kafka
 
 __all__ = ["scheduled"]  # the fixture, imported for pytest
 
@@ -50,7 +50,7 @@ def test_hostile_schedule_records_are_dead_lettered_and_the_schedules_go_on(sche
     try:
         worker = workers.start("w1")
         run(scheduled.schedules.create("before", "remind", "before", SECOND, CatchUp.ALL))
-        producer = Producer({"bootstrap.servers": scheduled.bootstrap})
+        producer = kafka(scheduled.bootstrap).producer()
         long_id = "L" * 240  # a valid aggregate id, too long for its run ids (255 bytes)
         bad: list[tuple[str, bytes, list[tuple[str, bytes]], str]] = [
             ("g1", b"\x00\xffnot a record", [], "single-object"),

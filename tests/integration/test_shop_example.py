@@ -30,6 +30,7 @@ from tidings.shell.runtime.topics import apply_topics
 from tidings.testing.processes import WorkerProcess
 from tidings.testing.topics import read_topic
 from tests.workflow_workers import ROOT
+from tests.kafka_clients import kafka
 
 #: The approval window the tests give the worker ($SHOP_APPROVAL_WINDOW), in seconds.
 WINDOW_S = 2
@@ -40,7 +41,7 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 def shop(kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """The shop's topics applied; its handles talk to the session's broker."""
     monkeypatch.setenv("TIDINGS_BOOTSTRAP", kafka_bootstrap)
-    apply_topics(kafka_bootstrap, app.topic_specs(), out=lambda line: None)
+    apply_topics(kafka(kafka_bootstrap), app.topic_specs(), out=lambda line: None)
     yield
     for handle in app.workflows:
         handle.close()

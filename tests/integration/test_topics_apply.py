@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 from confluent_kafka.admin import (
-    AdminClient,
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
@@ -13,6 +12,7 @@ from confluent_kafka.admin import (
 
 from tidings.errors import BrokerError
 from tidings.shell.runtime.topics import TopicDifference, apply_topics, deadletter_topic, spec_for, topic_name
+from tests.kafka_clients import kafka
 
 pytestmark = pytest.mark.integration
 
@@ -29,12 +29,12 @@ def specs_of(app_id: str) -> list:
 def test_a_second_apply_creates_nothing_and_reports_nothing(kafka_bootstrap: str, app_id: str) -> None:
     specs = specs_of(app_id)
     lines: list[str] = []
-    first = apply_topics(kafka_bootstrap, specs + specs[:1], out=lines.append)
+    first = apply_topics(kafka(kafka_bootstrap), specs + specs[:1], out=lines.append)
     assert first.created == tuple(sorted(spec.name for spec in specs))
     assert first.in_sync
     assert lines == [f"created {name}" for name in first.created]
 
-    second = apply_topics(kafka_bootstrap, specs, out=lines.append)
+    second = apply_topics(kafka(kafka_bootstrap), specs, out=lines.append)
     assert second.created == ()
     assert second.differences == ()
     assert len(lines) == len(specs)
@@ -42,9 +42,9 @@ def test_a_second_apply_creates_nothing_and_reports_nothing(kafka_bootstrap: str
 
 def test_settings_changed_out_of_band_are_reported_not_reverted(kafka_bootstrap: str, app_id: str) -> None:
     specs = specs_of(app_id)
-    apply_topics(kafka_bootstrap, specs, out=lambda _: None)
+    apply_topics(kafka(kafka_bootstrap), specs, out=lambda _: None)
     commands, events = specs[0].name, specs[1].name
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin = kafka(kafka_bootstrap).admin()
     altered = ConfigResource(
         ConfigResource.Type.TOPIC,
         commands,
@@ -56,7 +56,7 @@ def test_settings_changed_out_of_band_are_reported_not_reverted(kafka_bootstrap:
         future.result(timeout=30)
 
     lines: list[str] = []
-    report = apply_topics(kafka_bootstrap, specs, out=lines.append)
+    report = apply_topics(kafka(kafka_bootstrap), specs, out=lines.append)
 
     assert report.created == ()
     assert set(report.differences) == {
@@ -65,10 +65,10 @@ def test_settings_changed_out_of_band_are_reported_not_reverted(kafka_bootstrap:
     }
     assert sorted(lines) == sorted(f"differs {d}" for d in report.differences)
     # Reported, never reverted: the next apply still sees the drift.
-    assert set(apply_topics(kafka_bootstrap, specs, out=lambda _: None).differences) == set(report.differences)
+    assert set(apply_topics(kafka(kafka_bootstrap), specs, out=lambda _: None).differences) == set(report.differences)
 
 
 def test_an_unreachable_broker_is_a_broker_error() -> None:
     # Port 9 (discard) on localhost: nothing listens, so metadata times out or is refused.
     with pytest.raises(BrokerError, match="applying topics on 127.0.0.1:9"):
-        apply_topics("127.0.0.1:9", [spec_for("events", "x.events")], out=lambda _: None, timeout=2)
+        apply_topics(kafka("127.0.0.1:9"), [spec_for("events", "x.events")], out=lambda _: None, timeout=2)

@@ -18,19 +18,20 @@ import uuid
 from collections.abc import Iterator, Mapping
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import NewTopic
 
 from tidings.errors import BrokerError, RecordRejected
 from tidings.shell.runtime.io import Outgoing
 from tidings.shell.runtime.transactions import GROUP_FENCING, Fenced, TransactionAborted, TransactionalPublisher
 from tidings.testing.eventually import assert_eventually
+from tests.kafka_clients import kafka
 
 SESSION_TIMEOUT_MS = 6000  # the broker's minimum
 
 
 def create_topics(bootstrap: str, *topics: NewTopic) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = kafka(bootstrap).admin()
     for future in admin.create_topics(list(topics), operation_timeout=30).values():
         future.result(30)
 
@@ -44,9 +45,8 @@ def read_to_end(
     ``TimeoutError`` when it cannot reach the end (records of an open transaction).
     """
     ends = _ends(bootstrap, topic, partitions)
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
+    consumer = kafka(bootstrap).consumer(
+        **{
             "group.id": f"reader-{uuid.uuid4().hex}",
             "enable.auto.commit": False,
             "isolation.level": isolation,
@@ -72,9 +72,8 @@ def read_to_end(
 def _ends(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
     # read_uncommitted: the high watermark, past open transactions and commit markers
     # (librdkafka's default, read_committed, answers the last stable offset instead).
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
+    consumer = kafka(bootstrap).consumer(
+        **{
             "group.id": f"ends-{uuid.uuid4().hex}",
             "isolation.level": "read_uncommitted",
         }
@@ -87,7 +86,7 @@ def _ends(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
 
 def group_offset(bootstrap: str, group: str, topic: str, partition: int) -> int:
     """Return the group's committed offset (negative when none), without joining it."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    consumer = kafka(bootstrap).consumer(**{"group.id": group, "enable.auto.commit": False})
     try:
         (committed,) = consumer.committed([TopicPartition(topic, partition)], timeout=10)
         return int(committed.offset)
@@ -96,7 +95,7 @@ def group_offset(bootstrap: str, group: str, topic: str, partition: int) -> int:
 
 
 def produce_input(bootstrap: str, topic: str, count: int) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap})
+    producer = kafka(bootstrap).producer()
     for index in range(count):
         producer.produce(topic, f"in-{index}".encode(), b"k", partition=0)
     assert producer.flush(10) == 0
@@ -104,9 +103,8 @@ def produce_input(bootstrap: str, topic: str, count: int) -> None:
 
 def member(bootstrap: str, group: str, topic: str) -> Consumer:
     """Join ``group`` on ``topic`` and poll until the consumer is assigned its partition."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
+    consumer = kafka(bootstrap).consumer(
+        **{
             "group.id": group,
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
@@ -143,7 +141,7 @@ def test_records_and_offsets_commit_together_and_become_visible(
 
     async def scenario() -> TransactionalPublisher:
         publisher = TransactionalPublisher(
-            kafka_bootstrap,
+            kafka(kafka_bootstrap),
             transactional_id=names["transactional_id"],
             group_metadata=consumer.consumer_group_metadata,
             on_fenced=fenced.append,
@@ -190,7 +188,7 @@ def test_records_sent_during_a_commit_go_into_the_next_transaction_in_order(
 
     async def scenario() -> TransactionalPublisher:
         publisher = TransactionalPublisher(
-            kafka_bootstrap,
+            kafka(kafka_bootstrap),
             transactional_id=names["transactional_id"],
             group_metadata=consumer.consumer_group_metadata,
             on_fenced=lambda error: None,
@@ -250,7 +248,7 @@ def test_a_zombie_with_a_stale_generation_is_fenced_and_makes_nothing_visible(
 
     async def scenario() -> TransactionalPublisher:
         publisher = TransactionalPublisher(
-            kafka_bootstrap,
+            kafka(kafka_bootstrap),
             transactional_id=names["transactional_id"],
             group_metadata=lambda: metadata[0],
             on_fenced=fenced.append,
@@ -292,10 +290,11 @@ VICTIM = """
 import asyncio, sys
 from tidings.shell.runtime.io import Outgoing
 from tidings.shell.runtime.transactions import TransactionalPublisher
+from tests.kafka_clients import kafka
 
 async def main(bootstrap: str, transactional_id: str, topic: str) -> None:
     publisher = TransactionalPublisher(
-        bootstrap, transactional_id=transactional_id, group_metadata=lambda: None,
+        kafka(bootstrap), transactional_id=transactional_id, group_metadata=lambda: None,
         on_fenced=print, transaction_timeout_ms=120_000,
     )
     await publisher.start()
@@ -331,7 +330,7 @@ def test_a_transaction_left_open_by_a_killed_process_is_never_visible_and_its_su
 
     async def successor() -> None:
         publisher = TransactionalPublisher(
-            kafka_bootstrap,
+            kafka(kafka_bootstrap),
             transactional_id=names["transactional_id"],
             group_metadata=lambda: None,
             on_fenced=lambda error: None,
@@ -361,7 +360,7 @@ def test_a_record_the_broker_refuses_aborts_its_transaction_and_the_next_one_goe
 
     async def scenario() -> TransactionalPublisher:
         publisher = TransactionalPublisher(
-            kafka_bootstrap,
+            kafka(kafka_bootstrap),
             transactional_id=names["transactional_id"],
             group_metadata=consumer.consumer_group_metadata,
             on_fenced=lambda error: None,

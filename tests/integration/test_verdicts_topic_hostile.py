@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import time
 
-from confluent_kafka import Producer
 
 from examples.bank.account import Deposit, Open
 from tidings import App
@@ -25,6 +24,7 @@ from tidings.core.records import ReplyEnvelope
 from tidings.testing.topics import read_topic
 from tests.integration.apps import PARTITIONS
 from tests.workers import Workers, test_app, workers  # noqa: F401 - fixtures
+from tests.kafka_clients import kafka
 
 
 def verdict(aggregate_id: str, command_id: str, reason: str) -> bytes:
@@ -40,7 +40,7 @@ def test_garbage_and_misplaced_verdicts_are_skipped_and_a_good_one_is_honoured(
     home = partition_for("alice", partitions=PARTITIONS)
     assert partition_for("bob", partitions=PARTITIONS) != home
     good = verdict("alice", "forged-first", "a verdict the store must find")
-    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer = kafka(kafka_bootstrap).producer()
     hostile = [
         (b"\x00\xff garbage", home),
         (b"", home),

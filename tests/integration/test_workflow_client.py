@@ -18,7 +18,6 @@ from datetime import datetime
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
 
 from tidings import App, Cancelled, Client, Faulted, Finished, WorkflowStatus
 from tidings.core.workflow import Outcome
@@ -27,6 +26,7 @@ from tidings.testing.eventually import assert_eventually, assert_eventually_asyn
 from tidings.testing.topics import read_topic
 from tests.integration.workflow_apps import Calls
 from tests.workflow_workers import ROOT, WorkflowWorkers, calls, workflow_app, workflow_workers  # noqa: F401
+from tests.kafka_clients import kafka
 
 
 def run(coro: Any) -> Any:
@@ -131,7 +131,7 @@ def test_outcomes_without_follow_gives_each_ended_instance_once_though_a_restart
             return keys
 
         assert_eventually(republished, timeout=60, message="every outcome published again")
-        producer = Producer({"bootstrap.servers": kafka_bootstrap})
+        producer = kafka(kafka_bootstrap).producer()
         producer.produce(topics["one-activity"], b"not avro", b"junk")
         producer.produce(topics["one-activity"], None, b"o-1")  # a tombstone: skipped silently
         producer.flush(10)

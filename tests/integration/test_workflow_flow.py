@@ -14,6 +14,7 @@ from tidings.core.workflow import Outcome
 from tidings.shell.runtime.topics import apply_topics
 from tests.integration.flow_apps import build, faults, waits
 from tests.workers import Workers
+from tests.kafka_clients import kafka
 
 
 @pytest.fixture
@@ -25,7 +26,7 @@ def calls_dir(tmp_path: Path) -> Path:
 def flow_app(kafka_bootstrap: str, app_id: str, calls_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[App]:
     monkeypatch.setenv("TIDINGS_BOOTSTRAP", kafka_bootstrap)
     app = build(app_id, calls_dir)
-    apply_topics(kafka_bootstrap, app.topic_specs(), out=lambda line: None)
+    apply_topics(kafka(kafka_bootstrap), app.topic_specs(), out=lambda line: None)
     yield app
     for handle in app.workflows:
         handle.close()

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import NewTopic
 
 from tidings import App, Finished
 from tidings.codec import avro
@@ -22,6 +22,7 @@ from tidings.shell.runtime.topics import apply_topics, deadletter_topic
 from tests.integration.flow_apps import PARTITIONS, faults, waits
 from tests.integration.flow_stage_apps import build, sink_topic, source_topic
 from tests.workers import Workers
+from tests.kafka_clients import kafka
 
 #: The stage's timeout in the dead-letter test: the ``waits`` elements never end in it.
 SHORT_TIMEOUT = 3.0
@@ -34,7 +35,7 @@ def calls_dir(tmp_path: Path) -> Path:
 
 def make_source(bootstrap: str, topic: str) -> None:
     """Create the source topic as its owner would: the app does not declare it."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the futures resolve
+    admin = kafka(bootstrap).admin()  # kept alive until the futures resolve
     futures = admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])
     for future in futures.values():
         future.result(30)
@@ -45,7 +46,7 @@ def stage_app(kafka_bootstrap: str, app_id: str, calls_dir: Path, monkeypatch: p
     monkeypatch.setenv("TIDINGS_BOOTSTRAP", kafka_bootstrap)
     make_source(kafka_bootstrap, source_topic(app_id))
     app = build(app_id, calls_dir)
-    apply_topics(kafka_bootstrap, app.topic_specs(), out=lambda line: None)
+    apply_topics(kafka(kafka_bootstrap), app.topic_specs(), out=lambda line: None)
     yield app
     for handle in app.workflows:
         handle.close()
@@ -58,7 +59,7 @@ def stage_workers(bootstrap: str, app_id: str, tmp_path: Path, calls_dir: Path, 
 
 def produce(bootstrap: str, topic: str, values: list[tuple[bytes, int | None]]) -> None:
     """Write raw values with a plain producer (no tidings code), in order per partition."""
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    producer = kafka(bootstrap).producer(**{"enable.idempotence": True})
     for value, partition in values:
         if partition is None:
             producer.produce(topic, value=value, key=value)
@@ -71,7 +72,7 @@ class Reader:
     """Reads every record of a topic from the start, across calls."""
 
     def __init__(self, bootstrap: str, topic: str) -> None:
-        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{topic}",
+        self.consumer = kafka(bootstrap).consumer(**{"group.id": f"reader-{topic}",
                                   "enable.auto.commit": False})
         self.consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
         self.records: list[tuple[bytes | None, bytes]] = []

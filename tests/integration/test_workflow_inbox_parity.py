@@ -15,7 +15,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Producer
 
 from tidings import App
 from tidings.codec import avro
@@ -25,6 +24,7 @@ from tidings.testing.eventually import assert_eventually
 from tidings.testing.topics import read_topic
 from tidings.testing.workflows import PendingReply, WorkflowTestRuntime
 from tests.workflow_workers import WorkflowWorkers, calls, workflow_app, workflow_workers  # noqa: F401
+from tests.kafka_clients import kafka
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ def hosted_replies(
     bootstrap: str, app: App, steps: list[Step], phase: str, log_tail: Any
 ) -> list[InboxReply]:
     """Produce ``steps`` to the inboxes in order; return the worker's answers, in step order."""
-    producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random", "enable.idempotence": True})
+    producer = kafka(bootstrap).producer(**{"partitioner": "murmur2_random", "enable.idempotence": True})
     for n, step in enumerate(steps):
         topics = app.workflow_handle(step.workflow).topics
         request = WorkflowInbox(

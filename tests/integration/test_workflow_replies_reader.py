@@ -12,17 +12,17 @@ import asyncio
 from collections.abc import Callable
 
 import pytest
-from confluent_kafka import Producer
 
 from tidings.shell.kinds.workflow.replies import RepliesReader
 from tidings.shell.runtime.io import Incoming
 from tidings.shell.runtime.topics import TopicSpec, apply_topics
+from tests.kafka_clients import kafka
 
 pytestmark = pytest.mark.integration
 
 
 def _produce(bootstrap: str, topic: str, partition: int, values: list[bytes]) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap})
+    producer = kafka(bootstrap).producer()
     for value in values:
         producer.produce(topic, value, b"k", partition=partition)
     assert producer.flush(30) == 0
@@ -39,7 +39,7 @@ def test_follows_from_the_end_delivers_what_comes_after_and_stops_when_unfollowe
     kafka_bootstrap: str, app_id: str
 ) -> None:
     topic = f"{app_id}.workflow.w.replies"
-    apply_topics(kafka_bootstrap, [TopicSpec(topic, 2, 1, {})], out=lambda line: None)
+    apply_topics(kafka(kafka_bootstrap), [TopicSpec(topic, 2, 1, {})], out=lambda line: None)
     _produce(kafka_bootstrap, topic, 0, [b"old-0", b"old-1"])
     batches: list[list[Incoming]] = []
 
@@ -47,7 +47,7 @@ def test_follows_from_the_end_delivers_what_comes_after_and_stops_when_unfollowe
         return [(r.partition, r.value) for batch in batches for r in batch]
 
     async def scenario() -> None:
-        reader = RepliesReader(kafka_bootstrap, topic, batches.append)
+        reader = RepliesReader(kafka(kafka_bootstrap), topic, batches.append)
         try:
             await reader.follow([0])
             # Positioned: everything produced from now on is read, nothing from before.

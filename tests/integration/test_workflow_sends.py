@@ -14,6 +14,7 @@ from tidings.shell.runtime.topics import apply_topics
 from ..conftest import _delete_topics
 from ..workers import Workers
 from .send_apps import Withdraw, build
+from tests.kafka_clients import kafka
 
 pytestmark = pytest.mark.integration
 
@@ -23,7 +24,7 @@ def send_apps(kafka_bootstrap: str, app_id: str, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("TIDINGS_BOOTSTRAP", kafka_bootstrap)
     app, bank = build(app_id)
     for each in (app, bank):
-        apply_topics(kafka_bootstrap, each.topic_specs(), out=lambda line: None)
+        apply_topics(kafka(kafka_bootstrap), each.topic_specs(), out=lambda line: None)
     yield app, bank
     for handle in app.workflows:
         handle.close()

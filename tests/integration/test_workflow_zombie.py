@@ -13,7 +13,6 @@ import asyncio
 import time
 from typing import Any
 
-from confluent_kafka import Producer
 
 from tidings import App
 from tidings.codec import avro
@@ -24,6 +23,7 @@ from tidings.testing.eventually import assert_eventually
 from tidings.testing.topics import read_topic
 from tests.workers import only_at_least_once
 from tests.workflow_workers import WorkflowWorkers, calls, workflow_app, workflow_workers  # noqa: F401
+from tests.kafka_clients import kafka
 
 
 @only_at_least_once
@@ -54,7 +54,7 @@ def test_a_record_another_worker_wrote_to_the_journal_is_read_and_replayed(
 
     # The zombie received item 2 and journaled it.
     foreign = SignalReceived(seq, "item", "2", int(time.time() * 1000))
-    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer = kafka(kafka_bootstrap).producer()
     producer.produce(journal, avro.encode(WorkflowJournalEntry(waiting, foreign)),
                      f"{waiting}/{seq}".encode(), partition=partition)
     assert producer.flush(30) == 0

@@ -11,7 +11,6 @@ from datetime import datetime
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
 
 from tidings import App
 from tidings.codec import avro
@@ -23,6 +22,7 @@ from tidings.testing.eventually import assert_eventually
 from tidings.testing.topics import read_topic
 from tests.integration.workflow_apps import Calls
 from tests.workflow_workers import ROOT, WorkflowWorkers, calls, workflow_app, workflow_workers  # noqa: F401
+from tests.kafka_clients import kafka
 
 
 def run(coro: Any) -> Any:
@@ -147,7 +147,7 @@ def test_json_envelopes_start_and_signal_and_malformed_records_are_dead_lettered
 ) -> None:
     workflow_workers.start()
     collector = workflow_app.workflow_handle("collector")
-    producer = Producer({"bootstrap.servers": kafka_bootstrap, "partitioner": "murmur2_random"})
+    producer = kafka(kafka_bootstrap).producer(**{"partitioner": "murmur2_random"})
     json_header = [("content-type", b"application/json")]
 
     def send(value: bytes, headers: list[tuple[str, bytes]] | None = None, key: bytes = b"c-1") -> None:

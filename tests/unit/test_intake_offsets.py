@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 from tidings.shell.runtime.intake import Intake
+from tidings.shell.runtime.connection import KafkaConnection
 
 
 async def _nothing(batch: Any) -> Any:
@@ -16,7 +17,7 @@ async def _nothing(batch: Any) -> Any:
 
 
 def _intake() -> tuple[Intake, Any, Any, Any]:
-    intake = Intake("127.0.0.1:1", "g", on_assigned=lambda p: None, on_revoked=lambda p: None)
+    intake = Intake(KafkaConnection("127.0.0.1:1"), "g", on_assigned=lambda p: None, on_revoked=lambda p: None)
     one = intake.add(["events"], _nothing, "projection one")
     two = intake.add(["events"], _nothing, "projection two")
     other = intake.add(["commands"], _nothing, "aggregate")

@@ -502,3 +502,127 @@ def test_aiokafka_gets_the_same_security_settings() -> None:
     }
     with pytest.raises(DefinitionError, match="PLAIN and SCRAM only"):
         resolve(bootstrap=NOWHERE, kafka={"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER"}).aiokafka("consumer")
+
+
+# -- the App and the CLI ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def clean_environ(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """No TIDINGS_BOOTSTRAP or TIDINGS_KAFKA_* of the machine running the tests."""
+    import os
+
+    for name in list(os.environ):
+        if name == "TIDINGS_BOOTSTRAP" or name.startswith("TIDINGS_KAFKA_"):
+            monkeypatch.delenv(name)
+    return monkeypatch
+
+
+def test_app_kafka_is_checked_when_the_app_is_declared() -> None:
+    from tidings import App
+
+    with pytest.raises(DefinitionError, match="App 'a' is invalid:\n  - ssl.truststore.location"):
+        App("a", kafka={"ssl.truststore.location": "/tmp/kafka.client.truststore.jks"})
+
+
+def test_the_app_connection_keeps_its_properties_for_another_bootstrap(clean_environ: pytest.MonkeyPatch) -> None:
+    from tidings import App
+
+    app = App("a", bootstrap="app:1", kafka={"client.rack": "r1", "sasl.password": SECRET})
+    clean_environ.setenv("TIDINGS_KAFKA_CLIENT_ID", "from-env")
+    assert app.connection.bootstrap == "app:1" and app.bootstrap() == "app:1"
+    assert app.connection.properties == {"client.rack": "r1", "sasl.password": SECRET, "client.id": "from-env"}
+    other = app.connection_for("other:1")
+    assert other.bootstrap == "other:1" and other.properties == app.connection.properties
+    assert app.connection_for(other) is other
+
+
+def test_an_app_without_bootstrap_says_how_to_give_it(clean_environ: pytest.MonkeyPatch) -> None:
+    from tidings import App
+
+    with pytest.raises(BrokerError, match="no Kafka bootstrap servers"):
+        App("a").bootstrap()
+
+
+def test_app_client_is_one_client_per_connection(clean_environ: pytest.MonkeyPatch) -> None:
+    from tidings import App
+
+    app = App("a", bootstrap=NOWHERE, kafka={"client.rack": "r1"})
+    client = app.client()
+    assert app.client(NOWHERE) is client and app.client(app.connection) is client
+    assert client.connection == app.connection and client.bootstrap == NOWHERE
+    assert app.client("127.0.0.1:10") is not client
+
+
+def test_a_client_given_an_address_keeps_the_apps_properties(clean_environ: pytest.MonkeyPatch) -> None:
+    from tidings import App, Client
+
+    app = App("a", kafka={"client.rack": "r1"})
+    assert Client(NOWHERE, app=app).connection.properties == {"client.rack": "r1"}
+
+
+def kafka_commands() -> dict[str, list[str]]:
+    """Every (sub)command of ``tidings`` and its long options."""
+    import argparse
+
+    from tidings.cli.main import build_parser
+
+    found: dict[str, list[str]] = {}
+
+    def walk(parser: argparse.ArgumentParser, name: str) -> None:
+        subparsers = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subparsers:
+            found[name] = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
+        for action in subparsers:
+            for sub_name, sub in action.choices.items():
+                walk(sub, f"{name} {sub_name}".strip())
+
+    walk(build_parser(), "")
+    return found
+
+
+def test_every_command_that_talks_to_kafka_takes_bootstrap_and_kafka_config() -> None:
+    commands = kafka_commands()
+    without = sorted(name for name, options in commands.items() if "--kafka-config" not in options)
+    # These talk to no Kafka but their own local broker (or none at all).
+    assert without == ["broker start", "broker status", "broker stop", "demo", "topics show"]
+    assert all("--bootstrap" in options for name, options in commands.items() if name not in without)
+
+
+def test_the_cli_reads_kafka_config_and_the_flag_wins_over_the_environment(
+    tmp_path: Path, clean_environ: pytest.MonkeyPatch,
+) -> None:
+    from tidings import App
+    from tidings.cli import kafka as cli_kafka
+    from tidings.cli.main import build_parser
+
+    flagged = write(tmp_path, "bootstrap.servers=file:1\nclient.rack=flag\n", "flag.properties")
+    from_env = write(tmp_path, "client.rack=env\n", "env.properties")
+    clean_environ.setenv("TIDINGS_KAFKA_CONFIG", str(from_env))
+    app = App("a", kafka={"client.id": "app"})
+    args = build_parser().parse_args(["send", "m:app", "tally", "t-1", "Add", "--kafka-config", str(flagged)])
+    connection = cli_kafka.connection(args, app)
+    assert connection.bootstrap == "file:1"
+    assert connection.properties == {"client.rack": "flag", "client.id": "app"}
+    args = build_parser().parse_args(["offsets", "show", "m:app", "--bootstrap", "flag:2"])
+    assert cli_kafka.connection(args, app).redacted() == {
+        "bootstrap.servers": "flag:2", "client.rack": "env", "client.id": "app"}
+
+
+def test_no_help_shows_a_secret(clean_environ: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import argparse
+
+    from tidings.cli.main import build_parser
+
+    clean_environ.setenv("TIDINGS_KAFKA_SASL_PASSWORD", SECRET)
+    clean_environ.setenv("TIDINGS_KAFKA_CONFIG", str(write(tmp_path, f"sasl.password={SECRET}\n")))
+    parser = build_parser()
+    texts = [parser.format_help()]
+    stack = [parser]
+    while stack:
+        for action in stack.pop()._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    texts.append(sub.format_help())
+                    stack.append(sub)
+    assert "--kafka-config" in "".join(texts) and SECRET not in "".join(texts)

@@ -22,6 +22,7 @@ from tidings.shell.runtime.hosting import Runtime
 from tidings.shell.runtime.io import Delivered, Incoming, Outgoing
 from tidings.shell.runtime.metrics import Metrics
 from tidings.shell.runtime.owner import PartitionOwner
+from tidings.shell.runtime.connection import KafkaConnection
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -141,7 +142,7 @@ def test_counting_publisher_counts_records_out_per_topic_and_hands_them_on() -> 
 def test_a_scoped_runtime_counts_its_dead_letters_under_its_definition_and_the_error_class(
     tmp_path: Path,
 ) -> None:
-    runtime = Runtime(bootstrap="", data_dir=tmp_path, partitions=1, publisher=Recording(),
+    runtime = Runtime(connection=KafkaConnection(""), data_dir=tmp_path, partitions=1, publisher=Recording(),
                       deadletter_topic="app.deadletter")
     aggregate, workflow = runtime.scoped("aggregate", "account"), runtime.scoped("workflow", "enrich")
     aggregate.dead_letter(record("cmds"), DecodeError("not avro"))
@@ -157,7 +158,7 @@ def test_a_scoped_runtime_counts_its_dead_letters_under_its_definition_and_the_e
 
 
 def test_scoped_runtimes_share_what_closes_with_the_worker(tmp_path: Path) -> None:
-    runtime = Runtime(bootstrap="", data_dir=tmp_path, partitions=1, publisher=Recording(),
+    runtime = Runtime(connection=KafkaConnection(""), data_dir=tmp_path, partitions=1, publisher=Recording(),
                       deadletter_topic="app.deadletter")
     closed: list[str] = []
     runtime.scoped("aggregate", "account").on_close(lambda: closed.append("store"))

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient
 
 from tidings.broker._config import (
     BrokerLayout,
@@ -24,6 +23,7 @@ from tidings.broker._provisioning import Progress, provision_kafka
 from tidings.broker._state import BrokerState, read_state, remove_state, write_state
 from tidings.broker._tools import require_tool
 from tidings.errors import BrokerError
+from tidings.shell.runtime.connection import KafkaConnection
 
 # The flags kafka-server-start.sh passes, minus the ones only a production box needs.
 _JVM_FLAGS = (
@@ -261,7 +261,9 @@ class LocalBroker:
         while not _accepts(port):
             self._check(proc, deadline)
             time.sleep(0.1)
-        admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+        # The local broker speaks PLAINTEXT and nothing else: the probe takes none of the
+        # environment's Kafka properties (TIDINGS_KAFKA_*, which may be another cluster's).
+        admin = KafkaConnection(bootstrap).admin(log_level=0)
         while True:
             self._check(proc, deadline)
             remaining = max(0.5, min(2.0, deadline - time.monotonic()))

@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from .kafka import connection
 from .start import add_workflow_parser, call, fail, workflow_handle
 
 _DESCRIPTION = """\
@@ -30,7 +31,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     handle = workflow_handle(args)
     try:
-        call(handle, lambda: handle.cancel(args.instance_id, timeout=args.timeout, bootstrap=args.bootstrap))
+        call(handle, lambda: handle.cancel(args.instance_id, timeout=args.timeout, bootstrap=connection(args, handle.app)))
     except TimeoutError as exc:
         return fail(str(exc), 2)
     print(json.dumps({"cancel_requested": args.instance_id}))

@@ -25,10 +25,11 @@ from ..codec import avro
 from ..core.records import DeadLetter
 from ..shell.runtime.admin import KafkaAdmin
 from ..shell.client.follower import TopicFollower
+from ..shell.runtime.connection import KafkaConnection
 from ..shell.runtime.io import Incoming
 from ..shell.runtime.topics import deadletter_topic
 from .interrupts import interruptible
-from .kafka import EXIT_STATUS_EPILOG, reach_kafka
+from .kafka import EXIT_STATUS_EPILOG, add_kafka_arguments, connection, reach_kafka
 from .loading import load_app
 
 _DESCRIPTION = """\
@@ -80,23 +81,23 @@ def register(subparsers: Any) -> None:
         help="only letters written since WHEN: a duration back from now (90s, 30m, 2h, 7d) "
         "or an ISO 8601 time (2026-11-30T08:00:00Z; UTC when it names no zone)",
     )
-    parser.add_argument("--bootstrap", help="Kafka bootstrap servers (default: the App's, else $TIDINGS_BOOTSTRAP)")
+    add_kafka_arguments(parser)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     app = load_app(args.app)
-    bootstrap = args.bootstrap or app.bootstrap()
-    reach_kafka(bootstrap, None)
+    kafka = connection(args, app)
+    reach_kafka(kafka, None)
     topic = deadletter_topic(app.name)
     # Says "run tidings topics apply" for a missing topic, and gives up on an unreachable
     # broker in seconds, before the follower's consumer starts retrying.
-    KafkaAdmin(bootstrap).partitions(topic)
+    KafkaAdmin(kafka).partitions(topic)
     if args.follow:
         interruptible()
     try:
         asyncio.run(
-            print_dead_letters(bootstrap, topic, follow=args.follow, limit=args.limit, since_ms=args.since, out=_print)
+            print_dead_letters(kafka, topic, follow=args.follow, limit=args.limit, since_ms=args.since, out=_print)
         )
     except KeyboardInterrupt:
         # Ctrl-C is how --follow is meant to end: not a failure, and no traceback.
@@ -113,7 +114,7 @@ def _print(line: str) -> None:
 
 
 async def print_dead_letters(
-    bootstrap: str,
+    connection: KafkaConnection,
     topic: str,
     *,
     follow: bool,
@@ -124,7 +125,7 @@ async def print_dead_letters(
     """Hand one JSON line per record of ``topic`` to ``out``; return how many.
 
     Args:
-        bootstrap: Kafka bootstrap servers.
+        connection: The Kafka cluster and its client properties.
         topic: The dead-letter topic.
         follow: Wait for new records after the end the topic had at start.
         limit: Stop after this many lines.
@@ -134,7 +135,7 @@ async def print_dead_letters(
     Raises:
         BrokerError: The topic does not exist, or reading it failed.
     """
-    follower = TopicFollower(bootstrap, topic, follow=follow)
+    follower = TopicFollower(connection, topic, follow=follow)
     printed = 0
     try:
         await follower.start()

@@ -31,6 +31,7 @@ from ..core.workflow import Finished, StepError
 from ..core.workflow.journal import JournalRecord, Started, StepKind, StepStarted, record_type_name
 from ..core.workflow_records import WorkflowJournalEntry
 from ..shell.client.client import Client
+from ..shell.runtime.connection import KafkaConnection
 from ..shell.runtime.topics import TopicSpec, apply_topics
 from ..shell.kinds.projection.views import ViewStore
 from ..testing.processes import WorkerProcess
@@ -138,7 +139,7 @@ class _Started:
 
 
 def _applied(bootstrap: str, specs: list[TopicSpec]) -> str:
-    report = apply_topics(bootstrap, specs, out=lambda line: None)
+    report = apply_topics(KafkaConnection.of(bootstrap), specs, out=lambda line: None)
     return f"{len({spec.name for spec in specs})} topics ({len(report.created)} created)"
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..core.workflow.journal import record_to_json
 from ..shell.kinds.workflow.journal import read_journal
+from .kafka import connection
 from .start import add_workflow_parser, workflow_handle
 
 _DESCRIPTION = """\
@@ -45,9 +46,8 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     handle = workflow_handle(args)
-    bootstrap = args.bootstrap or handle.app.bootstrap()
     records = read_journal(
-        bootstrap, handle.topics.journal, handle.app.partitions, args.instance_id, timeout=args.timeout
+        connection(args, handle.app), handle.topics.journal, handle.app.partitions, args.instance_id, timeout=args.timeout
     )
     for record in records:
         print(json.dumps(record_to_json(record)), flush=True)

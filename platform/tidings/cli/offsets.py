@@ -18,7 +18,7 @@ from typing import Any
 
 from ..shell.runtime.admin import GroupDescription, KafkaAdmin, Position
 from ..errors import BrokerError
-from .kafka import EXIT_STATUS_EPILOG, reach_kafka
+from .kafka import EXIT_STATUS_EPILOG, add_kafka_arguments, connection, reach_kafka
 from .loading import load_app
 
 _DESCRIPTION = """\
@@ -92,7 +92,7 @@ def register(subparsers: Any) -> None:
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("app", metavar="MODULE:APP", help="where the App is, e.g. examples.bank.app:app")
     parser.add_argument("--group", help="the consumer group (default: the App's name, the group of its workers)")
-    parser.add_argument("--bootstrap", help="Kafka bootstrap servers (default: the App's, else $TIDINGS_BOOTSTRAP)")
+    add_kafka_arguments(parser)
 
 
 def _target(text: str) -> str | int:
@@ -133,8 +133,9 @@ class PartitionOffsets:
 def run_show(args: argparse.Namespace) -> int:
     """Print the group's members and offsets."""
     app = load_app(args.app)
-    reach_kafka(args.bootstrap or app.bootstrap(), None)
-    admin = KafkaAdmin(args.bootstrap or app.bootstrap())
+    kafka = connection(args, app)
+    reach_kafka(kafka, None)
+    admin = KafkaAdmin(kafka)
     group = args.group or app.name
     description = admin.describe_group(group)
     committed = admin.committed(group)
@@ -316,8 +317,9 @@ def plan_moves(
 def run_move(args: argparse.Namespace) -> int:
     """Commit new offsets for the group, once it has no members and the change is confirmed."""
     app = load_app(args.app)
-    reach_kafka(args.bootstrap or app.bootstrap(), None)
-    admin = KafkaAdmin(args.bootstrap or app.bootstrap())
+    kafka = connection(args, app)
+    reach_kafka(kafka, None)
+    admin = KafkaAdmin(kafka)
     group = args.group or app.name
     description = admin.describe_group(group)
     if not description.idle:

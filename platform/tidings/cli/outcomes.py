@@ -13,8 +13,10 @@ from contextlib import aclosing
 from typing import Any
 
 from ..shell.client.client import Client
+from ..shell.runtime.connection import KafkaConnection
 from ..shell.kinds.workflow.handle import WorkflowHandle
 from .interrupts import interruptible
+from .kafka import connection
 from .result import outcome_json
 from .start import add_workflow_parser, workflow_handle
 
@@ -49,14 +51,14 @@ def run(args: argparse.Namespace) -> int:
     if args.follow:
         interruptible()
     try:
-        asyncio.run(print_outcomes(handle, args.bootstrap or handle.app.bootstrap(), follow=args.follow))
+        asyncio.run(print_outcomes(handle, connection(args, handle.app), follow=args.follow))
     except KeyboardInterrupt:
         # Ctrl-C is how --follow is meant to end: not a failure, and no traceback.
         pass
     return 0
 
 
-async def print_outcomes(handle: WorkflowHandle, bootstrap: str, *, follow: bool) -> None:
+async def print_outcomes(handle: WorkflowHandle, bootstrap: str | KafkaConnection, *, follow: bool) -> None:
     """Print one JSON line per instance of ``handle``'s workflow (flushed: others read it live)."""
     client = Client(bootstrap, app=handle.app)
     try:

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from ..core.workflow import Faulted, Finished, Outcome, WorkflowDefinition
+from .kafka import connection
 from .start import add_workflow_parser, call, fail, workflow_handle
 
 _DESCRIPTION = """\
@@ -31,7 +32,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     handle = workflow_handle(args)
     try:
-        outcome = call(handle, lambda: handle.result(args.instance_id, args.timeout, bootstrap=args.bootstrap))
+        outcome = call(handle, lambda: handle.result(args.instance_id, args.timeout, bootstrap=connection(args, handle.app)))
     except TimeoutError as exc:
         return fail(str(exc), 2)
     print(json.dumps(outcome_json(outcome, handle.definition)))

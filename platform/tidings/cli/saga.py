@@ -13,7 +13,7 @@ from typing import Any
 
 from ..core.saga_records import SagaJournalEntry
 from ..shell.kinds.saga.handle import SagaHandle, saga_named
-from .kafka import EXIT_STATUS_EPILOG, reach_kafka
+from .kafka import EXIT_STATUS_EPILOG, add_kafka_arguments, connection, reach_kafka
 from .loading import load_app
 
 _DESCRIPTION = """\
@@ -53,7 +53,7 @@ def register(subparsers: Any) -> None:
         sub.add_argument("app", metavar="MODULE:APP", help="where the App is")
         sub.add_argument("saga", metavar="NAME", help="the saga's name, e.g. transfer")
         sub.add_argument("saga_id", metavar="ID", help="the saga id (the correlation id that started it)")
-        sub.add_argument("--bootstrap", help="Kafka bootstrap servers (default $TIDINGS_BOOTSTRAP)")
+        add_kafka_arguments(sub)
         sub.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for Kafka (default 30)")
         sub.set_defaults(run=run_status if action == "status" else run_journal)
 
@@ -64,13 +64,13 @@ def _handle(args: argparse.Namespace) -> SagaHandle:
         handle = saga_named(app, args.saga)
     except LookupError as exc:
         raise SystemExit(f"tidings: {exc.args[0]}") from None
-    reach_kafka(args.bootstrap or app.bootstrap(), args.timeout)
+    reach_kafka(connection(args, app), args.timeout)
     return handle
 
 
 def run_status(args: argparse.Namespace) -> int:
     handle = _handle(args)
-    status = asyncio.run(handle.status(args.saga_id, bootstrap=args.bootstrap, timeout=args.timeout))
+    status = asyncio.run(handle.status(args.saga_id, bootstrap=connection(args, handle.app), timeout=args.timeout))
     out: dict[str, Any] = {"saga": handle.name, "id": args.saga_id, "started": status is not None}
     if status is not None:
         out.update(
@@ -84,7 +84,7 @@ def run_status(args: argparse.Namespace) -> int:
 
 def run_journal(args: argparse.Namespace) -> int:
     handle = _handle(args)
-    for record in asyncio.run(handle.journal(args.saga_id, bootstrap=args.bootstrap, timeout=args.timeout)):
+    for record in asyncio.run(handle.journal(args.saga_id, bootstrap=connection(args, handle.app), timeout=args.timeout)):
         print(json.dumps(record_json(record)), flush=True)
     return 0
 

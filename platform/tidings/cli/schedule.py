@@ -44,9 +44,10 @@ from ..core.schedule.aggregate import ScheduleState
 from ..shell.kinds.aggregate.handle import AggregateHandle
 from ..shell.client.client import Client
 from ..shell.client.follower import TopicFollower
+from ..shell.runtime.connection import KafkaConnection
 from ..shell.runtime.io import Incoming
 from ..shell.kinds.schedule.handle import ScheduleHandle
-from .kafka import EXIT_STATUS_EPILOG, reach_kafka
+from .kafka import EXIT_STATUS_EPILOG, add_kafka_arguments, connection, reach_kafka
 from .loading import load_app
 
 log = logging.getLogger(__name__)
@@ -377,7 +378,7 @@ def fold_journal(
 
 
 async def read_schedules(
-    aggregate: AggregateHandle[Any, Any, ScheduleState], bootstrap: str,
+    aggregate: AggregateHandle[Any, Any, ScheduleState], connection: KafkaConnection,
     progress: Callable[[str], None] = lambda line: None, every_s: float = 2.0,
 ) -> dict[str, ScheduleState]:
     """Every schedule of the app as its journal stands now, read from the beginning to the end.
@@ -389,7 +390,7 @@ async def read_schedules(
         BrokerError: the journal topic is missing, or Kafka did not answer.
     """
     instances: dict[str, AggregateInstance[ScheduleState]] = {}
-    follower = TopicFollower(bootstrap, aggregate.topics.events, follow=False, chunk=2000)
+    follower = TopicFollower(connection, aggregate.topics.events, follow=False, chunk=2000)
     read = skipped = 0
     started = last = time.monotonic()
     try:
@@ -525,7 +526,7 @@ def register(subparsers: Any) -> None:
             sub.add_argument("--json", action="store_true", help="print JSON instead of text")
         if action == "list":
             sub.add_argument("--all", action="store_true", help="list deleted schedules too")
-        sub.add_argument("--bootstrap", help="Kafka bootstrap servers (default $TIDINGS_BOOTSTRAP)")
+        add_kafka_arguments(sub)
         if action != "list":
             sub.add_argument("--timeout", type=float,
                              help="seconds to wait for the worker's answer (default the app's command_timeout)")
@@ -550,11 +551,11 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise SystemExit(f"tidings: --input is not JSON: {exc} (a string is quoted: --input '\"Drink water\"')") from None
     app = load_app(args.app)
-    bootstrap = args.bootstrap or app.bootstrap()
-    reach_kafka(bootstrap, getattr(args, "timeout", None))
+    kafka = connection(args, app)
+    reach_kafka(kafka, getattr(args, "timeout", None))
     if args.action == "list":
-        return _list(app, bootstrap, args)
-    client = Client(bootstrap, app=app)
+        return _list(app, kafka, args)
+    client = Client(kafka, app=app)
     try:
         handle = schedule_handle(app, client, args.timeout)
         return asyncio.run(_act(handle, args, rule, value))
@@ -614,9 +615,9 @@ def _refusal(action: str, schedule_id: str, status: str) -> str:
     return f"{action} of schedule {schedule_id!r} stored nothing (it is {status})"
 
 
-def _list(app: Any, bootstrap: str, args: argparse.Namespace) -> int:
+def _list(app: Any, connection: KafkaConnection, args: argparse.Namespace) -> int:
     aggregate = schedule_aggregate(app)
-    states = asyncio.run(read_schedules(aggregate, bootstrap, progress=lambda line: print(
+    states = asyncio.run(read_schedules(aggregate, connection, progress=lambda line: print(
         f"tidings: {line}", file=sys.stderr, flush=True)))
     if args.json:
         for schedule_id in sorted(states):

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..codec.payloads import load_payload
 from ..errors import SchemaError
-from .kafka import EXIT_STATUS_EPILOG, reach_kafka
+from .kafka import EXIT_STATUS_EPILOG, add_kafka_arguments, connection, reach_kafka
 from .loading import load_app
 
 _DESCRIPTION = """\
@@ -37,7 +37,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("aggregate_id", metavar="ID", help="the instance id, e.g. alice")
     parser.add_argument("type", metavar="TYPE", help="the command type name, e.g. Deposit")
     parser.add_argument("payload", metavar="JSON", nargs="?", default="{}", help="the fields")
-    parser.add_argument("--bootstrap", help="Kafka bootstrap servers (default $TIDINGS_BOOTSTRAP)")
+    add_kafka_arguments(parser)
     parser.add_argument("--timeout", type=float, help="seconds to wait for the reply")
     parser.add_argument("--expected-version", type=int, help="refuse unless at this version")
     parser.add_argument("--command-id", help="idempotency key (default: a new id)")
@@ -46,8 +46,9 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     app = load_app(args.app)
-    reach_kafka(args.bootstrap or app.bootstrap(), args.timeout)
-    client = app.client(args.bootstrap)
+    kafka = connection(args, app)
+    reach_kafka(kafka, args.timeout)
+    client = app.client(kafka)
     handle = client.handle_for(args.aggregate)
     try:
         command = load_payload(

@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from .kafka import connection
 from .start import add_workflow_parser, call, fail, parse_json, workflow_handle
 
 _DESCRIPTION = """\
@@ -33,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     payload = parse_json(args.payload, "the payload")
     try:
         call(handle, lambda: handle.signal(args.instance_id, args.name, payload,
-                                           timeout=args.timeout, bootstrap=args.bootstrap))
+                                           timeout=args.timeout, bootstrap=connection(args, handle.app)))
     except TimeoutError as exc:
         return fail(str(exc), 2)
     print(json.dumps({"signalled": args.instance_id, "signal": args.name}))

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..shell.kinds.workflow.handle import workflow_named
-from .kafka import EXIT_STATUS_EPILOG, reach_kafka
+from .kafka import EXIT_STATUS_EPILOG, add_kafka_arguments, connection, reach_kafka
 from .loading import load_app
 
 _DESCRIPTION = """\
@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         # A produce nobody bounds waits out librdkafka's message.timeout.ms (300 s).
         call(handle, lambda: asyncio.wait_for(
-            handle.start(args.instance_id, value, bootstrap=args.bootstrap), wait))
+            handle.start(args.instance_id, value, bootstrap=connection(args, handle.app)), wait))
     except TimeoutError:
         return fail(f"the start of {args.instance_id} was not stored within {wait:g} s "
                     "(it may still be stored later)", 2)
@@ -67,7 +67,7 @@ def add_workflow_parser(
     parser.add_argument("workflow", metavar="WORKFLOW", help="the workflow's name, e.g. enrich")
     if instance:
         parser.add_argument("instance_id", metavar="ID", help="the instance id, e.g. order-17")
-    parser.add_argument("--bootstrap", help="Kafka bootstrap servers (default $TIDINGS_BOOTSTRAP)")
+    add_kafka_arguments(parser)
     parser.epilog = EXIT_STATUS_EPILOG
     return parser
 
@@ -84,7 +84,7 @@ def workflow_handle(args: argparse.Namespace) -> Any:
         handle = workflow_named(app, args.workflow)
     except LookupError as exc:
         raise SystemExit(f"tidings: {exc.args[0]}") from None
-    reach_kafka(args.bootstrap or app.bootstrap(), getattr(args, "timeout", None))
+    reach_kafka(connection(args, app), getattr(args, "timeout", None))
     return handle
 
 

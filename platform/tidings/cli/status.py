@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from .kafka import connection
 from .start import add_workflow_parser, call, fail, workflow_handle
 
 _DESCRIPTION = """\
@@ -28,7 +29,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     handle = workflow_handle(args)
     try:
-        status = call(handle, lambda: handle.status(args.instance_id, args.timeout, bootstrap=args.bootstrap))
+        status = call(handle, lambda: handle.status(args.instance_id, args.timeout, bootstrap=connection(args, handle.app)))
     except TimeoutError as exc:
         return fail(str(exc), 2)
     print(json.dumps({"status": None if status is None else status.value}))

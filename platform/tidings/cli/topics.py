@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any
 
 from tidings.shell.runtime.topics import DEFAULT_TIMEOUT_S, TopicSpec, apply_topics
 
-from .kafka import EXIT_STATUS_EPILOG, reach_kafka
+from .kafka import EXIT_STATUS_EPILOG, add_kafka_arguments, connection, reach_kafka
 from .loading import load_app
 
 _DESCRIPTION = """\
@@ -43,10 +42,7 @@ def register(subparsers: Any) -> None:
         epilog=EXIT_STATUS_EPILOG,
     )
     apply.add_argument("app", metavar="MODULE:APP", help="where the App is, e.g. examples.bank.app:app")
-    apply.add_argument(
-        "--bootstrap",
-        help="Kafka bootstrap servers (default: the App's bootstrap, else $TIDINGS_BOOTSTRAP)",
-    )
+    add_kafka_arguments(apply)
     apply.add_argument("--timeout", type=float,
                        help=f"seconds each request to Kafka may take (default {DEFAULT_TIMEOUT_S:g}; "
                        "10 at most for the first answer)")
@@ -63,26 +59,13 @@ def _specs(app: Any) -> list[TopicSpec]:
     return list(topic_specs())
 
 
-def _bootstrap(args: argparse.Namespace, app: Any) -> str:
-    if args.bootstrap:
-        return str(args.bootstrap)
-    # The App knows its own address (App(bootstrap=...) or TIDINGS_BOOTSTRAP) when it can.
-    app_bootstrap = getattr(app, "bootstrap", None)
-    if callable(app_bootstrap):
-        return str(app_bootstrap())
-    configured = os.environ.get("TIDINGS_BOOTSTRAP")
-    if not configured:
-        raise SystemExit("tidings: no Kafka bootstrap servers: pass --bootstrap or set TIDINGS_BOOTSTRAP")
-    return configured
-
-
 def run_apply(args: argparse.Namespace) -> int:
     """Apply the App's topic specs; 0 when all match, 2 when a setting differs."""
     app = load_app(args.app)
     specs = _specs(app)
-    bootstrap = _bootstrap(args, app)
-    reach_kafka(bootstrap, args.timeout)
-    report = apply_topics(bootstrap, specs, timeout=args.timeout or DEFAULT_TIMEOUT_S)
+    kafka = connection(args, app)
+    reach_kafka(kafka, args.timeout)
+    report = apply_topics(kafka, specs, timeout=args.timeout or DEFAULT_TIMEOUT_S)
     print(f"{len(specs)} topics: {len(report.created)} created, {len(report.differences)} differing settings")
     return 0 if report.in_sync else DIFFERENCES_EXIT_CODE
 

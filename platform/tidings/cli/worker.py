@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from .kafka import add_kafka_arguments, connection
 from .loading import load_app
 
 _DESCRIPTION = """\
@@ -33,7 +34,7 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("app", metavar="MODULE:APP", help="where the App is, e.g. examples.bank.app:app")
-    parser.add_argument("--bootstrap", help="Kafka bootstrap servers (default $TIDINGS_BOOTSTRAP)")
+    add_kafka_arguments(parser)
     parser.add_argument(
         "--data-dir", type=Path, help="RocksDB state directory (default $TIDINGS_DATA_DIR/APP)"
     )
@@ -74,7 +75,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     app = load_app(args.app)
     worker = app.worker(
-        bootstrap=args.bootstrap, data_dir=args.data_dir, instance_id=args.instance_id,
+        bootstrap=connection(args, app), data_dir=args.data_dir, instance_id=args.instance_id,
         metrics_port=args.metrics_port, stall_timeout_s=args.stall_timeout,
         processing_guarantee=args.processing_guarantee,
     )

@@ -19,10 +19,11 @@ from ..codec.payloads import type_registry
 from ..core.aggregate import DEFAULT_COMMAND_RETENTION, AggregateDefinition, Decision
 from ..core.workflow.retry import Retry
 from ..core.saga_starts import SagaStarter
-from ..errors import BrokerError, DefinitionError
+from ..errors import DefinitionError
 from .kinds.aggregate.agent import AggregateTopics
 from .kinds.projection.agent import Handler, ProjectionSource
 from .kinds.aggregate.handle import AggregateHandle
+from .runtime.connection import KafkaConnection
 from .runtime.deadletters import DEAD_LETTER_VALUE_BYTES, MAX_DEAD_LETTER_VALUE_BYTES
 from .runtime.hosting import Hosted
 from .kinds.projection.handle import ProjectionHandle
@@ -59,6 +60,11 @@ class App:
     Args:
         name: The app name; topics are ``{name}.{kind}.{definition}.{role}``.
         bootstrap: Kafka bootstrap servers; default ``TIDINGS_BOOTSTRAP``.
+        kafka: librdkafka properties every Kafka client of the app uses (security,
+            ``client.rack``, ...), e.g. ``{"security.protocol": "SASL_SSL", "sasl.mechanism":
+            "PLAIN", "sasl.username": ..., "sasl.password": ...}``; ``consumer.``,
+            ``producer.`` and ``admin.`` prefixes give one kind of client only. They win
+            over ``TIDINGS_KAFKA_*`` and a ``TIDINGS_KAFKA_CONFIG`` file (docs/kafka.md).
         partitions: Partitions of every topic the app declares.
         data_dir: Where workers keep RocksDB state; default ``TIDINGS_DATA_DIR`` or
             ``./.tidings/data``.
@@ -81,6 +87,7 @@ class App:
         name: str,
         *,
         bootstrap: str | None = None,
+        kafka: Mapping[str, object] | None = None,
         partitions: int = DEFAULT_PARTITIONS,
         data_dir: str | os.PathLike[str] | None = None,
         command_timeout: float = 30.0,
@@ -101,6 +108,11 @@ class App:
         if processing_guarantee not in GUARANTEES:
             reasons.append(f"processing_guarantee must be one of {', '.join(map(repr, GUARANTEES))}, "
                            f"not {processing_guarantee!r}")
+        if kafka is not None:
+            try:  # the mapping alone, no environment and no file: declaring reads nothing
+                KafkaConnection.resolve(bootstrap="-", kafka=kafka, environ={})
+            except DefinitionError as exc:
+                reasons.extend(exc.reasons)
         if reasons:
             raise DefinitionError(f"App {name!r}", reasons)
         self.name = name
@@ -110,11 +122,12 @@ class App:
         self.partitions = partitions
         self.command_timeout = command_timeout
         self._bootstrap = bootstrap
+        self._kafka = dict(kafka or {})
         self._data_dir = data_dir
         # Every definition the worker runs, in declaration order, by (kind, name).
         self._hosted: dict[tuple[str, str], Hosted] = {}
         self._schedules: ScheduleHandle | None = None
-        self._clients: dict[str, Client] = {}
+        self._clients: dict[KafkaConnection, Client] = {}
         # aggregate name -> starters registered beside the declared sagas (``sagas_of``).
         self.saga_starters: dict[str, list[SagaStarter]] = {}
 
@@ -459,13 +472,38 @@ class App:
 
     def bootstrap(self) -> str:
         """Return the bootstrap servers, or raise ``BrokerError`` saying how to set them."""
-        bootstrap = self._bootstrap or os.environ.get("TIDINGS_BOOTSTRAP")
-        if not bootstrap:
-            raise BrokerError(
-                "no Kafka bootstrap servers: pass App(bootstrap=...) or set TIDINGS_BOOTSTRAP "
-                "(`tidings broker start` runs a local broker and prints the address)"
-            )
-        return bootstrap
+        return self.connection.bootstrap
+
+    @property
+    def connection(self) -> KafkaConnection:
+        """The Kafka connection this app's clients and workers use (``connection_for()``).
+
+        Resolved on each use from ``App(bootstrap=..., kafka=...)``, the environment and the
+        ``TIDINGS_KAFKA_CONFIG`` file (docs/kafka.md).
+
+        Raises:
+            BrokerError: nothing gives the bootstrap servers.
+            DefinitionError: the environment or the file is not a usable configuration.
+        """
+        return self.connection_for()
+
+    def connection_for(
+        self, bootstrap: str | KafkaConnection | None = None, *,
+        config_file: str | os.PathLike[str] | None = None,
+    ) -> KafkaConnection:
+        """The Kafka connection for ``bootstrap``: a connection is used as it is; a
+        bootstrap string (a CLI's ``--bootstrap``) replaces the app's bootstrap servers and
+        keeps its other properties; ``config_file`` (``--kafka-config``) replaces
+        ``TIDINGS_KAFKA_CONFIG``.
+
+        Raises:
+            BrokerError: nothing gives the bootstrap servers.
+            DefinitionError: a source is not a usable configuration.
+        """
+        if isinstance(bootstrap, KafkaConnection):
+            return bootstrap
+        return KafkaConnection.resolve(bootstrap=bootstrap or self._bootstrap, kafka=self._kafka,
+                                       config_file=config_file)
 
     def data_dir(self) -> Path:
         """Return the directory for this app's RocksDB state."""
@@ -483,27 +521,30 @@ class App:
         # Hosted definitions list the shared topics (the dead-letter topic) again: once each.
         return list({spec.name: spec for spec in specs}.values())
 
-    def apply_topics(self, bootstrap: str | None = None, *, out: Callable[[str], Any] = print) -> ApplyReport:
+    def apply_topics(
+        self, bootstrap: str | KafkaConnection | None = None, *, out: Callable[[str], Any] = print,
+    ) -> ApplyReport:
         """Create the app's missing topics and report differences (``tidings topics apply``).
 
         Raises:
             BrokerError: Kafka did not answer.
         """
-        return apply_topics(bootstrap or self.bootstrap(), self.topic_specs(), out=out)
+        return apply_topics(self.connection_for(bootstrap), self.topic_specs(), out=out)
 
-    def client(self, bootstrap: str | None = None) -> Client:
-        """Return this app's client for ``bootstrap`` (one per address, made on first use)."""
+    def client(self, bootstrap: str | KafkaConnection | None = None) -> Client:
+        """Return this app's client for ``bootstrap`` (an address or a ``KafkaConnection``;
+        default the app's): one per connection, made on first use."""
         from .client.client import Client
 
-        address = bootstrap or self.bootstrap()
-        if address not in self._clients:
-            self._clients[address] = Client(address, app=self)
-        return self._clients[address]
+        connection = self.connection_for(bootstrap)
+        if connection not in self._clients:
+            self._clients[connection] = Client(connection, app=self)
+        return self._clients[connection]
 
     def worker(
         self,
         *,
-        bootstrap: str | None = None,
+        bootstrap: str | KafkaConnection | None = None,
         data_dir: Path | None = None,
         instance_id: str | None = None,
         metrics_port: int | None = None,
@@ -512,6 +553,8 @@ class App:
     ) -> Worker:
         """Build the worker that runs every definition of this app (no I/O until run).
 
+        ``bootstrap`` is an address or a ``KafkaConnection`` (``connection_for``); every Kafka
+        client of the worker is built from that connection.
         ``instance_id`` (default ``TIDINGS_INSTANCE_ID``) makes it a static member of the
         app's consumer group: give each worker a stable, unique one (a pod name) and a
         restarted worker takes its partitions back without a rebalance wait.
@@ -534,7 +577,7 @@ class App:
                              f"not {guarantee!r}")
         return Worker(
             self,
-            bootstrap=bootstrap or self.bootstrap(),
+            connection=self.connection_for(bootstrap),
             data_dir=data_dir,
             instance_id=instance_id or os.environ.get("TIDINGS_INSTANCE_ID") or None,
             metrics_port=metrics_port,

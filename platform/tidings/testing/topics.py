@@ -6,8 +6,9 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 
+from ..shell.runtime.connection import KafkaConnection
 from ..shell.runtime.kafka import incoming, watermarks
 
 
@@ -23,17 +24,17 @@ class StoredRecord:
 
 
 def read_topic(
-    bootstrap: str, topic: str, *, timeout: float = 30.0, isolation: str = "read_committed"
+    bootstrap: str | KafkaConnection, topic: str, *, timeout: float = 30.0, isolation: str = "read_committed"
 ) -> list[StoredRecord]:
     """Return every record of ``topic`` up to its current end, in (partition, offset) order.
 
     ``isolation="read_uncommitted"`` also returns the records of aborted (and still open)
     transactions; the default, librdkafka's, returns only committed ones, up to the last
     stable offset (nothing of a transaction still open, nor anything after it).
+    ``bootstrap`` is a connection, or an address with the environment's Kafka properties.
     """
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
+    consumer = KafkaConnection.of(bootstrap).consumer(
+        **{
             "group.id": f"tidings-read-{uuid.uuid4().hex}",
             "enable.auto.commit": False,
             "isolation.level": isolation,
@@ -80,11 +81,9 @@ def read_topic(
         consumer.close()
 
 
-def group_assignment(bootstrap: str, group: str, topic: str) -> dict[str, set[int]]:
+def group_assignment(bootstrap: str | KafkaConnection, group: str, topic: str) -> dict[str, set[int]]:
     """Return which partitions of ``topic`` each member of consumer group ``group`` holds."""
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = KafkaConnection.of(bootstrap).admin()
     (future,) = admin.describe_consumer_groups([group], request_timeout=10).values()
     description = future.result()
     return {

@@ -34,6 +34,7 @@ from ...errors import (
 )
 from ..kinds.workflow.codec import decode_outcome
 from .follower import TopicFollower
+from ..runtime.connection import KafkaConnection
 from ..runtime.requester import Requester
 from ..kinds.workflow.handle import WorkflowHandle, workflow_named
 
@@ -47,15 +48,18 @@ class Client:
     """Talks to a running tidings worker through Kafka.
 
     Args:
-        bootstrap: Kafka bootstrap servers.
+        bootstrap: The Kafka connection (``app.connection_for``), or bootstrap servers,
+            which keep the app's other Kafka properties.
         app: The App whose definitions and topics to use.
     """
 
-    def __init__(self, bootstrap: str, *, app: App) -> None:
-        self.bootstrap = bootstrap
+    def __init__(self, bootstrap: str | KafkaConnection, *, app: App) -> None:
+        #: Every Kafka client this client opens is built from it.
+        self.connection = app.connection_for(bootstrap)
+        self.bootstrap = self.connection.bootstrap
         self.app = app
         # Opens its producer and threads on the first request, again after close().
-        self._requester = Requester(bootstrap, replies_topic=app.replies_topic)
+        self._requester = Requester(self.connection, replies_topic=app.replies_topic)
         # The handles this client serves (close() lets them go), and what else close() closes.
         self._workflows: dict[int, WorkflowHandle] = {}
         self._followers: set[TopicFollower] = set()
@@ -188,7 +192,7 @@ class Client:
             LookupError: The app declares no workflow of that name.
             SchemaError: ``input`` cannot be stored or read back as the input type.
         """
-        await self.workflow_for(workflow).start(instance_id, input, bootstrap=self.bootstrap)
+        await self.workflow_for(workflow).start(instance_id, input, bootstrap=self.connection)
 
     async def result(self, workflow: WorkflowHandle | str, instance_id: str, timeout: float | None = None) -> Outcome:
         """Wait for the outcome: ``Finished(value)``, ``Faulted(error)`` or ``Cancelled()``.
@@ -198,7 +202,7 @@ class Client:
             WorkflowNotFound: No instance was ever started with this id.
             ReplyTimeout: It had not ended within ``timeout`` seconds (default: the app's).
         """
-        return await self.workflow_for(workflow).result(instance_id, timeout, bootstrap=self.bootstrap)
+        return await self.workflow_for(workflow).result(instance_id, timeout, bootstrap=self.connection)
 
     async def value(self, workflow: WorkflowHandle | str, instance_id: str, timeout: float | None = None) -> Any:
         """Wait for the result value.
@@ -208,7 +212,7 @@ class Client:
             WorkflowFaulted, WorkflowCancelled: It did not finish.
             WorkflowNotFound, ReplyTimeout: As for ``result``.
         """
-        return await self.workflow_for(workflow).value(instance_id, timeout, bootstrap=self.bootstrap)
+        return await self.workflow_for(workflow).value(instance_id, timeout, bootstrap=self.connection)
 
     async def status(
         self, workflow: WorkflowHandle | str, instance_id: str, *, timeout: float | None = None
@@ -219,7 +223,7 @@ class Client:
             LookupError: The app declares no workflow of that name.
             ReplyTimeout: No answer in time.
         """
-        return await self.workflow_for(workflow).status(instance_id, timeout, bootstrap=self.bootstrap)
+        return await self.workflow_for(workflow).status(instance_id, timeout, bootstrap=self.connection)
 
     async def signal(
         self, workflow: WorkflowHandle | str, instance_id: str, name: str, payload: Any = None, *,
@@ -234,7 +238,7 @@ class Client:
             SchemaError: The payload cannot be stored.
             ReplyTimeout: No answer in time (the signal may still be stored later).
         """
-        await self.workflow_for(workflow).signal(instance_id, name, payload, timeout=timeout, bootstrap=self.bootstrap)
+        await self.workflow_for(workflow).signal(instance_id, name, payload, timeout=timeout, bootstrap=self.connection)
 
     async def cancel(self, workflow: WorkflowHandle | str, instance_id: str, *, timeout: float | None = None) -> None:
         """Request cancellation (a repeat, or one to an ended instance, changes nothing).
@@ -244,7 +248,7 @@ class Client:
             WorkflowNotFound: No instance was ever started with this id.
             ReplyTimeout: No answer in time (the request may still be applied later).
         """
-        await self.workflow_for(workflow).cancel(instance_id, timeout=timeout, bootstrap=self.bootstrap)
+        await self.workflow_for(workflow).cancel(instance_id, timeout=timeout, bootstrap=self.connection)
 
     async def outcomes(
         self, workflow: WorkflowHandle | str, *, follow: bool = True
@@ -275,7 +279,7 @@ class Client:
             BrokerError: The outcomes topic does not exist, or reading it failed.
         """
         handle = self.workflow_for(workflow)
-        follower = TopicFollower(self.bootstrap, handle.topics.outcomes, follow=follow)
+        follower = TopicFollower(self.connection, handle.topics.outcomes, follow=follow)
         self._followers.add(follower)
         seen: set[str] = set()
         try:

@@ -22,6 +22,7 @@ from typing import Final
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
 from ...errors import BrokerError
+from ..runtime.connection import KafkaConnection
 from ..runtime.io import Incoming
 from ..runtime.kafka import incoming, is_transient, topic_partitions, watermarks
 
@@ -50,14 +51,14 @@ class TopicFollower:
     order; partitions interleave.
 
     Args:
-        bootstrap: Kafka bootstrap servers.
+        connection: The Kafka cluster and its client properties.
         topic: The topic to read.
         follow: Keep reading new records; otherwise stop at the ends found at start.
         chunk: Most records per chunk.
     """
 
-    def __init__(self, bootstrap: str, topic: str, *, follow: bool, chunk: int = 500) -> None:
-        self.bootstrap = bootstrap
+    def __init__(self, connection: KafkaConnection, topic: str, *, follow: bool, chunk: int = 500) -> None:
+        self.connection = connection
         self.topic = topic
         self.follow = follow
         self._chunk = chunk
@@ -86,7 +87,7 @@ class TopicFollower:
             error = self._start_error
             raise error if isinstance(error, BrokerError) else BrokerError(f"reading {self.topic}: {error}")
         if not self._started.is_set():
-            raise BrokerError(f"no answer from Kafka at {self.bootstrap} within {START_TIMEOUT:.0f} s")
+            raise BrokerError(f"no answer from Kafka at {self.connection} within {START_TIMEOUT:.0f} s")
 
     async def next_chunk(self) -> list[Incoming] | None:
         """Return the next records, waiting for them; None once there will be no more.
@@ -122,9 +123,8 @@ class TopicFollower:
     # -- the thread ------------------------------------------------------------------------
 
     def _run(self) -> None:
-        consumer = Consumer(
-            {
-                "bootstrap.servers": self.bootstrap,
+        consumer = self.connection.consumer(
+            **{
                 "group.id": f"tidings-follow-{uuid.uuid4().hex}",
                 "enable.auto.commit": False,
                 # Records deleted by retention between the watermark query and the fetch: read

@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka.admin import OffsetSpec
 
 from ...errors import BrokerError
+from .connection import KafkaConnection
 
 T = TypeVar("T")
 
@@ -78,19 +79,17 @@ class KafkaAdmin:
     """Look up topics, describe consumer groups, read and move their committed offsets.
 
     Args:
-        bootstrap: Kafka bootstrap servers.
+        connection: The Kafka cluster and its client properties.
         timeout: Seconds each question to Kafka may take, retries included.
     """
 
-    def __init__(self, bootstrap: str, *, timeout: float = 15.0) -> None:
-        self.bootstrap = bootstrap
+    def __init__(self, connection: KafkaConnection, *, timeout: float = 15.0) -> None:
+        self.bootstrap = connection.bootstrap
         self.timeout = timeout
         # log_level 0: librdkafka would print every failed connection attempt to stderr.
         # A metadata request for a missing topic would create it on a broker that allows
         # auto-creation (with its default layout): looking must not change anything.
-        self._admin = AdminClient(
-            {"bootstrap.servers": bootstrap, "log_level": 0, "allow.auto.create.topics": False}
-        )
+        self._admin = connection.admin(**{"log_level": 0, "allow.auto.create.topics": False})
 
     def describe_group(self, group: str) -> GroupDescription:
         """Return ``group``'s state and members (state ``DEAD`` for a group nobody ever joined).
@@ -214,7 +213,8 @@ class KafkaAdmin:
         if code in (KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):
             return BrokerError(
                 f"{what}: no answer from Kafka at {self.bootstrap} within {self.timeout:.0f} s "
-                "(is the broker running? check --bootstrap or TIDINGS_BOOTSTRAP)"
+                "(is the broker running? check --bootstrap or TIDINGS_BOOTSTRAP, and the "
+                "security settings of --kafka-config / TIDINGS_KAFKA_*)"
             )
         if code in _GROUP_ACTIVE:
             return BrokerError(

@@ -251,6 +251,14 @@ class KafkaConnection:
             )
         return cls(servers, properties, overrides, sources)
 
+    @classmethod
+    def of(cls, bootstrap: str | KafkaConnection) -> KafkaConnection:
+        """``bootstrap`` as a connection: a connection as it is; an address with the
+        environment's properties and its ``TIDINGS_KAFKA_CONFIG`` file (``resolve``)."""
+        if isinstance(bootstrap, KafkaConnection):
+            return bootstrap
+        return cls.resolve(bootstrap=bootstrap)
+
     def with_bootstrap(self, bootstrap: str) -> KafkaConnection:
         """This connection with other bootstrap servers (the same cluster's properties)."""
         return KafkaConnection(bootstrap, self.properties, self.overrides, self.sources)
@@ -422,7 +430,8 @@ class KafkaConnection:
         message = self.redact(message)
         quoted = re.search(r'"([^"]+)"', message)
         key = quoted.group(1) if quoted else None
-        reason = f"librdkafka refused the {role}'s configuration: {message}"
+        client = "admin client" if role == "admin" else role
+        reason = f"librdkafka refused the {client}'s configuration: {message}"
         if key is not None:
             where = self.sources.get(key) or self.sources.get(f"{role}.{key}")
             if where:

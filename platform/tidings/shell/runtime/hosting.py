@@ -2,8 +2,8 @@
 
 A *kind* is aggregates, projections, workflows, orchestrations (and later sagas, schedules,
 stream stages). Each declared definition is a ``Hosted``: it names its topics and, when the
-worker starts, ``open``\\s an ``Agent`` with the worker's ``Runtime`` (bootstrap, data
-directory, the shared publisher, dead letters, a store home). The agent lists its
+worker starts, ``open``\\s an ``Agent`` with the worker's ``Runtime`` (Kafka connection,
+data directory, the shared publisher, dead letters, a store home). The agent lists its
 ``Input``\\s (topics plus the coroutine that decides a batch of their records) and hears
 about partitions being assigned and revoked. Only the worker (``worker.py``) turns this into
 Faust agents; nothing here or in a kind imports Faust.
@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ...core.limits import check_reply_to
+from .connection import KafkaConnection
 from .deadletters import DEAD_LETTER_VALUE_BYTES, dead_letter
 from .io import Incoming, Outgoing, PartitionReader, Publisher
 from .kafka import KafkaPartitionReader, TopicCheck
@@ -111,7 +112,8 @@ class Runtime:
     """What the worker gives every agent it opens.
 
     Attributes:
-        bootstrap: Kafka bootstrap servers.
+        connection: The Kafka cluster and its client properties (every client an agent
+            builds is built from it).
         data_dir: The worker's data directory.
         partitions: The app's partition count.
         publisher: The worker's one producer, shared by every agent.
@@ -132,7 +134,7 @@ class Runtime:
             the worker's liveness detector, ``liveness.py``); None when nobody listens.
     """
 
-    bootstrap: str
+    connection: KafkaConnection
     data_dir: Path
     partitions: int
     publisher: Publisher
@@ -164,13 +166,13 @@ class Runtime:
 
     def reader(self) -> PartitionReader:
         """Return a new partition reader, closed when the worker stops."""
-        reader = KafkaPartitionReader(self.bootstrap, on_read=self.progress)
+        reader = KafkaPartitionReader(self.connection, on_read=self.progress)
         self._closers.append(reader.close)
         return reader
 
     def topic_check(self) -> TopicCheck:
         """Return a new ``TopicCheck`` (is a topic named by a record there?), closed when the worker stops."""
-        check = TopicCheck(self.bootstrap)
+        check = TopicCheck(self.connection)
         self._closers.append(check.close)
         return check
 

@@ -39,6 +39,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from .connection import KafkaConnection
 from .kafka import fatal_error, incoming, is_fatal
 from .liveness import Liveness, read_statistics
 from .pipeline import BATCH_SIZE, Feed, Offsets, Start, stop_worker
@@ -61,7 +62,7 @@ class Intake:
     """Feeds every input's records to its ``Feed`` from one consumer; commits their offsets.
 
     Args:
-        bootstrap: Kafka bootstrap servers.
+        connection: The Kafka cluster and its client properties.
         group_id: The consumer group (the app's name).
         instance_id: Static group membership (KIP-345), or None.
         on_assigned: Called on the loop with newly assigned partitions (not awaited).
@@ -78,7 +79,7 @@ class Intake:
 
     def __init__(
         self,
-        bootstrap: str,
+        connection: KafkaConnection,
         group_id: str,
         *,
         instance_id: str | None = None,
@@ -93,7 +94,6 @@ class Intake:
         liveness: Liveness | None = None,
     ) -> None:
         config: dict[str, Any] = {
-            "bootstrap.servers": bootstrap,
             "group.id": group_id,
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
@@ -116,6 +116,7 @@ class Intake:
             config["stats_cb"] = partial(_read_statistics, on_lag, liveness)
         # Served inside poll, in the consumer thread: a fatal error raises out of the loop.
         config["error_cb"] = _client_error
+        self._connection = connection
         self._config = config
         self._liveness = liveness
         self._undispatched = 0  # records handed to the loop, not yet in a feed (under _lock)
@@ -205,7 +206,7 @@ class Intake:
         if not self._feeds:
             log.warning("this app declares nothing that consumes a topic: the worker only waits")
             return
-        self._consumer = Consumer(self._config)
+        self._consumer = self._connection.consumer(**self._config)
         self._consumer.subscribe(sorted(self._feeds), on_assign=self._assigned,
                                  on_revoke=self._revoked, on_lost=self._lost)
         self._thread = threading.Thread(target=self._serve, name="tidings-intake", daemon=True)

@@ -17,6 +17,7 @@ from typing import Any, Final, cast
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from ...errors import BrokerError, RecordRejected
+from .connection import KafkaConnection
 from .io import Delivered, Incoming, Outgoing
 from .threads import OwnThread
 
@@ -155,8 +156,8 @@ class TopicCheck:
     workflow deployed by a rolling update) is found.
     """
 
-    def __init__(self, bootstrap: str, *, forget_missing_s: float = 60.0, timeout: float = 10.0) -> None:
-        self._bootstrap = bootstrap
+    def __init__(self, connection: KafkaConnection, *, forget_missing_s: float = 60.0, timeout: float = 10.0) -> None:
+        self._connection = connection
         self._forget_missing_s = forget_missing_s
         self._timeout = timeout
         self._present: set[str] = set()
@@ -175,9 +176,8 @@ class TopicCheck:
         if checked is not None and time.monotonic() - checked < self._forget_missing_s:
             return False
         if self._consumer is None:
-            self._consumer = Consumer({
-                "bootstrap.servers": self._bootstrap, "group.id": f"tidings-topics-{uuid.uuid4()}",
-                "allow.auto.create.topics": False,
+            self._consumer = self._connection.consumer(**{
+                "group.id": f"tidings-topics-{uuid.uuid4()}", "allow.auto.create.topics": False,
             })
         try:
             topic_partitions(self._consumer, topic, self._timeout)
@@ -207,15 +207,15 @@ class ConfluentPublisher:
     """
 
     def __init__(
-        self, bootstrap: str, *, linger_ms: float = 0.0,
+        self, connection: KafkaConnection, *, linger_ms: float = 0.0,
         on_fatal: Callable[[BrokerError], None] | None = None,
     ) -> None:
-        config = producer_config(bootstrap, linger_ms=linger_ms)
+        config = producer_config(linger_ms=linger_ms)
         # A fatal error (the idempotent producer lost its sequence) makes every later
         # produce fail; sends nobody waits for would only log that: tell the owner at once.
         self._on_fatal = on_fatal
         config["error_cb"] = self._error
-        self._producer = Producer(config)
+        self._producer = connection.producer(**config)
         self._background: set[asyncio.Future[Any]] = set()
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="tidings-producer", daemon=True)
@@ -290,8 +290,9 @@ def close_producer(producer: Producer, timeout: float) -> None:
 
 
 
-def producer_config(bootstrap: str, *, linger_ms: float = 0.0) -> dict[str, Any]:
-    """Return the confluent-kafka settings every tidings producer shares.
+def producer_config(*, linger_ms: float = 0.0) -> dict[str, Any]:
+    """Return the confluent-kafka settings every tidings producer shares (beside the
+    connection's, which they override: ``KafkaConnection.producer(**producer_config())``).
 
     Idempotent with ``acks=all``, so librdkafka's retries neither duplicate nor reorder
     the records of one partition; the transactional publisher adds its own keys.
@@ -299,7 +300,6 @@ def producer_config(bootstrap: str, *, linger_ms: float = 0.0) -> dict[str, Any]
     # No linger: each hop of a workflow step (journal, outcome, reply) would wait for it,
     # and under load librdkafka batches anyway (records queue while a request is out).
     return {
-        "bootstrap.servers": bootstrap,
         "enable.idempotence": True,
         "acks": "all",
         "linger.ms": linger_ms,
@@ -450,9 +450,9 @@ def settle_future(
 class KafkaPartitionReader:
     """Reads partitions by assignment (no consumer group), with confluent-kafka in a thread."""
 
-    def __init__(self, bootstrap: str, *, chunk: int = 2000,
+    def __init__(self, connection: KafkaConnection, *, chunk: int = 2000,
                  on_read: Callable[[], None] | None = None) -> None:
-        self._bootstrap = bootstrap
+        self._connection = connection
         self._chunk = chunk
         # Told of every chunk read: a long catch-up is progress (liveness.py), not deafness.
         self._on_read = on_read
@@ -464,9 +464,8 @@ class KafkaPartitionReader:
 
     def _client(self) -> Consumer:
         if self._consumer is None:
-            self._consumer = Consumer(
-                {
-                    "bootstrap.servers": self._bootstrap,
+            self._consumer = self._connection.consumer(
+                **{
                     "group.id": f"tidings-reader-{uuid.uuid4().hex}",
                     "enable.auto.commit": False,
                     "enable.partition.eof": False,

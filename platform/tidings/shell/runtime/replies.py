@@ -19,6 +19,7 @@ from typing import Generic, TypeVar
 from confluent_kafka import Consumer, TopicPartition
 
 from ...errors import BrokerError
+from .connection import KafkaConnection
 from .kafka import is_fatal, topic_partitions, watermarks
 from .liveness import Liveness, read_statistics
 
@@ -37,19 +38,19 @@ class ReplyReader(Generic[R]):
     """Reads ``topic`` in a thread and resolves the futures of ``expect``.
 
     Args:
-        bootstrap: Kafka bootstrap servers.
+        connection: The Kafka cluster and its client properties.
         topic: The replies topic.
         decode: Bytes -> ``(key, answer)``, or None for a record nobody waits for.
     """
 
     def __init__(
         self,
-        bootstrap: str,
+        connection: KafkaConnection,
         topic: str,
         *,
         decode: Callable[[bytes], tuple[str, R] | None],
     ) -> None:
-        self.bootstrap = bootstrap
+        self.connection = connection
         self.topic = topic
         self._decode = decode
         self._pending: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Future[R]]] = {}
@@ -76,7 +77,7 @@ class ReplyReader(Generic[R]):
                     self._start_error
                 )
             if not self._started.is_set():
-                raise BrokerError(f"no answer from Kafka at {self.bootstrap} within 30 s")
+                raise BrokerError(f"no answer from Kafka at {self.connection} within 30 s")
 
     def expect(self, key: str) -> asyncio.Future[R]:
         """Return the future the answer keyed ``key`` will resolve (call ``forget`` after)."""
@@ -149,9 +150,8 @@ class ReplyReader(Generic[R]):
 
     def _consumer_at(self, positions: dict[int, int] | None) -> Consumer:
         self._liveness = Liveness(report_after_s=0.0)
-        consumer = Consumer(
-            {
-                "bootstrap.servers": self.bootstrap,
+        consumer = self.connection.consumer(
+            **{
                 "group.id": f"tidings-client-{uuid.uuid4().hex}",
                 "enable.auto.commit": False,
                 # Tells the liveness check whether replies wait and a broker answers.

@@ -33,13 +33,14 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, overload
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from ...codec import avro
 from ...codec.answers import decode_reply
 from ...core.records import CommandEnvelope, ReplyEnvelope
 from ...core.workflow_records import WorkflowInbox, WorkflowReply
 from ...errors import BrokerError
+from .connection import KafkaConnection
 from .kafka import close_producer, is_fatal, settle_future, watermarks
 from .liveness import Liveness, read_statistics
 from .replies import RECOVER_AFTER_S, ReplyReader
@@ -63,14 +64,14 @@ class Requester:
     """Produces requests and waits for their answers and outcomes, for one ``Client``.
 
     Args:
-        bootstrap: Kafka bootstrap servers.
+        connection: The Kafka cluster and its client properties.
         replies_topic: The app's replies topic, which every request with an answer names.
     """
 
-    def __init__(self, bootstrap: str, *, replies_topic: str) -> None:
-        self.bootstrap = bootstrap
+    def __init__(self, connection: KafkaConnection, *, replies_topic: str) -> None:
+        self.connection = connection
         self.replies_topic = replies_topic
-        self._producer: RequestProducer | None = None
+        self._producer: RequestSender | None = None
         self._replies: ReplyReader[Answer] | None = None
         self._outcomes: OutcomeWatcher | None = None
 
@@ -172,23 +173,23 @@ class Requester:
         self, topic: str, request: CommandEnvelope | WorkflowInbox, report: Callable[[KafkaError | None, Any], None]
     ) -> None:
         if self._producer is None:
-            self._producer = RequestProducer(self.bootstrap)
+            self._producer = RequestSender(self.connection)
         key = request.aggregate_id if isinstance(request, CommandEnvelope) else request.instance_id
         # Keyed by instance, no partition: the producer's murmur2 picks the owner's.
         self._producer.produce(topic, key.encode(), avro.encode(request), report)
 
     def _reply_reader(self) -> ReplyReader[Answer]:
         if self._replies is None:
-            self._replies = ReplyReader(self.bootstrap, self.replies_topic, decode=_decode_answer)
+            self._replies = ReplyReader(self.connection, self.replies_topic, decode=_decode_answer)
         return self._replies
 
     def _outcome_watcher(self) -> OutcomeWatcher:
         if self._outcomes is None:
-            self._outcomes = OutcomeWatcher(self.bootstrap)
+            self._outcomes = OutcomeWatcher(self.connection)
         return self._outcomes
 
 
-class RequestProducer:
+class RequestSender:
     """The requester's one producer; a thread of its own serves the delivery reports.
 
     So ``send`` returns at the broker's ack, not at some later turn of another thread.
@@ -196,10 +197,9 @@ class RequestProducer:
     partition.
     """
 
-    def __init__(self, bootstrap: str) -> None:
-        self._producer = Producer(
-            {
-                "bootstrap.servers": bootstrap,
+    def __init__(self, connection: KafkaConnection) -> None:
+        self._producer = connection.producer(
+            **{
                 "partitioner": "murmur2_random",
                 "enable.idempotence": True,
                 "acks": "all",
@@ -318,16 +318,15 @@ class OutcomeWatcher:
     ``RECOVER_AFTER_S`` (seen after broker restarts), or when the consumer fails fatally.
 
     Args:
-        bootstrap: Kafka bootstrap servers.
+        connection: The Kafka cluster and its client properties.
     """
 
-    def __init__(self, bootstrap: str) -> None:
-        self.bootstrap = bootstrap
+    def __init__(self, connection: KafkaConnection) -> None:
+        self.connection = connection
         self._liveness = Liveness(report_after_s=0.0)
         self._consumer = self._new_consumer()
-        self._offsets = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
+        self._offsets = connection.consumer(
+            **{
                 "group.id": f"tidings-offsets-{uuid.uuid4().hex}",
                 "enable.auto.commit": False,
             }
@@ -409,9 +408,8 @@ class OutcomeWatcher:
 
     def _new_consumer(self) -> Consumer:
         self._liveness = Liveness(report_after_s=0.0)
-        return Consumer(
-            {
-                "bootstrap.servers": self.bootstrap,
+        return self.connection.consumer(
+            **{
                 "group.id": f"tidings-outcomes-{uuid.uuid4().hex}",
                 "enable.auto.commit": False,
                 # Reading from further back only costs records; skipping one loses a wake-up.

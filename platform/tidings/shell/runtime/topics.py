@@ -22,6 +22,8 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from tidings.codec.resources import shipped_data
 from tidings.errors import BrokerError, DefinitionError
 
+from .connection import KafkaConnection
+
 DEFAULT_TIMEOUT_S: Final = 30.0
 
 
@@ -257,7 +259,7 @@ def _differences(
 
 
 def apply_topics(
-    bootstrap: str,
+    connection: KafkaConnection,
     specs: Iterable[TopicSpec],
     *,
     out: Callable[[str], Any] = print,
@@ -269,7 +271,7 @@ def apply_topics(
     nothing. Existing topics are never altered (see the module docstring).
 
     Args:
-        bootstrap: Kafka bootstrap servers, ``host:port[,host:port]``.
+        connection: The Kafka cluster and its client properties.
         specs: The topics to apply; repeats of one identical spec are fine.
         out: Where to write one line per created topic and per difference.
         timeout: Seconds each admin request may take.
@@ -282,7 +284,7 @@ def apply_topics(
         BrokerError: Kafka could not be reached or refused a request.
     """
     wanted = _unique(specs)
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = connection.admin()
     try:
         metadata = admin.list_topics(timeout=timeout)
         partition_counts = {name: len(topic.partitions) for name, topic in metadata.topics.items()}
@@ -291,7 +293,7 @@ def apply_topics(
         existing = [s for s in wanted if s.name in partition_counts]
         differences = _differences(admin, existing, partition_counts, timeout)
     except KafkaException as exc:
-        raise BrokerError(f"applying topics on {bootstrap} failed: {exc}") from exc
+        raise BrokerError(f"applying topics on {connection} failed: {exc}") from exc
     for name in created:
         out(f"created {name}")
     for difference in differences:

@@ -36,9 +36,10 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any, Final
 
-from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from ...errors import BrokerError, Fenced, TransactionAborted
+from .connection import KafkaConnection
 from .io import Delivered, Outgoing
 from .kafka import _Batch, produce_records, producer_config, sent_in_background, settle_future
 from .threads import OwnThread
@@ -76,7 +77,7 @@ class TransactionalPublisher:
     caller's records has committed. ``commits`` and ``aborts`` count transactions, for metrics.
 
     Args:
-        bootstrap: The Kafka bootstrap servers.
+        connection: The Kafka cluster and its client properties.
         transactional_id: Stable per worker data dir: ``start`` aborts what a previous
             process with the same id left open, instead of leaving it for the broker's
             transaction timeout (which holds back every ``read_committed`` reader).
@@ -98,7 +99,7 @@ class TransactionalPublisher:
 
     def __init__(
         self,
-        bootstrap: str,
+        connection: KafkaConnection,
         *,
         transactional_id: str,
         group_metadata: Callable[[], object],
@@ -108,7 +109,7 @@ class TransactionalPublisher:
         transaction_timeout_ms: int = 10_000,
         on_outcome: Callable[[str, float | None], None] | None = None,
     ) -> None:
-        config = producer_config(bootstrap)
+        config = producer_config()
         config["transactional.id"] = transactional_id
         config["transaction.timeout.ms"] = transaction_timeout_ms
         # A transaction begun while the last one's markers are still being written gets
@@ -116,7 +117,7 @@ class TransactionalPublisher:
         # default put a 100 ms step into the exactly-once latency tail.
         config["retry.backoff.ms"] = 5
         config["retry.backoff.max.ms"] = 100
-        self._producer = Producer(config)
+        self._producer = connection.producer(**config)
         # Its own thread: in asyncio's shared pool the commit queued behind readers' polls.
         self._calls = OwnThread("tidings-txn-calls")
         self._group_metadata = group_metadata

@@ -26,7 +26,7 @@ import mode
 from faust.app.base import BootStrategy
 
 from ...errors import BrokerError, KafkaUnreachable
-
+from .connection import KafkaConnection
 from .hosting import Agent, Runtime, TopicPartition
 from .intake import Intake, describe
 from .kafka import ConfluentPublisher
@@ -46,7 +46,12 @@ log = logging.getLogger(__name__)
 
 class _Boot(BootStrategy):
     """Faust's services without its Kafka consumer and producer: the intake and the
-    publisher are the worker's own (confluent-kafka), so Faust joins no group."""
+    publisher are the worker's own (confluent-kafka), so Faust joins no group.
+
+    Faust then builds no Kafka client at all (no aiokafka producer, consumer or admin: the
+    app has no tables, no Faust agents and no web server), so it needs none of the
+    connection's security settings: ``tests/integration/test_kafka_connection_everywhere.py``
+    records every aiokafka client a worker builds, and finds none."""
 
     enable_kafka_consumer = False
     enable_kafka_producer = False
@@ -63,7 +68,7 @@ class Worker:
         self,
         app: App,
         *,
-        bootstrap: str,
+        connection: KafkaConnection,
         data_dir: Path | None = None,
         instance_id: str | None = None,
         metrics_port: int | None = None,
@@ -73,7 +78,9 @@ class Worker:
         self.app = app
         self.exactly_once = exactly_once
         self._clean = False  # exactly once: every write committed at stop
-        self.bootstrap = bootstrap
+        # Every Kafka client of the worker is built from it (connection.py).
+        self.connection = connection
+        self.bootstrap = connection.bootstrap
         self.data_dir = data_dir or app.data_dir()
         # Static group membership (KIP-345): a worker restarted with the same id gets its
         # partitions back at once instead of waiting for the session timeout.
@@ -114,15 +121,15 @@ class Worker:
         """A worker is a server: with Kafka away it waits (one line, then a reminder every
         30 s) instead of exiting, and applies the topics once a broker answers."""
         while True:
-            wait_for_kafka(self.bootstrap)
+            wait_for_kafka(self.connection)
             if not apply:
                 return
             try:
-                apply_topics(self.bootstrap, self.app.topic_specs(), out=log.info)
+                apply_topics(self.connection, self.app.topic_specs(), out=log.info)
                 return
             except BrokerError:
                 try:  # the broker went away meanwhile: wait again; else the error is real
-                    probe_kafka(self.bootstrap, 5.0)
+                    probe_kafka(self.connection, 5.0)
                 except KafkaUnreachable:
                     continue
                 raise
@@ -149,6 +156,7 @@ class Worker:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         fapp = _FaustApp(
             self.app.name,
+            # Only names the cluster: Faust connects to nothing (``_Boot``).
             broker=[f"kafka://{server}" for server in self.bootstrap.split(",")],
             store="memory://",
             web_enabled=False,
@@ -160,7 +168,7 @@ class Worker:
             home = WorkerDir(self.data_dir)
             home.drop_stores_unless_clean()
             publisher = TransactionalPublisher(
-                self.bootstrap,
+                self.connection,
                 transactional_id=home.transactional_id(self.app.name, self.instance_id),
                 group_metadata=lambda: intake.group_metadata(),
                 fence_offsets=lambda metadata: intake.fence_offsets(metadata),
@@ -168,9 +176,9 @@ class Worker:
                 on_outcome=self.metrics.transaction,
             )
         else:
-            publisher = ConfluentPublisher(self.bootstrap, on_fatal=_producer_failed)
+            publisher = ConfluentPublisher(self.connection, on_fatal=_producer_failed)
         runtime = Runtime(
-            bootstrap=self.bootstrap,
+            connection=self.connection,
             data_dir=self.data_dir,
             partitions=self.app.partitions,
             publisher=self.metrics.counting(publisher),
@@ -205,7 +213,7 @@ class Worker:
             for agent in agents:
                 agent.revoke(partitions)
 
-        intake = Intake(self.bootstrap, self.app.name, instance_id=self.instance_id,
+        intake = Intake(self.connection, self.app.name, instance_id=self.instance_id,
                         on_assigned=assigned, on_revoked=revoked, on_lag=self.metrics.set_lag,
                         liveness=self.liveness,
                         on_commit=publisher.commit_offsets
@@ -223,6 +231,9 @@ class Worker:
             """Runs the intake inside Faust's service lifecycle."""
 
             async def on_start(self) -> None:
+                # Every property every client of this worker uses; secrets as [redacted].
+                shown = " ".join(f"{key}={value}" for key, value in worker.connection.redacted().items())
+                log.info("Kafka connection: %s", shown)
                 if isinstance(publisher, TransactionalPublisher):
                     # Aborts what a killed run left open before any journal is read.
                     await publisher.start()

@@ -55,8 +55,8 @@ class AggregateHandle(Generic[C, E, S]):
     ) -> E:
         """Send ``command`` to ``aggregate_id`` and return the reply event.
 
-        Uses a client bound to ``TIDINGS_BOOTSTRAP`` (or the app's bootstrap); see
-        ``Client.send`` for the errors it raises (``SagaAlreadyStarted`` among them).
+        Uses the app's client (``app.client()``: the app's Kafka connection, docs/kafka.md);
+        see ``Client.send`` for the errors it raises (``SagaAlreadyStarted`` among them).
         """
         client = self.app.client()
         result: E = await client.send(

@@ -274,7 +274,7 @@ class WorkflowFlowStage:
         """
         if not runtime.topic_check().exists(self.source_topic):
             raise DefinitionError(f"flow {self.name!r}", [
-                f"its source topic {self.source_topic!r} does not exist on {runtime.bootstrap}; "
+                f"its source topic {self.source_topic!r} does not exist on {runtime.connection}; "
                 "create it (it is not one of the app's own topics, so `tidings topics apply` does not)"
             ])
         return WorkflowFlowAgent(self, runtime)
@@ -292,7 +292,7 @@ class WorkflowFlowAgent:
         self.in_flight = 0
         handle = stage.handle
         # The handle's calls go to the worker's broker (not TIDINGS_BOOTSTRAP of the process).
-        runtime.on_close(lambda: handle.close(runtime.bootstrap))
+        runtime.on_close(lambda: handle.close(runtime.connection))
 
     # -- the hosting seam ----------------------------------------------------------------
 
@@ -371,7 +371,7 @@ class WorkflowFlowAgent:
         it may have ended before the watch began (a replayed element whose instance ended
         before the crash), or it may simply still run.
         """
-        handle, bootstrap, seconds = self.stage.handle, self._runtime.bootstrap, self.stage.timeout
+        handle, bootstrap, seconds = self.stage.handle, self._runtime.connection, self.stage.timeout
         read = handle.outcome_reader(instance_id)
         requester = handle.client(bootstrap).requester
         partition = partition_for(instance_id, self.stage.app.partitions)

@@ -47,7 +47,7 @@ class ProjectionHandle:
         """Open the view and return the agent that runs this projection in a worker."""
         store = ViewStore(self.view_path(runtime.data_dir))
         signals = ProjectionSignals(
-            self.name, runtime.bootstrap, replies_topic=self.app.replies_topic, timeout=self.app.command_timeout
+            self.name, runtime.connection, replies_topic=self.app.replies_topic, timeout=self.app.command_timeout
         )
         return ProjectionAgent(
             self.name, self.handler, sources=self.sources, store=store, runtime=runtime, signals=signals

@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 from ....core.limits import MAX_ID_BYTES, check_id, check_payload_size
 from ....core.workflow_records import WorkflowInbox
 from ....errors import HandlerFailed, ReplyTimeout, SchemaError, WorkflowEnded, WorkflowNotFound
+from ...runtime.connection import KafkaConnection
 from ...runtime.requester import Requester
 
 if TYPE_CHECKING:
@@ -81,14 +82,14 @@ class ProjectionSignals:
 
     Args:
         projection: The projection's name (part of every signal id).
-        bootstrap: Kafka bootstrap servers.
+        connection: The Kafka cluster and its client properties (the worker's).
         replies_topic: Where the answers come (the app's ``{app}.replies``).
         timeout: Seconds a signal waits for its answer unless the call names another.
     """
 
-    def __init__(self, projection: str, bootstrap: str, *, replies_topic: str, timeout: float) -> None:
+    def __init__(self, projection: str, connection: KafkaConnection, *, replies_topic: str, timeout: float) -> None:
         self.projection = projection
-        self.bootstrap = bootstrap
+        self.connection = connection
         self.replies_topic = replies_topic
         self.timeout = timeout
         self._requester: Requester | None = None
@@ -110,7 +111,7 @@ class ProjectionSignals:
             raise SchemaError(f"the payload of signal {name!r} cannot be stored: {exc}") from exc
         check_payload_size(text.encode(), f"the payload of signal {name!r}")
         if self._requester is None:
-            self._requester = Requester(self.bootstrap, replies_topic=self.replies_topic)
+            self._requester = Requester(self.connection, replies_topic=self.replies_topic)
         request = WorkflowInbox(
             request_id=uuid.uuid4().hex,
             instance_id=instance_id,

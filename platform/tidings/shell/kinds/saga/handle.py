@@ -25,6 +25,7 @@ from ....core.saga import SagaDefinition, SagaEvent
 from ....core.saga_records import SagaJournalEntry
 from ....errors import BrokerError, DefinitionError, RecordError
 from .agent import SagaAgent, SagaAgents, SagaRouter, SagaStore, SagaTopics
+from ...runtime.connection import KafkaConnection
 from ...runtime.hosting import Runtime
 from ...runtime.kafka import KafkaPartitionReader
 from ...runtime.topics import TopicSpec, deadletter_topic, spec_for, topic_name
@@ -83,7 +84,9 @@ class SagaHandle:
 
     # -- reading ---------------------------------------------------------------------------
 
-    async def journal(self, saga_id: str, *, bootstrap: str | None = None, timeout: float = 30.0) -> list[SagaJournalEntry]:
+    async def journal(
+        self, saga_id: str, *, bootstrap: str | KafkaConnection | None = None, timeout: float = 30.0,
+    ) -> list[SagaJournalEntry]:
         """Return the saga's journal as the journal topic holds it now, in seq order.
 
         Reads the saga's partition from the start (no worker needed); a second record at a
@@ -99,8 +102,8 @@ class SagaHandle:
         except TimeoutError:
             raise BrokerError(f"reading {self.topics.journal}: no answer from Kafka within {timeout} s") from None
 
-    async def _journal(self, saga_id: str, bootstrap: str | None) -> list[SagaJournalEntry]:
-        reader = KafkaPartitionReader(bootstrap or self.app.bootstrap())
+    async def _journal(self, saga_id: str, bootstrap: str | KafkaConnection | None) -> list[SagaJournalEntry]:
+        reader = KafkaPartitionReader(self.app.connection_for(bootstrap))
         try:
             partition = partition_for(saga_id, self.app.partitions)
             low, high = await reader.watermarks(self.topics.journal, partition)
@@ -122,7 +125,9 @@ class SagaHandle:
         finally:
             reader.close()
 
-    async def status(self, saga_id: str, *, bootstrap: str | None = None, timeout: float = 30.0) -> SagaStatus | None:
+    async def status(
+        self, saga_id: str, *, bootstrap: str | KafkaConnection | None = None, timeout: float = 30.0,
+    ) -> SagaStatus | None:
         """Return where saga ``saga_id`` stands (its last journal record), or None if never started.
 
         Raises:

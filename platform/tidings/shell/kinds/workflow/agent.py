@@ -190,9 +190,9 @@ class WorkflowAgent:
         self._inputs: asyncio.Queue[tuple[str, InboxMessage]] | None = None
         self._commits: asyncio.Queue[tuple[_Commit, Awaitable[list[Delivered]], asyncio.Future[None]]] | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        self._sends = WorkflowSends(self, bootstrap=runtime.bootstrap, command_timeout=command_timeout)
+        self._sends = WorkflowSends(self, connection=runtime.connection, command_timeout=command_timeout)
         # Replies to sends are read outside Faust, in batches (kinds/workflow/replies.py).
-        self._replies = RepliesReader(runtime.bootstrap, topics.replies, self._replied)
+        self._replies = RepliesReader(runtime.connection, topics.replies, self._replied)
         self._reply_batches: asyncio.Queue[list[Incoming]] | None = None
 
     # -- the hosting seam ----------------------------------------------------------------

@@ -45,6 +45,7 @@ from ....errors import (
 from .agent import WorkflowAgent, WorkflowTopics
 from .codec import decode_outcome, outcome_from
 from .store import WorkflowStore
+from ...runtime.connection import KafkaConnection
 from ...runtime.hosting import Runtime
 from .journal import read_journal
 from ...runtime.topics import TopicSpec, deadletter_topic, spec_for, topic_name
@@ -57,7 +58,8 @@ if TYPE_CHECKING:
 class WorkflowHandle:
     """What ``@app.workflow`` returns: start, signal, cancel and inspect instances.
 
-    Every method takes an optional ``bootstrap``; the default is the app's. The calls go
+    Every method takes an optional ``bootstrap``: an address (which keeps the app's other
+    Kafka properties) or a ``KafkaConnection``; the default is the app's. The calls go
     through a ``Client`` (``client``): its one producer and reply reader carry every
     request, and a timeout raises ``ReplyTimeout`` (a ``TimeoutError``).
     """
@@ -75,12 +77,12 @@ class WorkflowHandle:
             replies=topic_name(app.name, "workflow", self.name, "replies"),
             deadletter=deadletter_topic(app.name),
         )
-        # The client serving this handle's calls, per bootstrap (see ``client``).
-        self._clients: dict[str, Client] = {}
+        # The client serving this handle's calls, per connection (see ``client``).
+        self._clients: dict[KafkaConnection, Client] = {}
 
     # -- the client side ---------------------------------------------------------------
 
-    async def start(self, instance_id: str, input: Any = None, *, bootstrap: str | None = None) -> None:
+    async def start(self, instance_id: str, input: Any = None, *, bootstrap: str | KafkaConnection | None = None) -> None:
         """Start ``instance_id`` with ``input``; a second start with the same id stores nothing.
 
         Returns once the request is in the inbox (durable); the worker decides it in order.
@@ -112,7 +114,7 @@ class WorkflowHandle:
 
         return read
 
-    async def result(self, instance_id: str, timeout: float | None = None, *, bootstrap: str | None = None) -> Outcome:
+    async def result(self, instance_id: str, timeout: float | None = None, *, bootstrap: str | KafkaConnection | None = None) -> Outcome:
         """Wait for the instance's outcome: ``Finished(value)``, ``Faulted(error)`` or ``Cancelled()``.
 
         Asks the worker once; while the instance runs, waits for its record on the outcomes
@@ -153,7 +155,7 @@ class WorkflowHandle:
             finally:
                 asked.cancel()
 
-    async def value(self, instance_id: str, timeout: float | None = None, *, bootstrap: str | None = None) -> Any:
+    async def value(self, instance_id: str, timeout: float | None = None, *, bootstrap: str | KafkaConnection | None = None) -> Any:
         """Wait for the instance's result value.
 
         Raises:
@@ -169,7 +171,7 @@ class WorkflowHandle:
         return outcome.value
 
     async def status(
-        self, instance_id: str, timeout: float | None = None, *, bootstrap: str | None = None
+        self, instance_id: str, timeout: float | None = None, *, bootstrap: str | KafkaConnection | None = None
     ) -> WorkflowStatus | None:
         """Return RUNNING, FINISHED, FAULTED, CANCELLED or PARKED; None when never started.
 
@@ -186,7 +188,7 @@ class WorkflowHandle:
 
     async def signal(
         self, instance_id: str, name: str, payload: Any = None, *,
-        timeout: float | None = None, bootstrap: str | None = None,
+        timeout: float | None = None, bootstrap: str | KafkaConnection | None = None,
     ) -> None:
         """Deliver signal ``name`` with ``payload``; returns once it is stored.
 
@@ -212,7 +214,7 @@ class WorkflowHandle:
         if reply.answer == "rejected":
             raise SchemaError(f"the worker rejected signal {name!r}: {reply.reason}")
 
-    async def journal(self, instance_id: str, *, bootstrap: str | None = None) -> list[JournalRecord]:
+    async def journal(self, instance_id: str, *, bootstrap: str | KafkaConnection | None = None) -> list[JournalRecord]:
         """Return the instance's journal as the journal topic holds it now, oldest first.
 
         The decoded records (``Started``, ``StepStarted``, ``StepCompleted``, ...) a worker
@@ -224,12 +226,11 @@ class WorkflowHandle:
             BrokerError: The journal topic is missing or Kafka did not answer.
         """
         _check_id(instance_id)
-        address = bootstrap or self.app.bootstrap()
         return await asyncio.to_thread(
-            read_journal, address, self.topics.journal, self.app.partitions, instance_id
+            read_journal, self.app.connection_for(bootstrap), self.topics.journal, self.app.partitions, instance_id
         )
 
-    async def cancel(self, instance_id: str, *, timeout: float | None = None, bootstrap: str | None = None) -> None:
+    async def cancel(self, instance_id: str, *, timeout: float | None = None, bootstrap: str | KafkaConnection | None = None) -> None:
         """Request cancellation (a second request, or one to an ended instance, changes nothing).
 
         Raises:
@@ -238,7 +239,7 @@ class WorkflowHandle:
         """
         await self._ask(instance_id, "cancel", timeout, bootstrap)
 
-    def client(self, bootstrap: str | None = None) -> Client:
+    def client(self, bootstrap: str | KafkaConnection | None = None) -> Client:
         """Return the ``Client`` this handle's calls go through for ``bootstrap``.
 
         That is the last client of this app that took the handle up (``client.workflow``,
@@ -246,36 +247,36 @@ class WorkflowHandle:
         ``app.client(bootstrap)``. So a program using handles and a client opens one
         producer and one reply reader in all. (Before, each handle had a client of its own.)
         """
-        address = bootstrap or self.app.bootstrap()
-        client = self._clients.get(address)
+        connection = self.app.connection_for(bootstrap)
+        client = self._clients.get(connection)
         if client is None:
-            client = self._clients[address] = self.app.client(address)
+            client = self._clients[connection] = self.app.client(connection)
         return client
 
-    def close(self, bootstrap: str | None = None) -> None:
+    def close(self, bootstrap: str | KafkaConnection | None = None) -> None:
         """Close the clients serving this handle: the one for ``bootstrap``, or every one.
 
         These are shared: closing one ends its requests for every handle and aggregate
         send using it too (a closed client reopens on its next request). The handle lets
         them go, so its next call goes through ``app.client(bootstrap)`` again.
         """
-        addresses = list(self._clients) if bootstrap is None else [bootstrap]
-        for address in addresses:
-            client = self._clients.pop(address, None)
+        connections = list(self._clients) if bootstrap is None else [self.app.connection_for(bootstrap)]
+        for connection in connections:
+            client = self._clients.pop(connection, None)
             if client is not None:
                 client.close()
 
     def _serve_through(self, client: Client) -> None:
-        """Send this handle's calls for ``client.bootstrap`` through ``client`` (``Client.workflow_for``)."""
-        self._clients[client.bootstrap] = client
+        """Send this handle's calls for ``client.connection`` through ``client`` (``Client.workflow_for``)."""
+        self._clients[client.connection] = client
 
     def _let_go(self, client: Client) -> None:
         """Forget ``client``, which is closing (``Client.close``)."""
-        if self._clients.get(client.bootstrap) is client:
-            del self._clients[client.bootstrap]
+        if self._clients.get(client.connection) is client:
+            del self._clients[client.connection]
 
     async def _ask(
-        self, instance_id: str, kind: str, timeout: float | None, bootstrap: str | None, **fields: Any
+        self, instance_id: str, kind: str, timeout: float | None, bootstrap: str | KafkaConnection | None, **fields: Any
     ) -> WorkflowReply:
         _check_id(instance_id)
         requester = self.client(bootstrap).requester

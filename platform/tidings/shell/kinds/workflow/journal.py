@@ -19,6 +19,7 @@ from ....core.partitioning import partition_for
 from ....core.workflow.journal import JournalRecord
 from ....core.workflow_records import WorkflowJournalEntry
 from ....errors import BrokerError, RecordError
+from ...runtime.connection import KafkaConnection
 from ...runtime.io import Incoming
 from ...runtime.kafka import incoming, is_transient, topic_partitions, watermarks
 
@@ -26,7 +27,7 @@ log = logging.getLogger(__name__)
 
 
 def read_journal(
-    bootstrap: str, topic: str, partitions: int, instance_id: str, *, timeout: float = 30.0
+    connection: KafkaConnection, topic: str, partitions: int, instance_id: str, *, timeout: float = 30.0
 ) -> list[JournalRecord]:
     """Return the journal of ``instance_id`` as it stands in ``topic`` now, oldest first.
 
@@ -41,7 +42,7 @@ def read_journal(
     recovery skips it.
 
     Args:
-        bootstrap: Kafka bootstrap servers.
+        connection: The Kafka cluster and its client properties.
         topic: The workflow's journal topic (``WorkflowHandle.topics.journal``).
         partitions: The App's partition count; the topic must have as many.
         instance_id: The instance.
@@ -54,9 +55,8 @@ def read_journal(
         BrokerError: The topic is missing or has another partition count, or Kafka gave
             nothing for ``timeout`` seconds.
     """
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
+    consumer = connection.consumer(
+        **{
             "group.id": f"tidings-journal-{uuid.uuid4().hex}",
             "enable.auto.commit": False,
             "enable.partition.eof": False,

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable
 
 from confluent_kafka import Consumer, TopicPartition
 
+from ...runtime.connection import KafkaConnection
 from ...runtime.io import Incoming
 from ...runtime.kafka import RIDE_OUT_S, fatal_error, incoming, is_fatal, watermarks
 from ...runtime.pipeline import stop_worker_on_failure
@@ -45,7 +46,7 @@ class RepliesReader:
     consumer is only ever used from one thread at a time.
 
     Args:
-        bootstrap: Kafka bootstrap servers.
+        connection: The Kafka cluster and its client properties.
         topic: The replies topic.
         handle: Given each non-empty batch read, on the loop. It must not wait: the agent
             follows partitions while holding its lock, so a reader waiting for that lock
@@ -53,8 +54,8 @@ class RepliesReader:
             sent, and those wait for inbox records the pipeline takes in bounded batches.)
     """
 
-    def __init__(self, bootstrap: str, topic: str, handle: Callable[[list[Incoming]], None]) -> None:
-        self._bootstrap = bootstrap
+    def __init__(self, connection: KafkaConnection, topic: str, handle: Callable[[list[Incoming]], None]) -> None:
+        self._connection = connection
         self._topic = topic
         self._handle = handle
         self._consumer: Consumer | None = None
@@ -144,8 +145,7 @@ class RepliesReader:
 
     def _client(self) -> Consumer:
         if self._consumer is None:
-            self._consumer = Consumer({
-                "bootstrap.servers": self._bootstrap,
+            self._consumer = self._connection.consumer(**{
                 "group.id": f"tidings-replies-{uuid.uuid4().hex}",  # never joined: assign only
                 "enable.auto.commit": False,
                 "enable.partition.eof": False,

@@ -50,6 +50,7 @@ from ....core.workflow.sends import (
     pending_send,
 )
 from ....errors import RecordError, SchemaError
+from ...runtime.connection import KafkaConnection
 from ...runtime.io import Incoming, Outgoing
 from ...runtime.kafka import fatal_error, is_fatal
 from ...runtime.pipeline import stop_worker
@@ -104,9 +105,9 @@ class _Tail:
 class WorkflowSends:
     """The send steps of one workflow agent: commands out, replies and watched events in."""
 
-    def __init__(self, agent: WorkflowAgent, *, bootstrap: str, command_timeout: float) -> None:
+    def __init__(self, agent: WorkflowAgent, *, connection: KafkaConnection, command_timeout: float) -> None:
         self._agent = agent
-        self._bootstrap = bootstrap
+        self._connection = connection
         self._command_timeout_ms = int(command_timeout * 1000)
         self._sending: dict[tuple[str, str], _Sending] = {}
         self._tail: EventsTail | None = None
@@ -277,7 +278,7 @@ class WorkflowSends:
             from_ms=effect.watch_from or 0,
         )
         if self._tail is None:
-            self._tail = EventsTail(self._bootstrap, self._seen)
+            self._tail = EventsTail(self._connection, self._seen)
         self._tail.watch(watch)
         return watch
 
@@ -311,8 +312,8 @@ class EventsTail:
     loop, so the watches need no lock; the consumer is only used from one task.
     """
 
-    def __init__(self, bootstrap: str, seen: Callable[[_Watch, tuple[SentEvent, ...]], None]) -> None:
-        self._bootstrap = bootstrap
+    def __init__(self, connection: KafkaConnection, seen: Callable[[_Watch, tuple[SentEvent, ...]], None]) -> None:
+        self._connection = connection
         self._seen = seen
         self._tails: dict[tuple[str, int], _Tail] = {}
         self._from: dict[tuple[str, int], int] = {}  # partitions to (re)start: earliest ms
@@ -397,8 +398,7 @@ class EventsTail:
 
     def _client(self) -> Consumer:
         if self._consumer is None:
-            self._consumer = Consumer({
-                "bootstrap.servers": self._bootstrap,
+            self._consumer = self._connection.consumer(**{
                 "group.id": f"tidings-sends-{time.time_ns()}",
                 "enable.auto.commit": False,
                 "enable.partition.eof": False,
