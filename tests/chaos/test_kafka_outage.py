@@ -30,6 +30,7 @@ from tidings.shell.runtime.topics import apply_topics
 from tidings.testing.eventually import assert_eventually
 from tidings.testing.topics import read_topic
 from tests.integration.apps import Add, build
+from tests.kafka_clients import kafka
 from tests.workers import Workers
 
 TALLIES = [f"tally-{n}" for n in range(4)]
@@ -84,7 +85,7 @@ def _outage(broker: LocalBroker, app_id: str, tmp_path: Path, outage_s: float) -
     bootstrap = broker.status().bootstrap
     assert bootstrap is not None
     app = build(app_id)
-    apply_topics(bootstrap, app.topic_specs(), out=lambda line: None)
+    apply_topics(kafka(bootstrap), app.topic_specs(), out=lambda line: None)
     # A stall timeout shorter than the outage: were the liveness clock to run while no broker
     # answers, the worker would exit 70 halfway through it.
     workers = Workers(bootstrap, app_id, tmp_path, env={"TIDINGS_STALL_TIMEOUT": "30"})
