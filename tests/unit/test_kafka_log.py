@@ -7,7 +7,14 @@ import logging
 import pytest
 
 from tidings.errors import KafkaUnreachable
-from tidings.shell.runtime.kafka_log import ConnectionThrottle, _ProcessLog, broker_of, hooks, reason_of
+from tidings.shell.runtime.kafka_log import (
+    ConnectionThrottle,
+    _ProcessLog,
+    broker_of,
+    error_hook,
+    hooks,
+    reason_of,
+)
 from tidings.shell.runtime.reachability import wait_for_kafka
 
 FAIL = ("127.0.0.1:9092/bootstrap: Connect to ipv4#127.0.0.1:9092 failed: Connection refused "
@@ -116,6 +123,37 @@ def test_a_line_naming_no_broker_during_a_reported_outage_says_nothing(
     process.failed("127.0.0.1:9092", "Connection refused")
     process.failed("(all brokers)", "GroupCoordinator: Timed out 0 in-flight")
     assert len(caplog.records) == 1
+
+
+class FakeError:
+    def __init__(self, code: int, name: str, text: str, fatal: bool = False) -> None:
+        self._code, self._name, self._text, self._fatal = code, name, text, fatal
+
+    def code(self) -> int:
+        return self._code
+
+    def name(self) -> str:
+        return self._name
+
+    def str(self) -> str:
+        return self._text
+
+    def fatal(self) -> bool:
+        return self._fatal
+
+
+def test_a_repeated_error_that_is_no_connection_error_is_said_once(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="tidings.kafka")
+    for _ in range(50):
+        error_hook(FakeError(-190, "_UNKNOWN_PARTITION_TEST", "Unknown partition"))
+    assert [r.getMessage() for r in caplog.records] == ["Kafka: Unknown partition (librdkafka retries it)"]
+
+
+def test_a_fatal_error_is_always_said(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="tidings.kafka")
+    for _ in range(2):
+        error_hook(FakeError(-150, "_FATAL", "Static consumer fenced"))
+    assert [r.levelno for r in caplog.records] == [logging.ERROR, logging.ERROR]
 
 
 def test_hooks_route_the_log_and_the_callbacks_of_every_role() -> None:

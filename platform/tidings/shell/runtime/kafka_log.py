@@ -50,6 +50,8 @@ _CONNECTION_FACILITIES = frozenset({"FAIL", "REQTMOUT"})
 # _RESOLVE, _SSL, _AUTHENTICATION.
 _CONNECTION_ERRORS = frozenset({-195, -187, -185, -193, -181, -169})
 _ALL_BROKERS_DOWN = -187
+# _FATAL: librdkafka's fatal error, which confluent-kafka may deliver without its flag.
+_FATAL = -150
 # The first host:port a line names: "[thrd:127.0.0.1:9092/1]: ...", "sasl_ssl://b-1.example.com:9096/2:
 # ...", "GroupCoordinator: 127.0.0.1:9092: ..." (not "ipv4#127.0.0.1:9092", the same address resolved).
 _BROKER = re.compile(r"(?<![\w.\-#])(?P<address>[A-Za-z0-9][A-Za-z0-9.\-]*:\d{1,5})(?=[/:\s\]]|$)")
@@ -123,6 +125,7 @@ class _ProcessLog:
         self._clock = clock
         self._lock = threading.Lock()
         self.throttle = ConnectionThrottle()
+        self._others = ConnectionThrottle()  # by error code name
 
     def failed(self, broker: str, detail: str) -> None:
         with self._lock:
@@ -140,6 +143,16 @@ class _ProcessLog:
         else:
             log.warning("%s still unreachable after %.0f s (%d failed attempts since the last "
                         "report; %s); retrying", who, report.down_for, report.failures, detail)
+
+    def other(self, error: str, text: str) -> None:
+        """A non-fatal librdkafka error that is no connection error (a coordinator moving,
+        metadata not refreshed yet): librdkafka retries by itself; one line per code per
+        30 s says it."""
+        with self._lock:
+            report = self._others.failed(error, self._clock())
+        if report is not None:
+            suppressed = f"; {report.failures - 1} more since the last report" if not report.first else ""
+            log.warning("Kafka: %s (librdkafka retries it%s)", text, suppressed)
 
     def answered(self, broker: str) -> None:
         with self._lock:
@@ -214,7 +227,10 @@ def error_hook(error: Any) -> None:
     if code in _CONNECTION_ERRORS:
         _PROCESS.failed(broker or _ANY_BROKER, reason_of(text))
         return
-    log.log(logging.ERROR if error.fatal() else logging.WARNING, "Kafka: %s", text)
+    if error.fatal() or code == _FATAL:
+        log.error("Kafka: %s", text)
+    else:
+        _PROCESS.other(error.name(), text)
 
 
 def stats_hook(stats: str) -> None:
