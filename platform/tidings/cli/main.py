@@ -15,7 +15,7 @@ from typing import TypeAlias
 
 from tidings.errors import KafkaUnreachable, TidingsError
 
-from .kafka import EXIT_STATUS_EPILOG, HINT, UNREACHABLE_EXIT_CODE
+from .kafka import CONNECT_TIMEOUT_S, HINT, UNREACHABLE_EXIT_CODE
 
 # What each command module's register() receives: the result of add_subparsers().
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -41,8 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="tidings",
         description="Event-sourced aggregates, sagas and durable workflows on Apache Kafka.",
         epilog="Exit status: 0 success; 1 an error or a refused command; 2 a usage error or a "
-        f"timeout; {EXIT_STATUS_EPILOG[len('Exit status '):]} `tidings worker` waits for "
-        "Kafka instead (docs/operations.md).",
+        f"timeout; {UNREACHABLE_EXIT_CODE} no Kafka broker answered within --timeout or "
+        f"{CONNECT_TIMEOUT_S:g} s (one line on stderr names the bootstrap servers). "
+        "`tidings worker` waits for Kafka instead (docs/operations.md).",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS:
