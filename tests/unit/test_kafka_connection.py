@@ -438,6 +438,13 @@ def test_an_invalid_value_is_refused_at_build_for_the_role_that_reads_it() -> No
         connection.consumer(**{"group.id": "g"})
 
 
+
+def test_a_refused_enum_value_is_attributed_to_its_property_not_to_the_value() -> None:
+    connection = resolve(bootstrap=NOWHERE, environ={"TIDINGS_KAFKA_SSL_ENDPOINT_IDENTIFICATION_ALGORITHM": "bogus"})
+    with pytest.raises(DefinitionError, match=r"ssl.endpoint.identification.algorithm is set by "
+                                              r"TIDINGS_KAFKA_SSL_ENDPOINT_IDENTIFICATION_ALGORITHM\)"):
+        connection.admin()
+
 # -- secrets ----------------------------------------------------------------------------------------
 
 

@@ -428,7 +428,9 @@ class KafkaConnection:
         error = exc.args[0] if exc.args else None
         message = error.str() if isinstance(error, KafkaError) else str(exc)
         message = self.redact(message)
-        quoted = re.search(r'"([^"]+)"', message)
+        # 'No such configuration property: "k"', 'Invalid value [...] for configuration
+        # property "k"', 'Configuration property "k" cannot be set to empty value'.
+        quoted = re.search(r'property:? "([^"]+)"', message)
         key = quoted.group(1) if quoted else None
         client = "admin client" if role == "admin" else role
         reason = f"librdkafka refused the {client}'s configuration: {message}"
