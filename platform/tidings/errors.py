@@ -24,6 +24,7 @@ The tree::
     │   └── OrchestrationFailed             an orchestration raised on the event
     ├── BrokerError                         a Kafka error, translated at the boundary
     │   ├── RecordRejected                  Kafka refused a record itself (topic, size)
+    │   ├── KafkaUnreachable (also TimeoutError)  internal: no broker answered a probe in time
     │   ├── TransactionAborted              internal: an exactly-once transaction was aborted
     │   └── Fenced                          internal: Kafka fenced an exactly-once worker
     └── ReplyTimeout (also TimeoutError)    no reply within the timeout
@@ -195,6 +196,22 @@ class RecordRejected(BrokerError):
             f"record {index} to {topic[:120]!r}: {reason}" for index, topic, reason in self.rejections
         )
         super().__init__(f"Kafka refused {len(self.rejections)} record(s): {described}")
+
+
+class KafkaUnreachable(BrokerError, TimeoutError):
+    """No broker of the bootstrap servers answered a probe within its timeout (the CLI exits 69).
+
+    Attributes:
+        bootstrap: The bootstrap servers tried.
+        timeout_s: How long the probe waited.
+        detail: The last reason librdkafka gave (``Connection refused``, an SASL failure).
+    """
+
+    def __init__(self, bootstrap: str, timeout_s: float, detail: str) -> None:
+        self.bootstrap = bootstrap
+        self.timeout_s = timeout_s
+        self.detail = detail
+        super().__init__(f"cannot reach Kafka at {bootstrap} within {timeout_s:g} s ({detail})")
 
 
 class TransactionAborted(BrokerError):

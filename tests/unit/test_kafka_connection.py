@@ -167,7 +167,9 @@ def test_a_client_gets_common_properties_then_its_role_then_the_call_site() -> N
         "client.id": "common", "client.rack": "r1", "consumer.client.id": "consumer-only",
         "consumer.fetch.wait.max.ms": "900", "producer.client.id": "producer-only",
     })
-    assert connection.config("consumer", **{"fetch.wait.max.ms": 10, "group.id": "g"}) == {
+    config = connection.config("consumer", **{"fetch.wait.max.ms": 10, "group.id": "g"})
+    hooks = module.kafka_log.hooks("consumer")
+    assert {key: value for key, value in config.items() if key not in hooks} == {
         "bootstrap.servers": NOWHERE, "client.id": "consumer-only", "client.rack": "r1",
         "fetch.wait.max.ms": 10, "group.id": "g",
     }
@@ -208,8 +210,24 @@ def test_the_log_hooks_come_last_and_chain_a_callback_the_call_site_sets(monkeyp
     assert calls[-1] == "hook producer x"
 
 
-def test_the_placeholder_hooks_add_nothing() -> None:
-    assert module.kafka_log.hooks("consumer") == {}
+def test_every_client_gets_the_log_hooks_and_a_call_site_callback_runs_after_the_hook() -> None:
+    seen: list[str] = []
+    config = resolve(bootstrap=NOWHERE).config("consumer", error_cb=lambda error: seen.append("site"))
+    assert set(module.kafka_log.hooks("consumer")) <= set(config)
+    assert config["error_cb"] is not module.kafka_log.error_hook  # chained, not replaced
+
+    class Error:
+        def code(self) -> int:
+            return -195  # _TRANSPORT: the hook throttles it
+
+        def str(self) -> str:
+            return "127.0.0.1:1/bootstrap: Connect to ipv4#127.0.0.1:1 failed: Connection refused"
+
+        def fatal(self) -> bool:
+            return False
+
+    config["error_cb"](Error())  # type: ignore[operator]
+    assert seen == ["site"]
 
 
 # -- Java client keys ------------------------------------------------------------------------------

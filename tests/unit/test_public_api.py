@@ -101,8 +101,9 @@ def test_every_public_error_is_in_the_tree_exported_and_drawn() -> None:
     assert all(issubclass(cls, errors.TidingsError) for cls in classes.values())
     assert tree.splitlines()[tree.splitlines().index("The tree::") + 2].strip() == "TidingsError"
     assert {name for name in classes if name != "TidingsError" and f"── {name} " not in tree} == set()
-    # JournalMismatch never leaves the interpreter; the exactly-once errors never leave the worker.
-    internal = {"JournalMismatch", "TransactionAborted", "Fenced"}
+    # JournalMismatch never leaves the interpreter; the exactly-once errors never leave the worker;
+    # KafkaUnreachable never leaves the CLI (exit 69) or the worker's wait for a broker.
+    internal = {"JournalMismatch", "TransactionAborted", "Fenced", "KafkaUnreachable"}
     assert {name for name in classes if name not in tidings.__all__} == internal
 
 

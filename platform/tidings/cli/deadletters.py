@@ -29,7 +29,7 @@ from ..shell.runtime.connection import KafkaConnection
 from ..shell.runtime.io import Incoming
 from ..shell.runtime.topics import deadletter_topic
 from .interrupts import interruptible
-from .kafka import add_kafka_arguments, connection
+from .kafka import EXIT_STATUS_EPILOG, add_kafka_arguments, connection, reach_kafka
 from .loading import load_app
 
 _DESCRIPTION = """\
@@ -69,6 +69,7 @@ def register(subparsers: Any) -> None:
         help="print an App's dead letters as JSON lines",
         description=_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EXIT_STATUS_EPILOG,
     )
     parser.add_argument("app", metavar="MODULE:APP", help="where the App is, e.g. examples.bank.app:app")
     parser.add_argument("--follow", action="store_true", help="keep printing new dead letters until Ctrl-C")
@@ -87,6 +88,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     app = load_app(args.app)
     kafka = connection(args, app)
+    reach_kafka(kafka, None)
     topic = deadletter_topic(app.name)
     # Says "run tidings topics apply" for a missing topic, and gives up on an unreachable
     # broker in seconds, before the follower's consumer starts retrying.

@@ -13,7 +13,9 @@ import sys
 from collections.abc import Sequence
 from typing import TypeAlias
 
-from tidings.errors import TidingsError
+from tidings.errors import KafkaUnreachable, TidingsError
+
+from .kafka import CONNECT_TIMEOUT_S, HINT, UNREACHABLE_EXIT_CODE
 
 # What each command module's register() receives: the result of add_subparsers().
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -38,6 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tidings",
         description="Event-sourced aggregates, sagas and durable workflows on Apache Kafka.",
+        epilog="Exit status: 0 success; 1 an error or a refused command; 2 a usage error or a "
+        f"timeout; {UNREACHABLE_EXIT_CODE} no Kafka broker answered within --timeout or "
+        f"{CONNECT_TIMEOUT_S:g} s (one line on stderr names the bootstrap servers). "
+        "`tidings worker` waits for Kafka instead (docs/operations.md).",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS:
@@ -62,6 +68,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.run(args))
+    except KafkaUnreachable as exc:
+        # One line, whatever the command: the servers tried, why, and what to check.
+        print(f"tidings: {exc}: {HINT}", file=sys.stderr)
+        return UNREACHABLE_EXIT_CODE
     except TidingsError as exc:
         print(f"tidings: error: {exc}", file=sys.stderr)
         return 1

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..shell.runtime.admin import GroupDescription, KafkaAdmin, Position
 from ..errors import BrokerError
-from .kafka import add_kafka_arguments, connection
+from .kafka import EXIT_STATUS_EPILOG, add_kafka_arguments, connection, reach_kafka
 from .loading import load_app
 
 _DESCRIPTION = """\
@@ -53,6 +53,7 @@ def register(subparsers: Any) -> None:
         help="show a consumer group's offsets and lag, or move them",
         description=_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EXIT_STATUS_EPILOG,
     )
     actions = parser.add_subparsers(dest="offsets_action", metavar="ACTION", required=True)
 
@@ -61,6 +62,7 @@ def register(subparsers: Any) -> None:
         help="print the group's members and each partition's committed offset, end and lag",
         description=_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EXIT_STATUS_EPILOG,
     )
     _common(show)
     show.add_argument("--topic", help="only this topic")
@@ -72,6 +74,7 @@ def register(subparsers: Any) -> None:
         help="commit new offsets for the group (its workers stopped)",
         description=_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EXIT_STATUS_EPILOG,
     )
     _common(move)
     move.add_argument("topic", metavar="TOPIC", help="the topic, as `show` prints it")
@@ -130,7 +133,9 @@ class PartitionOffsets:
 def run_show(args: argparse.Namespace) -> int:
     """Print the group's members and offsets."""
     app = load_app(args.app)
-    admin = KafkaAdmin(connection(args, app))
+    kafka = connection(args, app)
+    reach_kafka(kafka, None)
+    admin = KafkaAdmin(kafka)
     group = args.group or app.name
     description = admin.describe_group(group)
     committed = admin.committed(group)
@@ -312,7 +317,9 @@ def plan_moves(
 def run_move(args: argparse.Namespace) -> int:
     """Commit new offsets for the group, once it has no members and the change is confirmed."""
     app = load_app(args.app)
-    admin = KafkaAdmin(connection(args, app))
+    kafka = connection(args, app)
+    reach_kafka(kafka, None)
+    admin = KafkaAdmin(kafka)
     group = args.group or app.name
     description = admin.describe_group(group)
     if not description.idle:

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..core.saga_records import SagaJournalEntry
 from ..shell.kinds.saga.handle import SagaHandle, saga_named
-from .kafka import add_kafka_arguments, connection
+from .kafka import EXIT_STATUS_EPILOG, add_kafka_arguments, connection, reach_kafka
 from .loading import load_app
 
 _DESCRIPTION = """\
@@ -42,12 +42,14 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "saga", help="print a saga's status or journal", description=_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EXIT_STATUS_EPILOG,
     )
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     for action, help_text in (("status", "print where a saga stands"),
                               ("journal", "print a saga's journal as JSON lines")):
         sub = actions.add_parser(action, help=help_text, description=_DESCRIPTION,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=EXIT_STATUS_EPILOG)
         sub.add_argument("app", metavar="MODULE:APP", help="where the App is")
         sub.add_argument("saga", metavar="NAME", help="the saga's name, e.g. transfer")
         sub.add_argument("saga_id", metavar="ID", help="the saga id (the correlation id that started it)")
@@ -57,10 +59,13 @@ def register(subparsers: Any) -> None:
 
 
 def _handle(args: argparse.Namespace) -> SagaHandle:
+    app = load_app(args.app)
     try:
-        return saga_named(load_app(args.app), args.saga)
+        handle = saga_named(app, args.saga)
     except LookupError as exc:
         raise SystemExit(f"tidings: {exc.args[0]}") from None
+    reach_kafka(connection(args, app), args.timeout)
+    return handle
 
 
 def run_status(args: argparse.Namespace) -> int:

@@ -48,7 +48,7 @@ from ..shell.runtime.connection import KafkaConnection
 from ..shell.runtime.context import ThroughClient
 from ..shell.runtime.io import Incoming
 from ..shell.kinds.schedule.handle import ScheduleHandle
-from .kafka import add_kafka_arguments, connection
+from .kafka import EXIT_STATUS_EPILOG, add_kafka_arguments, connection, reach_kafka
 from .loading import load_app
 
 log = logging.getLogger(__name__)
@@ -480,11 +480,13 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "schedule", help="create, change, pause, resume, delete, show or list schedules",
         description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EXIT_STATUS_EPILOG,
     )
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     for action, help_text in _ACTIONS:
         sub = actions.add_parser(action, help=help_text, description=_DESCRIPTION,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=EXIT_STATUS_EPILOG)
         sub.add_argument("app", metavar="MODULE:APP", help="where the App is, e.g. examples.reminder.app:app")
         if action != "list":
             sub.add_argument("schedule_id", metavar="ID", help="the schedule id, e.g. ada-daily")
@@ -532,6 +534,7 @@ def run(args: argparse.Namespace) -> int:
             raise SystemExit(f"tidings: --input is not JSON: {exc} (a string is quoted: --input '\"Drink water\"')") from None
     app = load_app(args.app)
     kafka = connection(args, app)
+    reach_kafka(kafka, getattr(args, "timeout", None))
     if args.action == "list":
         return _list(app, kafka, args)
     client = Client(kafka, app=app)

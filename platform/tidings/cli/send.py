@@ -10,7 +10,7 @@ from typing import Any
 
 from ..codec.payloads import load_payload
 from ..errors import SchemaError
-from .kafka import add_kafka_arguments, connection
+from .kafka import EXIT_STATUS_EPILOG, add_kafka_arguments, connection, reach_kafka
 from .loading import load_app
 
 _DESCRIPTION = """\
@@ -30,6 +30,7 @@ def register(subparsers: Any) -> None:
         help="send a command to an aggregate and print the reply",
         description=_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EXIT_STATUS_EPILOG,
     )
     parser.add_argument("app", metavar="MODULE:APP", help="where the App is")
     parser.add_argument("aggregate", help="the aggregate's name, e.g. account")
@@ -45,7 +46,9 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     app = load_app(args.app)
-    client = app.client(connection(args, app))
+    kafka = connection(args, app)
+    reach_kafka(kafka, args.timeout)
+    client = app.client(kafka)
     handle = client.handle_for(args.aggregate)
     try:
         command = load_payload(

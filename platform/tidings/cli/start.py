@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..shell.kinds.workflow.handle import workflow_named
-from .kafka import add_kafka_arguments, connection
+from .kafka import EXIT_STATUS_EPILOG, add_kafka_arguments, connection, reach_kafka
 from .loading import load_app
 
 _DESCRIPTION = """\
@@ -24,6 +24,8 @@ Start the instance ID of a workflow with the JSON input, for example:
 
 A second start with the same ID stores nothing. Returns once the request is in the
 workflow's inbox; `tidings result` waits for the outcome.
+
+Exit status: 0 stored; 2 not stored within --timeout (it may still be stored later).
 """
 
 
@@ -31,13 +33,22 @@ def register(subparsers: Any) -> None:
     """Add the ``start`` command."""
     parser = add_workflow_parser(subparsers, "start", "start a workflow instance", _DESCRIPTION)
     parser.add_argument("input", metavar="JSON", nargs="?", default="null", help="the input (default null)")
+    parser.add_argument("--timeout", type=float,
+                        help="seconds to wait until the request is stored (default: the app's command timeout)")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     handle = workflow_handle(args)
     value = parse_json(args.input, "the input")
-    call(handle, lambda: handle.start(args.instance_id, value, bootstrap=connection(args, handle.context)))
+    wait = handle.context.command_timeout if args.timeout is None else args.timeout
+    try:
+        # A produce nobody bounds waits out librdkafka's message.timeout.ms (300 s).
+        call(handle, lambda: asyncio.wait_for(
+            handle.start(args.instance_id, value, bootstrap=connection(args, handle.context)), wait))
+    except TimeoutError:
+        return fail(f"the start of {args.instance_id} was not stored within {wait:g} s "
+                    "(it may still be stored later)", 2)
     print(json.dumps({"started": args.instance_id, "workflow": handle.name}))
     return 0
 
@@ -57,19 +68,24 @@ def add_workflow_parser(
     if instance:
         parser.add_argument("instance_id", metavar="ID", help="the instance id, e.g. order-17")
     add_kafka_arguments(parser)
+    parser.epilog = EXIT_STATUS_EPILOG
     return parser
 
 
 def workflow_handle(args: argparse.Namespace) -> Any:
-    """Return the handle of ``args.workflow`` in the App ``args.app``.
+    """Return the handle of ``args.workflow`` in the App ``args.app``, once Kafka answers.
 
     Raises:
         SystemExit: the App declares no such workflow.
+        KafkaUnreachable: no broker answered within ``args.timeout`` (or 10 s).
     """
+    app = load_app(args.app)
     try:
-        return workflow_named(load_app(args.app), args.workflow)
+        handle = workflow_named(app, args.workflow)
     except LookupError as exc:
         raise SystemExit(f"tidings: {exc.args[0]}") from None
+    reach_kafka(connection(args, app), getattr(args, "timeout", None))
+    return handle
 
 
 def parse_json(text: str, what: str) -> Any:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from tidings.shell.runtime.topics import TopicSpec, apply_topics
+from tidings.shell.runtime.topics import DEFAULT_TIMEOUT_S, TopicSpec, apply_topics
 
-from .kafka import add_kafka_arguments, connection
+from .kafka import EXIT_STATUS_EPILOG, add_kafka_arguments, connection, reach_kafka
 from .loading import load_app
 
 _DESCRIPTION = """\
@@ -39,9 +39,13 @@ def register(subparsers: Any) -> None:
         help="create missing topics, report differing settings",
         description=_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EXIT_STATUS_EPILOG,
     )
     apply.add_argument("app", metavar="MODULE:APP", help="where the App is, e.g. examples.bank.app:app")
     add_kafka_arguments(apply)
+    apply.add_argument("--timeout", type=float,
+                       help=f"seconds each request to Kafka may take (default {DEFAULT_TIMEOUT_S:g}; "
+                       "10 at most for the first answer)")
     apply.set_defaults(run=run_apply)
     show = actions.add_parser("show", help="print the App's topic specs without contacting Kafka")
     show.add_argument("app", metavar="MODULE:APP", help="where the App is, e.g. examples.bank.app:app")
@@ -59,7 +63,9 @@ def run_apply(args: argparse.Namespace) -> int:
     """Apply the App's topic specs; 0 when all match, 2 when a setting differs."""
     app = load_app(args.app)
     specs = _specs(app)
-    report = apply_topics(connection(args, app), specs)
+    kafka = connection(args, app)
+    reach_kafka(kafka, args.timeout)
+    report = apply_topics(kafka, specs, timeout=args.timeout or DEFAULT_TIMEOUT_S)
     print(f"{len(specs)} topics: {len(report.created)} created, {len(report.differences)} differing settings")
     return 0 if report.in_sync else DIFFERENCES_EXIT_CODE
 

@@ -17,6 +17,11 @@ runs one agent per definition (aggregate, projection, workflow, ...). Start more
 workers with the same app to split the partitions; each needs its own --data-dir.
 State (RocksDB) lives under --data-dir; deleting it is safe: it is rebuilt from Kafka.
 Stop it with Ctrl-C or SIGTERM.
+
+With Kafka away (not started yet, restarting) it waits instead of exiting: one warning,
+then one every 30 s, and it starts or resumes once a broker answers. It exits 70 when
+Kafka refuses it (a fatal client error) or when it is deaf (--stall-timeout).
+docs/operations.md, "When Kafka is away".
 """
 
 

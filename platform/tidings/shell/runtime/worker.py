@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
 
@@ -28,6 +29,7 @@ import faust
 import mode
 from faust.app.base import BootStrategy
 
+from ...errors import BrokerError, KafkaUnreachable
 from .connection import KafkaConnection
 from .hosting import Agent, Hosted, Runtime, TopicPartition
 from .intake import Intake, describe
@@ -35,6 +37,7 @@ from .kafka import ConfluentPublisher
 from .liveness import STALL_TIMEOUT_S, Liveness, LivenessWatch
 from .metrics import Metrics, MetricsServer
 from .pipeline import stop_worker, stop_worker_on_failure
+from .reachability import probe_kafka, wait_for_kafka
 from .topics import TopicSpec, apply_topics, deadletter_topic
 from .transactions import TransactionalPublisher
 from .worker_dir import WorkerDir
@@ -127,19 +130,43 @@ class Worker:
         self._metrics_server: MetricsServer | None = None
         self.agents: list[Agent] = []
         self._runtime: Runtime | None = None
-        self.faust = self._faust_app()
+        # Built by run() once Kafka answers: its publisher connects as it is made.
+        self.faust: faust.App | None = None
 
     def run(self, *, apply: bool = True, loglevel: str = "INFO") -> None:
-        """Apply the topics, then run until stopped (SIGTERM/SIGINT stop it cleanly)."""
-        if apply:
-            apply_topics(self.connection, self.app.topic_specs(), out=log.info)
-        worker = faust.Worker(self.faust, loglevel=loglevel, quiet=True, redirect_stdouts=False)
+        """Wait for Kafka, apply the topics, then run until stopped (SIGTERM/SIGINT stop it
+        cleanly)."""
         if self.metrics_port is not None:
             self._metrics_server = self.metrics.serve(self.metrics_port)
+        try:
+            with _startup_logging(loglevel):
+                self._apply_when_kafka_answers(apply)
+            self.faust = self._faust_app()
+        except BaseException:
+            self.close()
+            raise
+        worker = faust.Worker(self.faust, loglevel=loglevel, quiet=True, redirect_stdouts=False)
         try:
             worker.execute_from_commandline()
         finally:
             self.close()
+
+    def _apply_when_kafka_answers(self, apply: bool) -> None:
+        """A worker is a server: with Kafka away it waits (one line, then a reminder every
+        30 s) instead of exiting, and applies the topics once a broker answers."""
+        while True:
+            wait_for_kafka(self.connection)
+            if not apply:
+                return
+            try:
+                apply_topics(self.connection, self.app.topic_specs(), out=log.info)
+                return
+            except BrokerError:
+                try:  # the broker went away meanwhile: wait again; else the error is real
+                    probe_kafka(self.connection, 5.0)
+                except KafkaUnreachable:
+                    continue
+                raise
 
     def close(self) -> None:
         """Close every agent, then readers, stores and the publisher."""
@@ -263,6 +290,26 @@ class Worker:
 
         return fapp
 
+
+
+@contextmanager
+def _startup_logging(loglevel: str) -> Iterator[None]:
+    """Log on stderr as Faust will (it sets logging up once it starts) while the worker
+    waits for Kafka, unless the process has set up logging itself."""
+    root = logging.getLogger()
+    if root.handlers:
+        yield
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("[%(asctime)s] [%(process)s] [%(levelname)s]: %(message)s"))
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(loglevel.upper())
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
 
 
 def _producer_failed(error: BaseException) -> None:
