@@ -15,8 +15,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
-
 import tidings.shell.app
 from tidings.codec import avro
 from tidings.core.partitioning import partition_for
@@ -27,6 +25,7 @@ from tidings.testing.topics import read_topic
 from tests import counter_kind
 from tests.counter_kind import INCREMENT, CounterKind, count_increment, restore_count
 from tests.integration.counter_apps import build
+from tests.kafka_clients import kafka
 from tests.workers import Workers
 
 TIMEOUT = 45.0
@@ -65,10 +64,10 @@ def test_a_kind_declared_with_app_host_is_run_by_a_worker(
     app = build(app_id)
     kind = next(h for h in app.hosted if isinstance(h, CounterKind))
     assert {spec.name for spec in kind.topic_specs()} <= {spec.name for spec in app.topic_specs()}
-    apply_topics(kafka_bootstrap, app.topic_specs(), out=lambda line: None)
+    apply_topics(kafka(kafka_bootstrap), app.topic_specs(), out=lambda line: None)
     worker = counter_workers.start()
 
-    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer = kafka(kafka_bootstrap).producer()
     increments = ["a", "b", "a", "c", "a", "b"]
     for counter_id in increments[:3]:
         producer.produce(kind.topics.inbox, INCREMENT, counter_id.encode(),
