@@ -28,7 +28,6 @@ them instead:
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import threading
 import time
