@@ -162,4 +162,17 @@ class ThroughClient:
         return self.base.sagas_of(aggregate_name)
 
 
-__all__ = ["KindClient", "KindContext", "ThroughClient"]
+def source_reasons(context: KindContext, sources: Sequence[Any], *, hint: str = "") -> list[str]:
+    """Why ``sources`` are not a usable list of ``context``'s aggregate handles (empty: they are).
+
+    Asked of the context, not checked by type, so a kind that reads aggregates' events (a
+    projection, an orchestration) imports no aggregate module.
+    """
+    if not sources:
+        return ["sources must name at least one aggregate handle"]
+    aggregates = context.declared("aggregate")
+    return [f"{source!r} is not an aggregate handle of this app{hint}"
+            for source in sources if not any(source is aggregate for aggregate in aggregates)]
+
+
+__all__ = ["KindClient", "KindContext", "ThroughClient", "source_reasons"]

@@ -21,7 +21,7 @@ from .agent import (
     OrchestrationTopics,
     orchestration_router,
 )
-from ...runtime.context import KindContext
+from ...runtime.context import KindContext, source_reasons
 from ...runtime.hosting import Runtime
 from ...runtime.journaled import Agents, EventSource
 from ...runtime.topics import TopicSpec, deadletter_topic, spec_for, topic_name
@@ -114,14 +114,8 @@ def declare_orchestration(
     if not name or not all(ch.isalnum() or ch in "_-" for ch in name):
         reasons.append(f"name {name!r} must be letters, digits, '_' or '-'")
     sources = list(sources)
-    if not sources:
-        reasons.append("sources must name at least one aggregate handle")
-    # The app's aggregates, asked of the context: this kind imports no aggregate module.
-    aggregates = context.declared("aggregate")
-    for source in sources:
-        if not any(source is aggregate for aggregate in aggregates):
-            reasons.append(f"{source!r} is not an aggregate handle of this app "
-                           "(raw topics are not accepted: see docs/orchestrations-hosted.md)")
+    reasons.extend(source_reasons(
+        context, sources, hint=" (raw topics are not accepted: see docs/orchestrations-hosted.md)"))
     if not callable(key_of):
         reasons.append("key_of must be callable: key_of(event) -> str | None")
     if not callable(factory):

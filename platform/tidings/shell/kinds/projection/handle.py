@@ -14,7 +14,7 @@ from typing import Any
 
 from ....errors import DefinitionError
 from .agent import Handler, ProjectionAgent, ProjectionSource
-from ...runtime.context import KindContext
+from ...runtime.context import KindContext, source_reasons
 from ...runtime.hosting import Runtime
 from .signals import ProjectionSignals
 from ...runtime.topics import TopicSpec
@@ -71,12 +71,7 @@ def declare_projection(context: KindContext, name: str, sources: Iterable[Any], 
     if any(declared.name == name for declared in context.declared("projection")):
         reasons.append(f"a projection named {name!r} is already declared")
     sources = list(sources)
-    if not sources:
-        reasons.append("sources must name at least one aggregate handle")
-    aggregates = context.declared("aggregate")
-    for source in sources:
-        if not any(source is aggregate for aggregate in aggregates):
-            reasons.append(f"{source!r} is not an aggregate handle of this app")
+    reasons.extend(source_reasons(context, sources))
     if not callable(handler):
         reasons.append("handler must be callable: handler(event, view)")
     if reasons:
