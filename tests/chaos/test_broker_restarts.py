@@ -19,23 +19,18 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tidings.broker import LocalBroker
-from tidings.codec import avro
-from tidings.core.records import EventEnvelope
-from tidings.errors import BrokerError, ReplyTimeout
 from tidings.shell.client.client import Client
 from tidings.shell.runtime.requester import OutcomeWatcher
 from tidings.shell.runtime.topics import apply_topics, spec_for
 from tidings.testing.eventually import assert_eventually
 from tidings.testing.processes import WorkerProcess
-from tidings.testing.topics import read_topic
-from tests.integration.apps import Add, build
+from tests.broker_outages import assert_every_command_stored_once, caller, own_broker_fixture
+from tests.integration.apps import build
 from tests.workers import Workers, both_guarantees
 from tests.kafka_clients import kafka
 
@@ -44,15 +39,7 @@ CALLERS = 4
 EXIT_FAILED = 70
 
 
-@pytest.fixture(scope="module")
-def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
-    """A broker of this module's own: the test stops and starts it, which the shared one must not be."""
-    broker = LocalBroker(tmp_path_factory.mktemp("restart-broker"), heap="512m")
-    broker.start()
-    try:
-        yield broker
-    finally:
-        broker.stop()  # by the PID it recorded
+own_broker = own_broker_fixture("restart-broker")
 
 
 class _Supervisor:
@@ -73,25 +60,6 @@ class _Supervisor:
         elif code is not None:
             self.other_exits.append(code)
             raise AssertionError(f"the worker exited {code}, not 70:\n{self.worker.log_tail(40)}")
-
-
-async def _caller(client: Client, number: int, stop: asyncio.Event, answered: dict[str, int],
-                  sent: dict[str, int]) -> None:
-    n = 0
-    while not stop.is_set():
-        n += 1
-        command_id = f"add-{number}-{n}"
-        tally = TALLIES[(number * 31 + n) % len(TALLIES)]
-        sent[command_id] = n % 7 + 1
-        while True:  # a real caller: on a timeout or a broker error, again with the same id
-            try:
-                reply = await client.send_envelope("tally", tally, Add(amount=n % 7 + 1), 5,
-                                                   command_id=command_id)
-                break
-            except (ReplyTimeout, BrokerError):
-                await asyncio.sleep(0.2)
-        assert reply.status == "accepted", reply
-        answered[command_id] = len(reply.events)
 
 
 async def _answered_again(answered: dict[str, int], supervisor: _Supervisor, timeout: float) -> float:
@@ -126,7 +94,7 @@ def _restart_rounds(broker: LocalBroker, app_id: str, tmp_path: Path, guarantee:
     try:
         async def scenario() -> list[float]:
             stop = asyncio.Event()
-            callers = [asyncio.create_task(_caller(client, n, stop, answered, sent))
+            callers = [asyncio.create_task(caller(client, n, TALLIES, stop, answered, sent, retry_s=0.2))
                        for n in range(CALLERS)]
             waits = [await _answered_again(answered, supervisor, 90)]
             for round_ in range(rounds):
@@ -148,19 +116,7 @@ def _restart_rounds(broker: LocalBroker, app_id: str, tmp_path: Path, guarantee:
         waits = asyncio.run(scenario())
         supervisor.check()
         assert supervisor.worker.running, "the worker is not running at the end"
-        events_topic = f"{app.name}.aggregate.tally.events"
-
-        def every_command_stored_once() -> bool:
-            stored = Counter(avro.decode_as(r.value or b"", EventEnvelope).command_id
-                             for r in read_topic(bootstrap, events_topic))
-            assert set(answered) == set(sent), "a command was sent but never answered"
-            twice = [c for c, n in stored.items() if n > 1]
-            missing = [c for c in sent if stored[c] != 1]
-            assert twice == [] and missing == [], (f"{len(twice)} stored twice, e.g. {twice[:3]}; "
-                                                   f"{len(missing)} not stored, e.g. {missing[:3]}")
-            return True
-
-        assert_eventually(every_command_stored_once, timeout=30, interval=1.0)
+        assert_every_command_stored_once(bootstrap, f"{app.name}.aggregate.tally.events", sent, answered)
         print(f"\n{guarantee}: {rounds} broker restarts, {len(sent)} commands, "
               f"{supervisor.restarts} worker restarts after exit 70, "
               f"waits for replies {[round(w, 1) for w in waits]} s, "

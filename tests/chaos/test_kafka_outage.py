@@ -15,21 +15,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tidings.broker import LocalBroker
-from tidings.codec import avro
-from tidings.core.records import EventEnvelope
-from tidings.errors import BrokerError, ReplyTimeout
 from tidings.shell.client.client import Client
 from tidings.shell.runtime.topics import apply_topics
-from tidings.testing.eventually import assert_eventually
-from tidings.testing.topics import read_topic
-from tests.integration.apps import Add, build
+from tests.broker_outages import assert_every_command_stored_once, caller, own_broker_fixture
+from tests.integration.apps import build
 from tests.kafka_clients import kafka
 from tests.workers import Workers
 
@@ -40,35 +34,7 @@ CALLERS = 3
 OUTAGE_LINES = 20
 
 
-@pytest.fixture(scope="module")
-def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
-    """A broker of this module's own: the test stops and starts it, which the shared one must not be."""
-    broker = LocalBroker(tmp_path_factory.mktemp("outage-broker"), heap="512m")
-    broker.start()
-    try:
-        yield broker
-    finally:
-        broker.stop()  # by the PID it recorded
-
-
-async def _caller(client: Client, number: int, stop: asyncio.Event, answered: dict[str, int],
-                  sent: dict[str, int]) -> None:
-    n = 0
-    while not stop.is_set():
-        n += 1
-        command_id = f"add-{number}-{n}"
-        tally = TALLIES[(number * 31 + n) % len(TALLIES)]
-        sent[command_id] = n % 7 + 1
-        while True:  # a real caller: on a timeout or a broker error, again with the same id
-            try:
-                reply = await client.send_envelope("tally", tally, Add(amount=n % 7 + 1), 5,
-                                                   command_id=command_id)
-                break
-            except (ReplyTimeout, BrokerError):
-                await asyncio.sleep(0.5)
-        assert reply.status == "accepted", reply
-        answered[command_id] = len(reply.events)
-        await asyncio.sleep(0.05)
+own_broker = own_broker_fixture("outage-broker")
 
 
 async def _answered_again(answered: dict[str, int], timeout: float, log_tail: str = "") -> float:
@@ -97,7 +63,8 @@ def _outage(broker: LocalBroker, app_id: str, tmp_path: Path, outage_s: float) -
     try:
         async def scenario() -> float:
             stop = asyncio.Event()
-            callers = [asyncio.create_task(_caller(client, n, stop, answered, sent))
+            callers = [asyncio.create_task(caller(client, n, TALLIES, stop, answered, sent,
+                                                      retry_s=0.5, pause_s=0.05))
                        for n in range(CALLERS)]
             await _answered_again(answered, 90)
             pid = worker.pid
@@ -125,19 +92,7 @@ def _outage(broker: LocalBroker, app_id: str, tmp_path: Path, outage_s: float) -
         allowed = OUTAGE_LINES + max(0, int((outage_s - 60) // 30))
         assert len(outage_log) <= allowed, f"{len(outage_log)} lines about the outage"
         assert any("unreachable" in line for line in outage_log), "the outage was not reported"
-        events_topic = f"{app.name}.aggregate.tally.events"
-
-        def every_command_stored_once() -> bool:
-            stored = Counter(avro.decode_as(r.value or b"", EventEnvelope).command_id
-                             for r in read_topic(bootstrap, events_topic))
-            assert set(answered) == set(sent), "a command was sent but never answered"
-            twice = [c for c, n in stored.items() if n > 1]
-            missing = [c for c in sent if stored[c] != 1]
-            assert twice == [] and missing == [], (f"{len(twice)} stored twice, e.g. {twice[:3]}; "
-                                                   f"{len(missing)} not stored, e.g. {missing[:3]}")
-            return True
-
-        assert_eventually(every_command_stored_once, timeout=30, interval=1.0)
+        assert_every_command_stored_once(bootstrap, f"{app.name}.aggregate.tally.events", sent, answered)
         print(f"{len(sent)} commands, answered again {back:.1f} s after the broker came back")
         assert len(sent) >= 20, "too few commands to say anything"
     except BaseException:
