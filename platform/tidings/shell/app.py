@@ -124,6 +124,7 @@ class App:
         self.command_timeout = command_timeout
         self._bootstrap = bootstrap
         self._kafka = dict(kafka or {})
+        self._resolved: dict[tuple[Any, ...], KafkaConnection] = {}
         self._data_dir = data_dir
         # Every definition the worker runs, in declaration order, by (kind, name).
         self._hosted: dict[tuple[str, str], Hosted] = {}
@@ -438,8 +439,22 @@ class App:
         """
         if isinstance(bootstrap, KafkaConnection):
             return bootstrap
-        return KafkaConnection.resolve(bootstrap=bootstrap or self._bootstrap, kafka=self._kafka,
-                                       config_file=config_file)
+        # Every handle call without a connection asks this: resolve again only when what it
+        # reads changed (the TIDINGS_* environment, the file's name and modification time),
+        # not by reading and parsing the properties file once per command.
+        file = config_file or os.environ.get("TIDINGS_KAFKA_CONFIG")
+        try:
+            stamp = os.stat(file).st_mtime_ns if file else None
+        except OSError:
+            stamp = None  # resolve says what is wrong with it
+        key = (bootstrap, str(file), stamp,
+               tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("TIDINGS_"))))
+        cached = self._resolved.get(key)
+        if cached is None:
+            cached = KafkaConnection.resolve(bootstrap=bootstrap or self._bootstrap, kafka=self._kafka,
+                                             config_file=config_file)
+            self._resolved = {key: cached}  # the latest only: the sources rarely change
+        return cached
 
     def data_dir(self) -> Path:
         """Return the directory for this app's RocksDB state."""
