@@ -168,8 +168,11 @@ def test_a_resend_after_ten_thousand_other_commands_stores_nothing_also_after_a_
         assert [e.version for e in journal] == list(range(1, len(journal) + 1)), label
 
     check("after 10,000 others", last_other)
+    # Every send of the saga carries one command id: its first send, and the (at least two)
+    # resends the check above waited for. Whether a resend also fell inside the 10,000 depends
+    # on how fast they were stored, so it is not counted on.
     sends = saga_sends(kafka_bootstrap, dedup_app)
-    assert len({command_id for _, command_id in sends}) == 1 and len(sends) >= 4, sends
+    assert len({command_id for _, command_id in sends}) == 1 and len(sends) >= 3, sends
 
     # Drop every store: the worker rebuilds them from the events and the verdicts topic.
     worker.kill()
