@@ -23,48 +23,25 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from examples.bank import account
-from examples.bank.account import (
-    Close,
-    Deposit,
-    Open,
-    SendTransfer,
-    TransferReceived,
-    TransferRefunded,
-    TransferSent,
-)
 from tidings import App
 from tidings.broker import LocalBroker
-from tidings.codec import avro
-from tidings.codec.payloads import load_payload
-from tidings.core.records import EventEnvelope, ReplyEnvelope
-from tidings.core.saga_records import SagaJournalEntry
-from tidings.errors import BrokerError, ReplyTimeout
 from tidings.shell.client.client import Client
 from tidings.shell.runtime.topics import apply_topics
 from tidings.testing.eventually import assert_eventually
 from tidings.testing.processes import WorkerProcess
-from tidings.testing.topics import group_assignment, read_topic
+from tidings.testing.topics import group_assignment
+from tests.bank_chaos import CALLERS, Progress, caller, drain, journal, open_accounts, serving_again, violations
 from tests.bank_workers import build
 from tests.workers import Workers
 from tests.kafka_clients import kafka
 
-ACCOUNTS = [f"acc-{n}" for n in range(6)]
-OPENING = Decimal(1000)
-TOTAL = OPENING * len(ACCOUNTS)
-GHOST = "ghost"  # never opened: a transfer to it is refused and refunded
-CLOSED = "closed"  # opened empty and closed: likewise
-CALLERS = 6
-EVENT_TYPES = {name: t for name, t in ((t.__name__, t) for t in account.AccountEvent.__args__)}  # type: ignore[attr-defined]
 
 
 @pytest.fixture(scope="module")
@@ -92,72 +69,6 @@ class Run:
     broker_pids: tuple[int | None, ...]  # the broker's pid at the start and after its restart
 
 
-@dataclass
-class _Progress:
-    replies: int = 0
-
-
-async def _send(client: Client, aggregate_id: str, command: Any, command_id: str,
-                correlation_id: str | None = None) -> ReplyEnvelope:
-    """Send like a real caller: on a timeout or a broker error, again with the same command id."""
-    while True:
-        try:
-            return await client.send_envelope("account", aggregate_id, command, 10,
-                                              command_id=command_id, correlation_id=correlation_id)
-        except (ReplyTimeout, BrokerError):
-            await asyncio.sleep(0.2)
-
-
-async def _open_accounts(client: Client) -> None:
-    for name in ACCOUNTS:
-        await _send(client, name, Open(owner=name), f"open-{name}")
-        await _send(client, name, Deposit(amount=OPENING), f"fund-{name}")
-    await _send(client, CLOSED, Open(owner=CLOSED), f"open-{CLOSED}")
-    await _send(client, CLOSED, Close(), f"close-{CLOSED}")
-
-
-async def _caller(client: Client, number: int, stop: asyncio.Event, progress: _Progress,
-                  confirmed: dict[str, tuple[str, str, Decimal]], refused: list[str]) -> None:
-    rng = random.Random(number)
-    n = 0
-    while not stop.is_set():
-        n += 1
-        transfer_id = f"c{number}-{n}"
-        source = rng.choice(ACCOUNTS)
-        roll = rng.random()
-        target = GHOST if roll < 0.05 else CLOSED if roll < 0.1 else rng.choice(ACCOUNTS)
-        amount = Decimal(rng.randint(1, 80))
-        command = SendTransfer(transfer_id=transfer_id, target=target, amount=amount)
-        # The transfer id is the correlation id: it names the saga.
-        reply = await _send(client, source, command, f"send-{transfer_id}", transfer_id)
-        progress.replies += 1
-        assert reply.status == "accepted", reply
-        last = reply.events[-1]
-        if last.type == "TransferSent" and not last.deferred:
-            confirmed[transfer_id] = (source, target, amount)
-        else:
-            assert last.type == "Rejected" and last.deferred, reply
-            refused.append(transfer_id)
-
-
-async def _serving_again(progress: _Progress, alive: list[WorkerProcess], timeout: float = 60) -> None:
-    """Wait until a caller got a reply after this point: the workers decide again.
-
-    A worker that exited on its own (status 70 when it lost the broker: it expects to be
-    restarted, as a supervisor would) is started again meanwhile.
-    """
-    seen = progress.replies
-    deadline = time.monotonic() + timeout
-    while progress.replies == seen:
-        for worker in alive:
-            if not worker.running:
-                worker.start()
-        if time.monotonic() > deadline:
-            logs = "\n".join(worker.log_tail() for worker in alive)
-            raise AssertionError(f"no reply for {timeout} s; worker logs:\n{logs}")
-        await asyncio.sleep(0.05)
-
-
 def _run(broker: LocalBroker, app_id: str, tmp_path: Path, *, kills: int, restart_broker: bool,
          second_worker: bool, mutate: bool) -> Run:
     bootstrap = broker.status().bootstrap
@@ -176,14 +87,14 @@ def _run(broker: LocalBroker, app_id: str, tmp_path: Path, *, kills: int, restar
     first = workers.start("w1", instance_id=f"{app_id}-w1")
     try:
         async def scenario() -> int:
-            await _open_accounts(client)
-            stop, progress = asyncio.Event(), _Progress()
-            callers = [asyncio.create_task(_caller(client, n, stop, progress, confirmed, refused))
+            await open_accounts(client)
+            stop, progress = asyncio.Event(), Progress()
+            callers = [asyncio.create_task(caller(client, n, stop, progress, confirmed, refused))
                        for n in range(CALLERS)]
             second: WorkerProcess | None = None
             done = 0
             for round_ in range(kills):
-                await _serving_again(progress, [first] + ([second] if second else []))
+                await serving_again(progress, [first] + ([second] if second else []))
                 await asyncio.sleep(rng.uniform(0.3, 2.0))
                 await asyncio.to_thread(first.kill)
                 done += 1
@@ -203,7 +114,7 @@ def _run(broker: LocalBroker, app_id: str, tmp_path: Path, *, kills: int, restar
                 if second is not None and round_ == kills - 3:
                     await asyncio.to_thread(second.stop)
                     second = None
-            await _serving_again(progress, [first])
+            await serving_again(progress, [first])
             await asyncio.sleep(1.0)
             stop.set()
             await asyncio.gather(*callers)
@@ -212,7 +123,7 @@ def _run(broker: LocalBroker, app_id: str, tmp_path: Path, *, kills: int, restar
         kills_done = asyncio.run(scenario())
         run = Run(app, bootstrap, confirmed, len(refused), kills_done, workers, split,
                   tuple(broker_pids))
-        _drain(run)
+        drain(run.bootstrap, run.app, run.confirmed)
         return run
     except BaseException:
         print(workers.log_tail(80))
@@ -228,77 +139,6 @@ def _split_between_two(bootstrap: str, app: App) -> dict[str, set[int]]:
     return assignment
 
 
-def _journal(run: Run) -> list[EventEnvelope]:
-    return [avro.decode_as(r.value or b"", EventEnvelope)
-            for r in read_topic(run.bootstrap, f"{run.app.name}.aggregate.account.events")]
-
-
-def _drain(run: Run) -> None:
-    """Wait until every confirmed transfer's saga has ended, then for stragglers to land."""
-    journal_topic = f"{run.app.name}.saga.transfer.journal"
-
-    def all_ended() -> bool:
-        ended = {entry.saga_id for entry in (avro.decode_as(r.value or b"", SagaJournalEntry)
-                                             for r in read_topic(run.bootstrap, journal_topic))
-                 if entry.ended}
-        pending = set(run.confirmed) - ended
-        assert not pending, f"{len(pending)} sagas have not ended, e.g. {sorted(pending)[:5]}"
-        return True
-
-    assert_eventually(all_ended, timeout=90, interval=1.0)
-    # A resend produced just before its saga ended may still be decided: let it land.
-    time.sleep(3.0)
-
-
-def violations(events: list[EventEnvelope], confirmed: dict[str, tuple[str, str, Decimal]]) -> list[str]:
-    """Every way the journal breaks the bank invariant; empty when it holds."""
-    found: list[str] = []
-    by_account: dict[str, dict[int, EventEnvelope]] = defaultdict(dict)
-    for event in events:
-        # The first record of a version is the one the aggregate folds (core.aggregate.restore).
-        by_account[event.aggregate_id].setdefault(event.version, event)
-    sent: Counter[str] = Counter()
-    received: Counter[str] = Counter()
-    refunded: Counter[str] = Counter()
-    amounts: dict[str, Decimal] = {}
-    total = Decimal(0)
-    for aggregate_id, versions in sorted(by_account.items()):
-        if sorted(versions) != list(range(1, len(versions) + 1)):
-            found.append(f"{aggregate_id}: versions {sorted(versions)} have a gap")
-        state = account.initial
-        for version in sorted(versions):
-            value = load_payload(versions[version].type, versions[version].payload, EVENT_TYPES)
-            state = account.fold(value, state)
-            if state.balance < 0:
-                found.append(f"{aggregate_id}: balance {state.balance} at version {version}")
-            match value:
-                case TransferSent(transfer_id=tid, amount=amount):
-                    sent[tid] += 1
-                    amounts[tid] = amount
-                case TransferReceived(transfer_id=tid):
-                    received[tid] += 1
-                case TransferRefunded(transfer_id=tid):
-                    refunded[tid] += 1
-        total += state.balance
-    if total != TOTAL:
-        found.append(f"the total is {total}, not {TOTAL}")
-    for tid in confirmed:
-        if sent[tid] != 1:
-            found.append(f"confirmed transfer {tid} is stored as sent {sent[tid]} times")
-    for tid in sent:
-        if tid not in confirmed:
-            found.append(f"transfer {tid} is stored as sent but no caller saw it confirmed")
-        if received[tid] and refunded[tid]:
-            found.append(f"transfer {tid} was both received and refunded")
-        if received[tid] + refunded[tid] != 1:
-            found.append(f"transfer {tid} was received {received[tid]} and refunded "
-                         f"{refunded[tid]} times")
-    for tid in (received | refunded):
-        if tid not in sent:
-            found.append(f"transfer {tid} was received or refunded but never sent")
-    return found
-
-
 def test_transfers_conserve_money_through_sigkills_a_broker_restart_and_moving_partitions(
     own_broker: LocalBroker, app_id: str, tmp_path: Path
 ) -> None:
@@ -309,7 +149,7 @@ def test_transfers_conserve_money_through_sigkills_a_broker_restart_and_moving_p
         assert run.kills >= 10
         assert len(run.split) == 2, "the partitions never moved to a second worker"
         assert len(set(run.broker_pids)) == 2 and None not in run.broker_pids, run.broker_pids
-        events = _journal(run)
+        events = journal(run.bootstrap, run.app)
         refunds = sum(1 for e in events if e.type == "TransferRefunded")
         print(f"\n{len(run.confirmed)} transfers confirmed ({refunds} refunded), {run.refused} "
               f"refused, {run.kills} SIGKILLs, one broker restart, "
@@ -327,7 +167,7 @@ def test_the_invariant_check_catches_a_saga_that_does_not_repeat_its_command_ids
     run = _run(own_broker, app_id, tmp_path, kills=5, restart_broker=False, second_worker=False,
                mutate=True)
     try:
-        found = violations(_journal(run), run.confirmed)
+        found = violations(journal(run.bootstrap, run.app), run.confirmed)
     finally:
         run.workers.kill_all()
     print(f"\nwith fresh saga command ids: {len(found)} violations, e.g. {found[:3]}")
