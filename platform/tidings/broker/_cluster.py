@@ -19,12 +19,10 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable
-from contextlib import ExitStack
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,19 +31,19 @@ from confluent_kafka.admin import AdminClient, ClusterMetadata, PartitionMetadat
 
 from tidings.broker._cluster_config import (
     ClusterPlan,
-    NodePorts,
     cluster_bootstrap,
     node_layout,
     render_cluster_properties,
 )
+from tidings.broker._cluster_metadata import count_leaders, select_partitions, short_partitions
+from tidings.broker._cluster_nodes import accepts, format_nodes, free_node_ports, launch_node
 from tidings.broker._cluster_state import (
     ClusterState,
     NodeState,
     read_cluster_state,
     write_cluster_state,
 )
-from tidings.broker._config import BrokerLayout, new_cluster_id, render_log4j2_yaml
-from tidings.broker._local import _JVM_FLAGS
+from tidings.broker._config import new_cluster_id, render_log4j2_yaml
 from tidings.broker._process import is_alive, is_kafka, log_tail, terminate
 from tidings.broker._provisioning import Progress, provision_kafka
 from tidings.broker._quorum import QuorumState, describe_quorum
@@ -205,7 +203,8 @@ class LocalCluster:
                 self._record(node, launched[node].pid)
             for node in missing:
                 self._await_port(node, plan.ports[node].client, deadline)
-                self._on_progress(f"node {node} listens on 127.0.0.1:{plan.ports[node].client} "
+                self._await_answers(node, deadline)
+                self._on_progress(f"node {node} answers on 127.0.0.1:{plan.ports[node].client} "
                                   f"({time.monotonic() - began:.1f} s)")
             self._await_usable(deadline)
         except BaseException:
@@ -378,12 +377,8 @@ class LocalCluster:
         Raises:
             BrokerError: No broker answered.
         """
-        counts = dict.fromkeys(self._node_ids, 0)
-        for partitions in self._partitions(prefix, topics, timeout).values():
-            for partition in partitions:
-                if partition.leader in counts:
-                    counts[partition.leader] += 1
-        return counts
+        metadata = self._metadata(timeout=timeout)
+        return count_leaders(select_partitions(metadata, prefix, topics), self._node_ids)
 
     def busiest_leader(self, prefix: str = "", *, topics: Collection[str] | None = None) -> int:
         """The node that leads the most partitions of the chosen topics (lowest id on a tie).
@@ -454,7 +449,7 @@ class LocalCluster:
             raise BrokerError(f"{self._data_dir} holds a cluster of {len(plan.ports)} nodes, not "
                               f"{len(self._node_ids)}; use another data dir")
         if plan is None:
-            plan = ClusterPlan(new_cluster_id(), _free_node_ports(self._node_ids))
+            plan = ClusterPlan(new_cluster_id(), free_node_ports(self._node_ids))
         for node in self._node_ids:
             self._write_config(plan, node)
         unformatted = [n for n in self._node_ids
@@ -462,7 +457,8 @@ class LocalCluster:
         if unformatted:
             self._on_progress(f"Formatting KRaft storage of nodes {unformatted} "
                               f"(cluster id {plan.cluster_id})")
-            self._format(java, libs, plan.cluster_id, unformatted)
+            format_nodes(java, libs, plan.cluster_id,
+                         {n: node_layout(self._data_dir, n) for n in unformatted})
         # Written last: a data dir with a plan always has every node formatted with its id.
         path.write_text(plan.to_json())
         return plan
@@ -475,39 +471,8 @@ class LocalCluster:
         )
         layout.log4j2.write_text(render_log4j2_yaml(layout.server_log))
 
-    def _format(self, java: str, libs: Path, cluster_id: str, nodes: list[int]) -> None:
-        # One JVM per node, all at once: formatting is mostly JVM start-up.
-        running = {
-            node: subprocess.Popen(
-                _java(java, libs, node_layout(self._data_dir, node), "kafka.tools.StorageTool",
-                      "format", "--cluster-id", cluster_id, "--config",
-                      str(node_layout(self._data_dir, node).properties), "--ignore-formatted"),
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                text=True,
-            )
-            for node in nodes
-        }
-        failures = []
-        for node, proc in running.items():
-            output, _ = proc.communicate()
-            if proc.returncode != 0:
-                failures.append(f"node {node} (exit {proc.returncode}):\n{output}")
-        if failures:
-            raise BrokerError("formatting the cluster's log dirs failed: " + "\n".join(failures))
-
     def _launch(self, java: str, libs: Path, node: int) -> subprocess.Popen[bytes]:
-        layout = node_layout(self._data_dir, node)
-        command = _java(java, libs, layout, "kafka.Kafka", str(layout.properties))
-        command[1:1] = [f"-Xmx{self._heap}", *_JVM_FLAGS]
-        with ExitStack() as stack:
-            # Truncated per start, so a failure's tail is never an older run's output.
-            console = stack.enter_context(layout.console_log.open("wb"))
-            # A session of its own: Ctrl-C in the starting shell must not reach the node, and
-            # the node outlives the `tidings broker start` process.
-            proc = subprocess.Popen(
-                command, cwd=layout.data_dir, stdin=subprocess.DEVNULL, stdout=console,
-                stderr=subprocess.STDOUT, start_new_session=True,
-            )
+        proc = launch_node(java, libs, node_layout(self._data_dir, node), self._heap)
         self._procs[node] = proc
         return proc
 
@@ -546,7 +511,7 @@ class LocalCluster:
 
     def _await_port(self, node: int, port: int, deadline: float) -> None:
         # Poll the TCP port first: librdkafka backs off up to 10 s after refused connections.
-        while not _accepts(port):
+        while not accepts(port):
             self._check_alive(node, deadline, f"waiting for its port {port}")
             time.sleep(0.1)
 
@@ -596,7 +561,22 @@ class LocalCluster:
                                                    f"(short: {', '.join(short[:3])})")
             time.sleep(0.25)
 
+    def _await_answers(self, node: int, deadline: float) -> None:
+        # A broker takes requests only once it has caught up with the metadata log and the
+        # controller unfenced it; asking the node itself is what tells a restart that finished
+        # from the registration a node SIGKILLed a moment ago still has.
+        admin = KafkaConnection(self.node_bootstrap(node)).admin(log_level=0)
+        while True:
+            self._check_alive(node, deadline, "waiting for it to answer metadata requests")
+            try:
+                if node in admin.list_topics(timeout=2.0).brokers:
+                    return
+            except KafkaException:
+                pass
+            time.sleep(0.25)
+
     def _await_rejoined(self, node: int, deadline: float) -> None:
+        self._await_answers(node, deadline)
         self._await_brokers({node}, deadline)
         self._await_in_sync(node, deadline, "its replicas to be back in sync")
         # Its metadata log must reach what the quorum had committed when it came back.
@@ -612,33 +592,11 @@ class LocalCluster:
                           holds: Callable[[PartitionMetadata], bool], *,
                           include_internal: bool = False) -> list[str]:
         try:
-            chosen = self._partitions(prefix, topics, 5.0, include_internal=include_internal)
+            metadata = self._metadata(timeout=5.0)
         except BrokerError as exc:
             return [f"(no metadata: {exc})"]
-        if topics is not None:
-            absent = [t for t in topics if t not in chosen]
-            if absent:
-                return [f"{t} (absent)" for t in absent]
-        return [
-            f"{topic}[{p.id}] isr={sorted(p.isrs)} of {sorted(p.replicas)}"
-            for topic, partitions in sorted(chosen.items())
-            for p in partitions
-            if holds(p) and (p.leader < 0 or set(p.isrs) != set(p.replicas))
-        ]
-
-    def _partitions(self, prefix: str, topics: Collection[str] | None, timeout: float, *,
-                    include_internal: bool = False) -> dict[str, list[PartitionMetadata]]:
-        metadata = self._metadata(timeout=timeout)
-        chosen: dict[str, list[PartitionMetadata]] = {}
-        for name, topic in metadata.topics.items():
-            if topics is not None:
-                wanted = name in topics
-            else:
-                internal = name.startswith("__") and not prefix.startswith("__")
-                wanted = name.startswith(prefix) and (include_internal or not internal)
-            if wanted:
-                chosen[name] = list(topic.partitions.values())
-        return chosen
+        chosen = select_partitions(metadata, prefix, topics, include_internal=include_internal)
+        return short_partitions(chosen, topics, holds)
 
     def _metadata(self, *, timeout: float) -> ClusterMetadata:
         try:
@@ -676,31 +634,6 @@ def stop_recorded(state_file: Path, *, timeout: float = 30.0) -> ClusterState | 
     nodes = max(3, len(recorded.nodes))
     LocalCluster(Path(recorded.data_dir), nodes=nodes, state_file=state_file).stop(timeout=timeout)
     return recorded
-
-
-def _java(java: str, libs: Path, layout: BrokerLayout, main: str, *args: str) -> list[str]:
-    return [java, f"-Dlog4j2.configurationFile={layout.log4j2}", "-cp", f"{libs}/*", main, *args]
-
-
-def _free_node_ports(nodes: Iterable[int]) -> dict[int, NodePorts]:
-    # Hold every probe socket until all ports are known, so no two can collide.
-    with ExitStack() as stack:
-        found: list[int] = []
-        nodes = list(nodes)
-        for _ in range(2 * len(nodes)):
-            sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind(("127.0.0.1", 0))
-            found.append(sock.getsockname()[1])
-    return {node: NodePorts(found[2 * i], found[2 * i + 1]) for i, node in enumerate(nodes)}
-
-
-def _accepts(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
 
 
 def _nothing() -> None:
