@@ -3,8 +3,15 @@
 ``LocalBroker(data_dir).start()`` resolves the Kafka jars once into ``$TIDINGS_HOME`` (default
 ``~/.cache/tidings``), formats a KRaft log dir, starts a combined broker+controller JVM on
 127.0.0.1 and returns its bootstrap address. Needs ``java`` (17+) and ``mvn`` on PATH.
+``LocalCluster(data_dir).start()`` does the same for three nodes (each a JVM of its own, a
+broker and a KRaft quorum voter) that a test can kill and restart (docs/cluster-local.md).
 """
 
+from tidings.broker._cluster import LocalCluster as LocalCluster
+from tidings.broker._cluster import NodeStatus as NodeStatus
+from tidings.broker._cluster_config import render_cluster_properties as render_cluster_properties
+from tidings.broker._cluster_state import ClusterState as ClusterState
+from tidings.broker._cluster_state import NodeState as NodeState
 from tidings.broker._config import render_log4j2_yaml as render_log4j2_yaml
 from tidings.broker._config import render_server_properties as render_server_properties
 from tidings.broker._local import BrokerStatus as BrokerStatus
@@ -13,6 +20,7 @@ from tidings.broker._provisioning import KAFKA_VERSION as KAFKA_VERSION
 from tidings.broker._provisioning import cache_home as cache_home
 from tidings.broker._provisioning import kafka_libs_dir as kafka_libs_dir
 from tidings.broker._provisioning import provision_kafka as provision_kafka
+from tidings.broker._quorum import QuorumState as QuorumState
 from tidings.broker._state import BrokerState as BrokerState
 from tidings.broker._state import default_state_file as default_state_file
 
@@ -20,11 +28,17 @@ __all__ = [
     "KAFKA_VERSION",
     "BrokerState",
     "BrokerStatus",
+    "ClusterState",
     "LocalBroker",
+    "LocalCluster",
+    "NodeState",
+    "NodeStatus",
+    "QuorumState",
     "cache_home",
     "default_state_file",
     "kafka_libs_dir",
     "provision_kafka",
+    "render_cluster_properties",
     "render_log4j2_yaml",
     "render_server_properties",
 ]

@@ -1,4 +1,4 @@
-"""``tidings broker start|stop|status``: a local single-node Apache Kafka for development."""
+"""``tidings broker start|stop|status``: a local Apache Kafka (one node, or a cluster) for development."""
 
 from __future__ import annotations
 
@@ -7,6 +7,13 @@ import sys
 from pathlib import Path
 
 from tidings.broker import KAFKA_VERSION, LocalBroker, default_state_file
+from tidings.broker._cluster_state import is_cluster_state
+from tidings.cli.broker_cluster import (
+    refuse_single_over_cluster,
+    start_cluster,
+    status_cluster,
+    stop_cluster,
+)
 from tidings.cli.main import Subparsers
 
 _DESCRIPTION = f"""\
@@ -15,11 +22,15 @@ on 127.0.0.1, for development and tests. The first start downloads the Kafka jar
 Central into $TIDINGS_HOME (default ~/.cache/tidings); it needs `java` (17+) and `mvn`.
 The broker runs in the background; its PID and address are kept in a state file
 (default .tidings/broker.json under the current directory), so `stop` and `status` find it.
+With `start --nodes 3` it runs a three-node cluster instead (each node a JVM of its own, broker
+and KRaft controller, replication 3, min.insync.replicas 2; docs/cluster-local.md); `stop` and
+`status` then act on every node.
 """
 
 _START_EPILOG = """\
 `start` prints shell lines, so this points the current shell at the broker:
   eval "$(tidings broker start)"
+  eval "$(tidings broker start --nodes 3)"   # a three-node cluster
 """
 
 
@@ -53,9 +64,15 @@ def register(subparsers: Subparsers) -> None:
         help="where the broker keeps config, logs and data (default: .tidings/broker)",
     )
     start.add_argument("--port", type=int, default=0, help="client port (default: a free one)")
-    start.add_argument("--heap", default="1g", help="JVM maximum heap, -Xmx (default: 1g)")
+    start.add_argument("--heap", default=None,
+                       help="JVM maximum heap, -Xmx (default: 1g; 640m per node with --nodes)")
     start.add_argument(
         "--timeout", type=float, default=120.0, help="seconds to wait for the broker (default 120)"
+    )
+    start.add_argument(
+        "--nodes", type=int, default=1,
+        help="1: one broker (default); 3 or more: a local cluster, one JVM per node "
+        "(data in .tidings/cluster by default)",
     )
     start.set_defaults(run=_start)
 
@@ -63,7 +80,8 @@ def register(subparsers: Subparsers) -> None:
         "stop",
         help="stop the broker by its PID",
         description="Stop the broker recorded in the state file: SIGTERM, then SIGKILL "
-        "after --timeout seconds. Its data directory is kept.",
+        "after --timeout seconds (every node of a cluster, all at once). Its data directory "
+        "is kept.",
     )
     _add_state_file(stop)
     stop.add_argument(
@@ -75,7 +93,8 @@ def register(subparsers: Subparsers) -> None:
         "status",
         help="say whether the broker runs, and its address",
         description="Say whether the broker recorded in the state file is running, and where. "
-        "Exits 0 when it runs, 3 when it does not.",
+        "Exits 0 when it runs, 3 when it does not (for a cluster: 0 when every node runs; "
+        "one line per node).",
     )
     _add_state_file(status)
     status.set_defaults(run=_status)
@@ -97,13 +116,17 @@ def _broker(args: argparse.Namespace) -> LocalBroker:
         data_dir,
         state_file=state_file,
         port=getattr(args, "port", 0),
-        heap=getattr(args, "heap", "1g"),
+        heap=getattr(args, "heap", None) or "1g",
         startup_timeout=getattr(args, "timeout", 120.0),
         on_progress=lambda line: print(line, file=sys.stderr, flush=True),
     )
 
 
 def _start(args: argparse.Namespace) -> int:
+    state_file = args.state_file or default_state_file()
+    if args.nodes != 1:
+        return start_cluster(args, state_file)
+    refuse_single_over_cluster(state_file)
     broker = _broker(args)
     before = broker.status()
     bootstrap = broker.start()
@@ -119,6 +142,8 @@ def _start(args: argparse.Namespace) -> int:
 
 
 def _stop(args: argparse.Namespace) -> int:
+    if is_cluster_state(args.state_file or default_state_file()):
+        return stop_cluster(args.state_file or default_state_file(), args.timeout)
     broker = _broker(args)
     status = broker.status()
     if broker.stop(timeout=args.timeout):
@@ -129,6 +154,8 @@ def _stop(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
+    if is_cluster_state(args.state_file or default_state_file()):
+        return status_cluster(args.state_file or default_state_file())
     status = _broker(args).status()
     if status.running:
         print(f"running at {status.bootstrap} (pid {status.pid}, data in {status.data_dir})")
