@@ -3,8 +3,8 @@
 No broker and no Docker engine: the files are parsed and cross-checked against the App they
 name (imported for real, so a renamed module or aggregate fails here, not at `compose up`).
 
-When a ``helm`` binary is on PATH, the chart is also linted and rendered and the rendered
-objects are checked. Those tests are skipped when helm is absent; `.ci/run` builds it from
+When a ``helm`` binary is on PATH, the chart is also linted and rendered, the rendered
+objects are checked and validated against Kubernetes' schemas (kubernetes-validate, strict). Those tests are skipped when helm is absent; `.ci/run` builds it from
 the Go module proxy (``go install helm.sh/helm/v3/cmd/helm@v3.22.0``) so CI runs them. That
 is the only skip in this file.
 """
@@ -26,6 +26,14 @@ try:
 except ModuleNotFoundError as exc:  # a failure, not a skip: CI must parse these files
     raise ImportError(
         "tests/unit/test_deploy_files.py needs PyYAML: add 'pyyaml>=6.0' to the dev extras"
+    ) from exc
+
+try:
+    import kubernetes_validate
+except ModuleNotFoundError as exc:  # likewise: the rendered manifests must be validated
+    raise ImportError(
+        "tests/unit/test_deploy_files.py needs kubernetes-validate: add 'kubernetes-validate>=1.28' "
+        "to the dev extras"
     ) from exc
 
 REPO = Path(__file__).resolve().parents[2]
@@ -429,3 +437,261 @@ def test_helm_without_metrics_serves_none_and_asks_for_no_scrape() -> None:
     assert "--metrics-port" not in container["args"]
     assert "ports" not in container
     assert "annotations" not in template["metadata"]
+
+
+# -- Helm chart: Kafka credentials and certificates (rendered; needs helm on PATH) ------
+
+#: librdkafka properties the chart's Kafka values set, by the environment variable.
+SECRET_ENV = ("TIDINGS_KAFKA_SASL_PASSWORD", "TIDINGS_KAFKA_SSL_KEY_PASSWORD")
+SCRAM_WITH_CA_SECRET: dict[str, Any] = {"kafka": {
+    "bootstrap": "my-cluster-kafka-bootstrap:9093", "securityProtocol": "SASL_SSL",
+    "saslMechanism": "SCRAM-SHA-512",
+    "credentials": {"existingSecret": "bank-scram", "usernameKey": "user", "passwordKey": "pass"},
+    "tls": {"ca": {"secretName": "my-cluster-cluster-ca-cert", "key": "ca.crt"}},
+}}
+MUTUAL_TLS: dict[str, Any] = {"kafka": {
+    "bootstrap": "b-1.msk.example.com:9094", "securityProtocol": "SSL",
+    "tls": {"ca": {"secretName": "kafka-ca", "key": "ca.pem"},
+            "clientCert": {"secretName": "bank-tls", "certKey": "user.crt", "keyKey": "user.key",
+                           "keyPasswordKey": "user.keypass"}},
+}}
+CA_FROM_CONFIGMAP: dict[str, Any] = {"kafka": {
+    "bootstrap": "kafka.internal:9093", "securityProtocol": "SASL_SSL", "saslMechanism": "PLAIN",
+    "credentials": {"existingSecret": "bank-plain"},
+    "tls": {"ca": {"configMapName": "company-ca", "key": "bundle.pem"}},
+    "properties": {"client.rack": "use1-az1", "log_level": 3},
+}}
+PROPERTIES_SECRET: dict[str, Any] = {"kafka": {
+    "bootstrap": "pkc-abc12.us-east-1.aws.confluent.cloud:9092",
+    "configSecret": {"name": "confluent-client", "key": "client.properties"},
+}}
+STRIMZI_SCRAM_USER: dict[str, Any] = {"kafka": {
+    "bootstrap": "my-cluster-kafka-bootstrap:9093", "securityProtocol": "SASL_SSL",
+    "saslMechanism": "SCRAM-SHA-512",
+    "credentials": {"existingSecret": "bank-worker", "username": "bank-worker"},
+    "tls": {"ca": {"secretName": "my-cluster-cluster-ca-cert"}},
+}}
+MSK_IAM: dict[str, Any] = {"kafka": {
+    "bootstrap": "b-1.msk.example.com:9098", "securityProtocol": "SASL_SSL",
+    "saslMechanism": "OAUTHBEARER", "tokenProvider": "bank_auth.msk:token",
+}}
+COMBINATIONS = {"scram_ca_secret": SCRAM_WITH_CA_SECRET, "mtls": MUTUAL_TLS,
+                "ca_configmap": CA_FROM_CONFIGMAP, "properties_secret": PROPERTIES_SECRET,
+                "strimzi_scram": STRIMZI_SCRAM_USER, "msk_iam": MSK_IAM}
+
+
+def _render_with(values: dict[str, Any], tmp_path: Path, check: bool = True) -> Any:
+    file = tmp_path / "values.yaml"
+    file.write_text(yaml.safe_dump(values), encoding="utf-8")
+    result = _helm("template", "bank", str(CHART), "--namespace", "tidings", "-f", str(file), check=check)
+    if not check:
+        return result
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def _containers(docs: list[dict[str, Any]]) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
+    """kind -> (pod spec, its one container) for the worker StatefulSet and the topics Job."""
+    found = {}
+    for kind in ("StatefulSet", "Job"):
+        (doc,) = _kind(docs, kind)
+        pod = doc["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        found[kind] = (pod, container)
+    return found
+
+
+def _kafka_env(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {item["name"]: item for item in container["env"]
+            if item["name"].startswith("TIDINGS_KAFKA_") or item["name"] == "TIDINGS_BOOTSTRAP"}
+
+
+def _mounted_file(pod: dict[str, Any], container: dict[str, Any], path: str) -> tuple[dict[str, Any], str]:
+    """The volume and the key a file path of the container comes from (read-only mounts only)."""
+    for mount in container["volumeMounts"]:
+        prefix = mount["mountPath"].rstrip("/") + "/"
+        if path.startswith(prefix):
+            assert mount.get("readOnly") is True, mount
+            (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+            source = volume.get("secret") or volume.get("configMap")
+            (item,) = [i for i in source["items"] if i["path"] == path[len(prefix):]]
+            return volume, item["key"]
+    raise AssertionError(f"{path} is on no mount of {container['name']}")
+
+
+def _secret_ref(item: dict[str, Any]) -> tuple[str, str]:
+    assert "value" not in item, f"{item['name']} carries a value: a secret must come from a Secret"
+    ref = item["valueFrom"]["secretKeyRef"]
+    return ref["name"], ref["key"]
+
+
+@needs_helm
+@pytest.mark.parametrize("name", sorted(COMBINATIONS))
+def test_helm_kafka_settings_render_valid_manifests_alike_for_workers_and_the_topics_job(
+    name: str, tmp_path: Path,
+) -> None:
+    docs = _render_with(COMBINATIONS[name], tmp_path)
+    for doc in docs:
+        kubernetes_validate.validate(doc, kubernetes_validate.latest_version(), strict=True)
+    (worker_pod, worker), (job_pod, job) = _containers(docs).values()
+    assert _kafka_env(worker) == _kafka_env(job)
+    kafka_volumes = [v for v in worker_pod["volumes"] if v["name"].startswith("kafka-")]
+    assert kafka_volumes == [v for v in job_pod["volumes"] if v["name"].startswith("kafka-")]
+    assert ([m for m in worker["volumeMounts"] if m["name"].startswith("kafka-")]
+            == [m for m in job["volumeMounts"] if m["name"].startswith("kafka-")])
+    # Every file the environment names is on a read-only mount of a projected key.
+    for variable in ("TIDINGS_KAFKA_SSL_CA_LOCATION", "TIDINGS_KAFKA_SSL_CERTIFICATE_LOCATION",
+                     "TIDINGS_KAFKA_SSL_KEY_LOCATION", "TIDINGS_KAFKA_CONFIG"):
+        item = _kafka_env(worker).get(variable)
+        if item is not None:
+            _mounted_file(worker_pod, worker, item["value"])
+    for variable in SECRET_ENV:
+        if variable in _kafka_env(worker):
+            _secret_ref(_kafka_env(worker)[variable])
+
+
+@needs_helm
+def test_helm_scram_with_a_ca_secret(tmp_path: Path) -> None:
+    pod, container = _containers(_render_with(SCRAM_WITH_CA_SECRET, tmp_path))["StatefulSet"]
+    env = _kafka_env(container)
+    assert env["TIDINGS_BOOTSTRAP"]["value"] == "my-cluster-kafka-bootstrap:9093"
+    assert env["TIDINGS_KAFKA_SECURITY_PROTOCOL"]["value"] == "SASL_SSL"
+    assert env["TIDINGS_KAFKA_SASL_MECHANISM"]["value"] == "SCRAM-SHA-512"
+    assert _secret_ref(env["TIDINGS_KAFKA_SASL_USERNAME"]) == ("bank-scram", "user")
+    assert _secret_ref(env["TIDINGS_KAFKA_SASL_PASSWORD"]) == ("bank-scram", "pass")
+    volume, key = _mounted_file(pod, container, env["TIDINGS_KAFKA_SSL_CA_LOCATION"]["value"])
+    assert volume["secret"]["secretName"] == "my-cluster-cluster-ca-cert" and key == "ca.crt"
+    assert "TIDINGS_KAFKA_SSL_CERTIFICATE_LOCATION" not in env and "TIDINGS_KAFKA_CONFIG" not in env
+
+
+@needs_helm
+def test_helm_mutual_tls_mounts_the_client_certificate_and_key(tmp_path: Path) -> None:
+    pod, container = _containers(_render_with(MUTUAL_TLS, tmp_path))["Job"]
+    env = _kafka_env(container)
+    assert env["TIDINGS_KAFKA_SECURITY_PROTOCOL"]["value"] == "SSL"
+    files = {variable: _mounted_file(pod, container, env[variable]["value"])
+             for variable in ("TIDINGS_KAFKA_SSL_CA_LOCATION", "TIDINGS_KAFKA_SSL_CERTIFICATE_LOCATION",
+                              "TIDINGS_KAFKA_SSL_KEY_LOCATION")}
+    assert files["TIDINGS_KAFKA_SSL_CA_LOCATION"][1] == "ca.pem"
+    cert_volume, cert_key = files["TIDINGS_KAFKA_SSL_CERTIFICATE_LOCATION"]
+    key_volume, key_key = files["TIDINGS_KAFKA_SSL_KEY_LOCATION"]
+    assert cert_volume is key_volume and cert_volume["secret"]["secretName"] == "bank-tls"
+    assert (cert_key, key_key) == ("user.crt", "user.key")
+    # Only the two files: a Strimzi user Secret's user.p12 and user.password are not mounted.
+    assert [item["key"] for item in cert_volume["secret"]["items"]] == ["user.crt", "user.key"]
+    assert _secret_ref(env["TIDINGS_KAFKA_SSL_KEY_PASSWORD"]) == ("bank-tls", "user.keypass")
+    assert not {"TIDINGS_KAFKA_SASL_MECHANISM", "TIDINGS_KAFKA_SASL_USERNAME", "TIDINGS_KAFKA_SASL_PASSWORD"} & set(env)
+
+
+@needs_helm
+def test_helm_ca_from_a_configmap_and_plain_properties_as_environment(tmp_path: Path) -> None:
+    pod, container = _containers(_render_with(CA_FROM_CONFIGMAP, tmp_path))["StatefulSet"]
+    env = _kafka_env(container)
+    volume, key = _mounted_file(pod, container, env["TIDINGS_KAFKA_SSL_CA_LOCATION"]["value"])
+    assert volume["configMap"]["name"] == "company-ca" and key == "bundle.pem"
+    assert env["TIDINGS_KAFKA_CLIENT_RACK"]["value"] == "use1-az1"
+    assert env["TIDINGS_KAFKA_LOG__LEVEL"]["value"] == "3"  # "_" in a property is "__"
+    assert _secret_ref(env["TIDINGS_KAFKA_SASL_USERNAME"]) == ("bank-plain", "username")
+
+
+@needs_helm
+def test_helm_a_properties_file_from_a_secret_is_tidings_kafka_config(tmp_path: Path) -> None:
+    pod, container = _containers(_render_with(PROPERTIES_SECRET, tmp_path))["Job"]
+    env = _kafka_env(container)
+    volume, key = _mounted_file(pod, container, env["TIDINGS_KAFKA_CONFIG"]["value"])
+    assert volume["secret"]["secretName"] == "confluent-client" and key == "client.properties"
+    assert set(env) == {"TIDINGS_BOOTSTRAP", "TIDINGS_KAFKA_CONFIG"}
+
+
+@needs_helm
+def test_helm_a_strimzi_scram_user_gives_the_username_as_a_value_and_the_password_from_its_secret(
+    tmp_path: Path,
+) -> None:
+    _, container = _containers(_render_with(STRIMZI_SCRAM_USER, tmp_path))["StatefulSet"]
+    env = _kafka_env(container)
+    assert env["TIDINGS_KAFKA_SASL_USERNAME"] == {"name": "TIDINGS_KAFKA_SASL_USERNAME", "value": "bank-worker"}
+    assert _secret_ref(env["TIDINGS_KAFKA_SASL_PASSWORD"]) == ("bank-worker", "password")
+
+
+@needs_helm
+@pytest.mark.parametrize("name", sorted(COMBINATIONS))
+def test_helm_rendered_environment_is_the_connection_the_values_mean(name: str, tmp_path: Path) -> None:
+    """The chart's variable names follow the code's rule (docs/kafka.md): resolved by
+    KafkaConnection, they give the properties intended, secrets from their Secret."""
+    from tidings.shell.runtime import oauth
+    from tidings.shell.runtime.connection import KafkaConnection
+
+    values = COMBINATIONS[name]["kafka"]
+    _, container = _containers(_render_with(COMBINATIONS[name], tmp_path))["StatefulSet"]
+    environ = {}
+    for variable, item in _kafka_env(container).items():
+        environ[variable] = item["value"] if "value" in item else "from-secret:" + ":".join(_secret_ref(item))
+    if "TIDINGS_KAFKA_CONFIG" in environ:
+        (tmp_path / "client.properties").write_text("security.protocol=SASL_SSL\n", encoding="utf-8")
+        environ["TIDINGS_KAFKA_CONFIG"] = str(tmp_path / "client.properties")
+    if "tokenProvider" in values:  # the image would have it; here a function of this repo
+        environ["TIDINGS_KAFKA_TIDINGS_OAUTH_TOKEN_PROVIDER"] = "tidings.shell.runtime.oauth:load"
+    connection = KafkaConnection.resolve(environ=environ)
+    properties = dict(connection.properties)
+    assert connection.bootstrap == values["bootstrap"]
+    expected: dict[str, str] = {}
+    if "securityProtocol" in values:
+        expected["security.protocol"] = values["securityProtocol"]
+    if "saslMechanism" in values:
+        expected["sasl.mechanism"] = values["saslMechanism"]
+    credentials = values.get("credentials")
+    if credentials:
+        expected["sasl.username"] = credentials.get("username") or (
+            f"from-secret:{credentials['existingSecret']}:{credentials.get('usernameKey', 'username')}")
+        expected["sasl.password"] = f"from-secret:{credentials['existingSecret']}:{credentials.get('passwordKey', 'password')}"
+    tls = values.get("tls", {})
+    if "ca" in tls:
+        expected["ssl.ca.location"] = f"/etc/tidings/kafka/ca/{tls['ca'].get('key', 'ca.crt')}"
+    if "clientCert" in tls:
+        cert = tls["clientCert"]
+        expected["ssl.certificate.location"] = f"/etc/tidings/kafka/client/{cert['certKey']}"
+        expected["ssl.key.location"] = f"/etc/tidings/kafka/client/{cert['keyKey']}"
+        expected["ssl.key.password"] = f"from-secret:{cert['secretName']}:{cert['keyPasswordKey']}"
+    for key, value in values.get("properties", {}).items():
+        expected[key] = str(value)
+    if "configSecret" in values:
+        expected["security.protocol"] = "SASL_SSL"  # from the mounted file
+    assert properties == expected
+    if "tokenProvider" in values:
+        assert connection.token_hook is not None and connection.token_hook.provider is oauth.load
+
+
+def _leaves(tree: Any, path: str = "") -> list[tuple[str, Any]]:
+    if isinstance(tree, dict):
+        return [leaf for key, value in tree.items() for leaf in _leaves(value, f"{path}.{key}".lstrip("."))]
+    return [(path, tree)]
+
+
+def test_chart_values_defaults_hold_no_secret_value() -> None:
+    leaves = dict(_leaves(_values()))
+    secret_like = {path: value for path, value in leaves.items() if not isinstance(value, bool)
+                   and re.search(r"(password|secret|token|jaas)$", path.rsplit(".", 1)[-1], re.I)}
+    # Only names of Secrets (empty by default) match; no password, key or token is a default.
+    assert secret_like == {"kafka.credentials.existingSecret": ""}
+    assert _values()["kafka"]["properties"] == {} and _values()["env"] == [] and _values()["envFrom"] == []
+
+
+@needs_helm
+@pytest.mark.parametrize(("values", "reason"), [
+    ({"kafka": {"properties": {"sasl.password": "hunter2-9f2c"}}},
+     "kafka.properties.sasl.password is a secret: it does not belong in values"),
+    ({"kafka": {"properties": {"sasl.jaas.config": "x required password=\"hunter2-9f2c\";"}}},
+     "kafka.properties.sasl.jaas.config is a secret"),
+    ({"kafka": {"securityProtocol": "SSL", "tls": {"ca": {"secretName": "a", "configMapName": "b"}}}},
+     "kafka.tls.ca: set secretName or configMapName, not both"),
+    ({"kafka": {"securityProtocol": "SASL_PLAINTEXT", "tls": {"ca": {"configMapName": "b"}}}},
+     "kafka.tls is set but kafka.securityProtocol is SASL_PLAINTEXT: use SSL or SASL_SSL"),
+    ({"kafka": {"credentials": {"existingSecret": "s"}}}, "kafka.credentials.existingSecret needs kafka.saslMechanism"),
+    ({"kafka": {"securityProtocol": "TLS"}}, "kafka.securityProtocol must be PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"),
+])
+def test_helm_refuses_kafka_values_that_cannot_work_or_would_hold_a_secret(
+    values: dict[str, Any], reason: str, tmp_path: Path,
+) -> None:
+    result = _render_with(values, tmp_path, check=False)
+    assert result.returncode != 0
+    assert reason in result.stderr
+    assert "hunter2-9f2c" not in result.stdout + result.stderr

@@ -96,8 +96,8 @@ def test_no_bootstrap_anywhere_says_every_way_to_give_it() -> None:
 def test_kafka_values_are_strings_numbers_or_bools() -> None:
     connection = resolve(bootstrap=NOWHERE, kafka={"socket.keepalive.enable": True, "linger.ms": 5})
     assert connection.properties == {"socket.keepalive.enable": "true", "linger.ms": "5"}
-    with pytest.raises(DefinitionError, match="oauth_cb must be a string, a number or a bool"):
-        resolve(bootstrap=NOWHERE, kafka={"oauth_cb": print})
+    with pytest.raises(DefinitionError, match="error_cb must be a string, a number or a bool"):
+        resolve(bootstrap=NOWHERE, kafka={"error_cb": print})
 
 
 # -- the properties file -----------------------------------------------------------------------
@@ -281,7 +281,8 @@ def test_an_unsecured_oauthbearer_login_is_refused_saying_what_to_set() -> None:
 def test_msk_iam_is_refused_saying_what_to_use_instead() -> None:
     kafka = {"security.protocol": "SASL_SSL", "sasl.mechanism": "AWS_MSK_IAM",
              "sasl.jaas.config": "software.amazon.msk.auth.iam.IAMLoginModule required;"}
-    with pytest.raises(DefinitionError, match="AWS MSK IAM .* use SASL/SCRAM"):
+    with pytest.raises(DefinitionError, match="AWS MSK IAM .*OAUTHBEARER and tidings.oauth.token.provider.*"
+                       "MSKAuthTokenProvider.generate_auth_token.*docs/security.md"):
         resolve(bootstrap=NOWHERE, kafka=kafka)
 
 
@@ -507,8 +508,10 @@ def test_aiokafka_gets_the_same_security_settings() -> None:
         "bootstrap_servers": NOWHERE, "security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "SCRAM-SHA-256",
         "sasl_plain_username": "u", "sasl_plain_password": SECRET, "client_id": "bench",
     }
-    with pytest.raises(DefinitionError, match="PLAIN and SCRAM only"):
+    with pytest.raises(DefinitionError, match="OAUTHBEARER: aiokafka has no built-in OIDC client; give a token provider"):
         resolve(bootstrap=NOWHERE, kafka={"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER"}).aiokafka("consumer")
+    with pytest.raises(DefinitionError, match="GSSAPI: the aiokafka clients here do PLAIN, SCRAM and OAUTHBEARER"):
+        resolve(bootstrap=NOWHERE, kafka={"security.protocol": "SASL_SSL", "sasl.mechanism": "GSSAPI"}).aiokafka("consumer")
 
 
 # -- the App and the CLI ---------------------------------------------------------------------------

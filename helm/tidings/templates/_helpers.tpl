@@ -69,11 +69,160 @@ exist, so with serviceAccount.create it gets its own hook-created account.
 {{- $app }}
 {{- end }}
 
-{{/* Environment shared by the workers and the topics Job. */}}
+{{/*
+Environment shared by the workers and the topics Job: the bootstrap servers and the Kafka
+settings of .Values.kafka as TIDINGS_KAFKA_<PROPERTY> (docs/kafka.md: "." is "_", "_" is
+"__"). Secrets only through secretKeyRef; files are mounted by tidings.kafkaVolumeMounts.
+*/}}
 {{- define "tidings.env" -}}
+{{- $kafka := .Values.kafka }}
+{{- include "tidings.kafkaChecks" . -}}
 - name: TIDINGS_BOOTSTRAP
   value: {{ required "kafka.bootstrap is required: Kafka bootstrap servers, host:port[,...]" .Values.kafka.bootstrap | quote }}
+{{- with $kafka.securityProtocol }}
+- name: TIDINGS_KAFKA_SECURITY_PROTOCOL
+  value: {{ . | quote }}
+{{- end }}
+{{- with $kafka.saslMechanism }}
+- name: TIDINGS_KAFKA_SASL_MECHANISM
+  value: {{ . | quote }}
+{{- end }}
+{{- with $kafka.credentials.existingSecret }}
+- name: TIDINGS_KAFKA_SASL_USERNAME
+  {{- if $kafka.credentials.username }}
+  value: {{ $kafka.credentials.username | quote }}
+  {{- else }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ . | quote }}
+      key: {{ $kafka.credentials.usernameKey | quote }}
+  {{- end }}
+- name: TIDINGS_KAFKA_SASL_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ . | quote }}
+      key: {{ $kafka.credentials.passwordKey | quote }}
+{{- end }}
+{{- if or $kafka.tls.ca.secretName $kafka.tls.ca.configMapName }}
+- name: TIDINGS_KAFKA_SSL_CA_LOCATION
+  value: {{ printf "%s/ca/%s" $kafka.tls.mountPath $kafka.tls.ca.key | quote }}
+{{- end }}
+{{- with $kafka.tls.clientCert.secretName }}
+- name: TIDINGS_KAFKA_SSL_CERTIFICATE_LOCATION
+  value: {{ printf "%s/client/%s" $kafka.tls.mountPath $kafka.tls.clientCert.certKey | quote }}
+- name: TIDINGS_KAFKA_SSL_KEY_LOCATION
+  value: {{ printf "%s/client/%s" $kafka.tls.mountPath $kafka.tls.clientCert.keyKey | quote }}
+{{- if $kafka.tls.clientCert.keyPasswordKey }}
+- name: TIDINGS_KAFKA_SSL_KEY_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ . | quote }}
+      key: {{ $kafka.tls.clientCert.keyPasswordKey | quote }}
+{{- end }}
+{{- end }}
+{{- with $kafka.configSecret.name }}
+- name: TIDINGS_KAFKA_CONFIG
+  value: {{ printf "/etc/tidings/kafka-config/%s" $kafka.configSecret.key | quote }}
+{{- end }}
+{{- with $kafka.tokenProvider }}
+- name: TIDINGS_KAFKA_TIDINGS_OAUTH_TOKEN_PROVIDER
+  value: {{ . | quote }}
+{{- end }}
+{{- range $property, $value := $kafka.properties }}
+- name: {{ printf "TIDINGS_KAFKA_%s" ($property | replace "_" "__" | replace "." "_" | upper) }}
+  value: {{ $value | toString | quote }}
+{{- end }}
 {{- with .Values.env }}
 {{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* The Kafka values, checked: a mistake here would only show as a worker that cannot log in. */}}
+{{- define "tidings.kafkaChecks" -}}
+{{- $kafka := .Values.kafka }}
+{{- $protocol := $kafka.securityProtocol | default "" | upper }}
+{{- if and $protocol (not (has $protocol (list "PLAINTEXT" "SSL" "SASL_PLAINTEXT" "SASL_SSL"))) }}
+{{- fail (printf "kafka.securityProtocol must be PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL, not %q" $kafka.securityProtocol) }}
+{{- end }}
+{{- if and $kafka.tls.ca.secretName $kafka.tls.ca.configMapName }}
+{{- fail "kafka.tls.ca: set secretName or configMapName, not both" }}
+{{- end }}
+{{- if and (or $kafka.tls.ca.secretName $kafka.tls.ca.configMapName $kafka.tls.clientCert.secretName) (has $protocol (list "PLAINTEXT" "SASL_PLAINTEXT")) }}
+{{- fail (printf "kafka.tls is set but kafka.securityProtocol is %s: use SSL or SASL_SSL" $protocol) }}
+{{- end }}
+{{- if and $kafka.credentials.existingSecret (not $kafka.saslMechanism) (not $kafka.configSecret.name) }}
+{{- fail "kafka.credentials.existingSecret needs kafka.saslMechanism (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)" }}
+{{- end }}
+{{- range $property, $value := $kafka.properties }}
+{{- $name := lower $property }}
+{{- if or (hasSuffix "password" $name) (hasSuffix "secret" $name) (has $name (list "sasl.jaas.config" "ssl.key.pem" "ssl.keystore.key" "sasl.oauthbearer.config" "sasl.oauthbearer.assertion.private.key.pem")) }}
+{{- fail (printf "kafka.properties.%s is a secret: it does not belong in values; put it in a Secret (kafka.credentials, kafka.configSecret, or envFrom)" $property) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Read-only mounts of the Kafka CA, client certificate and properties file, if any. */}}
+{{- define "tidings.kafkaVolumeMounts" -}}
+{{- $kafka := .Values.kafka }}
+{{- if or $kafka.tls.ca.secretName $kafka.tls.ca.configMapName }}
+- name: kafka-ca
+  mountPath: {{ printf "%s/ca" $kafka.tls.mountPath }}
+  readOnly: true
+{{- end }}
+{{- if $kafka.tls.clientCert.secretName }}
+- name: kafka-client-cert
+  mountPath: {{ printf "%s/client" $kafka.tls.mountPath }}
+  readOnly: true
+{{- end }}
+{{- if $kafka.configSecret.name }}
+- name: kafka-config
+  mountPath: /etc/tidings/kafka-config
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{/*
+The volumes of those mounts: only the keys named are projected (a Strimzi user Secret also
+holds user.p12 and user.password, which no worker needs), readable by the pod's group only.
+*/}}
+{{- define "tidings.kafkaVolumes" -}}
+{{- $kafka := .Values.kafka }}
+{{- with $kafka.tls.ca.secretName }}
+- name: kafka-ca
+  secret:
+    secretName: {{ . | quote }}
+    defaultMode: 0440
+    items:
+      - key: {{ $kafka.tls.ca.key | quote }}
+        path: {{ $kafka.tls.ca.key | quote }}
+{{- end }}
+{{- with $kafka.tls.ca.configMapName }}
+- name: kafka-ca
+  configMap:
+    name: {{ . | quote }}
+    defaultMode: 0444
+    items:
+      - key: {{ $kafka.tls.ca.key | quote }}
+        path: {{ $kafka.tls.ca.key | quote }}
+{{- end }}
+{{- with $kafka.tls.clientCert.secretName }}
+- name: kafka-client-cert
+  secret:
+    secretName: {{ . | quote }}
+    defaultMode: 0440
+    items:
+      - key: {{ $kafka.tls.clientCert.certKey | quote }}
+        path: {{ $kafka.tls.clientCert.certKey | quote }}
+      - key: {{ $kafka.tls.clientCert.keyKey | quote }}
+        path: {{ $kafka.tls.clientCert.keyKey | quote }}
+{{- end }}
+{{- with $kafka.configSecret.name }}
+- name: kafka-config
+  secret:
+    secretName: {{ . | quote }}
+    defaultMode: 0440
+    items:
+      - key: {{ $kafka.configSecret.key | quote }}
+        path: {{ $kafka.configSecret.key | quote }}
 {{- end }}
 {{- end }}

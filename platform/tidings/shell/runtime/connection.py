@@ -38,7 +38,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from ...errors import BrokerError, DefinitionError
-from . import kafka_log
+from . import kafka_log, oauth
+from .oauth import TokenHook
 
 if TYPE_CHECKING:
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -175,6 +176,8 @@ class KafkaConnection:
     overrides: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     # property (role-prefixed for overrides) -> where it was set, for error messages
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+    # the OAUTHBEARER token provider every client gets as oauth_cb (oauth.py), if any
+    token_hook: TokenHook | None = None
 
     def __post_init__(self) -> None:
         # Frozen all the way down: the connection is shared by every client of the process.
@@ -210,7 +213,14 @@ class KafkaConnection:
         """
         reasons: list[str] = []
         explicit = _Layer("explicit")
+        hook: TokenHook | None = None
         for key, value in (kafka or {}).items():
+            if key == oauth.OAUTH_CB:
+                try:
+                    hook = oauth.of_callable(value, "App(kafka=...)")
+                except DefinitionError as exc:
+                    reasons.extend(exc.reasons)
+                continue
             text = _text(key, value, reasons)
             if text is not None:
                 explicit.set(key, text, "App(kafka=...)")
@@ -238,6 +248,7 @@ class KafkaConnection:
             for role in ROLES:
                 overrides[role].update(roles[role])
             sources.update(layer.sources)
+        hook = _token_hook(hook, properties, overrides, sources, reasons)
         if reasons:
             raise DefinitionError("the Kafka configuration", reasons)
         servers = properties.pop("bootstrap.servers", None) or properties.pop("metadata.broker.list", None)
@@ -249,7 +260,7 @@ class KafkaConnection:
                 "TIDINGS_KAFKA_CONFIG file (`tidings broker start` runs a local broker and "
                 "prints the address)"
             )
-        return cls(servers, properties, overrides, sources)
+        return cls(servers, properties, overrides, sources, hook)
 
     @classmethod
     def of(cls, bootstrap: str | KafkaConnection) -> KafkaConnection:
@@ -261,7 +272,7 @@ class KafkaConnection:
 
     def with_bootstrap(self, bootstrap: str) -> KafkaConnection:
         """This connection with other bootstrap servers (the same cluster's properties)."""
-        return KafkaConnection(bootstrap, self.properties, self.overrides, self.sources)
+        return KafkaConnection(bootstrap, self.properties, self.overrides, self.sources, self.token_hook)
 
     # -- building clients -------------------------------------------------------------------
 
@@ -279,6 +290,8 @@ class KafkaConnection:
         config: dict[str, object] = {"bootstrap.servers": self.bootstrap}
         config.update((key, value) for key, value in self.properties.items() if key not in skip)
         config.update(self.overrides.get(role, {}))
+        if self.token_hook is not None:
+            config[oauth.OAUTH_CB] = self.token_hook
         config.update(extra)
         for key, hook in kafka_log.hooks(role).items():
             site = config.get(key)
@@ -309,8 +322,12 @@ class KafkaConnection:
         ``client.id``; other librdkafka properties have no aiokafka equivalent and are
         left out (logged at debug level).
 
+        OAUTHBEARER with the connection's token provider (``tidings.oauth.token.provider``)
+        becomes ``sasl_oauth_token_provider``, an aiokafka ``AbstractTokenProvider`` over it.
+
         Raises:
-            DefinitionError: a property aiokafka cannot do (OAUTHBEARER, GSSAPI, a PKCS#12 keystore).
+            DefinitionError: a property aiokafka cannot do (GSSAPI, OAUTHBEARER without a token
+                provider, librdkafka's built-in OIDC, a PKCS#12 keystore).
         """
         props = {key: value for key, value in self.properties.items() if key not in _ONLY_FOR[role]}
         props.update(self.overrides.get(role, {}))
@@ -322,11 +339,18 @@ class KafkaConnection:
         props.pop("sasl.mechanisms", None)
         if protocol.startswith("SASL"):
             mechanism = mechanism or "GSSAPI"
-            if mechanism not in {"PLAIN", *_SCRAM_MECHANISMS}:
-                reasons.append(f"sasl.mechanism={mechanism}: the aiokafka clients here do PLAIN and SCRAM only")
+            if mechanism == "OAUTHBEARER" and self.token_hook is not None:
+                kwargs["sasl_oauth_token_provider"] = self.token_hook.aiokafka(props.pop("sasl.oauthbearer.config", ""))
+            elif mechanism == "OAUTHBEARER":
+                reasons.append("sasl.mechanism=OAUTHBEARER: aiokafka has no built-in OIDC client; give a token "
+                               f"provider ({oauth.PROVIDER_PROPERTY}=package.module:function)")
+            elif mechanism not in {"PLAIN", *_SCRAM_MECHANISMS}:
+                reasons.append(f"sasl.mechanism={mechanism}: the aiokafka clients here do PLAIN, SCRAM and "
+                               "OAUTHBEARER with a token provider only")
             kwargs["sasl_mechanism"] = mechanism
-            kwargs["sasl_plain_username"] = props.pop("sasl.username", None)
-            kwargs["sasl_plain_password"] = props.pop("sasl.password", None)
+            if mechanism != "OAUTHBEARER":
+                kwargs["sasl_plain_username"] = props.pop("sasl.username", None)
+                kwargs["sasl_plain_password"] = props.pop("sasl.password", None)
         if protocol.endswith("SSL"):
             if "ssl.keystore.location" in props:
                 reasons.append("ssl.keystore.location: aiokafka takes PEM files (ssl.certificate.location, ssl.key.location)")
@@ -373,6 +397,8 @@ class KafkaConnection:
         shown.update(self.properties)
         for role, props in self.overrides.items():
             shown.update((f"{role}.{key}", value) for key, value in props.items())
+        if self.token_hook is not None:
+            shown[oauth.PROVIDER_PROPERTY] = self.token_hook.name  # a function's name, never a token
         return {key: REDACTED if is_secret(key) else value for key, value in shown.items()}
 
     def __str__(self) -> str:
@@ -383,11 +409,14 @@ class KafkaConnection:
         overrides = {role: {key: REDACTED if is_secret(key) else value for key, value in props.items()}
                      for role, props in self.overrides.items()}
         properties = {key: REDACTED if is_secret(key) else value for key, value in self.properties.items()}
-        return f"KafkaConnection(bootstrap={self.bootstrap!r}, properties={properties!r}, overrides={overrides!r})"
+        hook = f", token_hook={self.token_hook.name!r}" if self.token_hook is not None else ""
+        return (f"KafkaConnection(bootstrap={self.bootstrap!r}, properties={properties!r}, "
+                f"overrides={overrides!r}{hook})")
 
     def __hash__(self) -> int:
         return hash((self.bootstrap, tuple(sorted(self.properties.items())),
-                     tuple(sorted((role, tuple(sorted(props.items()))) for role, props in self.overrides.items()))))
+                     tuple(sorted((role, tuple(sorted(props.items()))) for role, props in self.overrides.items())),
+                     self.token_hook))
 
     def redact(self, text: str) -> str:
         """``text`` with every secret value of this connection replaced by ``[redacted]``."""
@@ -442,6 +471,34 @@ class KafkaConnection:
             if hint:
                 reason += f"; {key} is a Java client setting: use {hint}"
         return DefinitionError("the Kafka configuration", [reason])
+
+
+def _token_hook(
+    hook: TokenHook | None, properties: dict[str, str], overrides: Mapping[str, dict[str, str]],
+    sources: Mapping[str, str], reasons: list[str],
+) -> TokenHook | None:
+    """The token provider the sources name (oauth.py), taken out of the librdkafka properties."""
+    spec = properties.pop(oauth.PROVIDER_PROPERTY, None)
+    for role in ROLES:
+        if overrides[role].pop(oauth.PROVIDER_PROPERTY, None) is not None:
+            reasons.append(f"{role}.{oauth.PROVIDER_PROPERTY} ({sources.get(f'{role}.{oauth.PROVIDER_PROPERTY}')}): "
+                           f"every client of a process logs in alike; set {oauth.PROVIDER_PROPERTY}")
+    if hook is None and spec is not None:  # App(kafka={"oauth_cb": f}) is explicit: it wins
+        try:
+            hook = oauth.load(spec, sources.get(oauth.PROVIDER_PROPERTY, "given"))
+        except DefinitionError as exc:
+            reasons.extend(exc.reasons)
+            return None
+    if hook is None:
+        return None
+    mechanism = (properties.get("sasl.mechanism") or properties.get("sasl.mechanisms") or "").upper()
+    if mechanism != "OAUTHBEARER":
+        reasons.append(f"a token provider ({hook.name}) is given but sasl.mechanism is "
+                       f"{mechanism or 'unset'}: set sasl.mechanism=OAUTHBEARER")
+    elif properties.get("sasl.oauthbearer.method", "default").lower() == "oidc":
+        reasons.append(f"a token provider ({hook.name}) and sasl.oauthbearer.method=oidc are both given: "
+                       "librdkafka's OIDC client fetches its own tokens; keep one of them")
+    return hook
 
 
 def _chained(first: Callable[..., Any], then: Callable[..., Any]) -> Callable[..., Any]:
@@ -541,9 +598,10 @@ def _jaas(
                        "(LoginModule required option=\"value\" ...;)")
         return
     if module == _MSK_IAM_MODULE:
-        reasons.append(f"{where(key)}: AWS MSK IAM needs a token provider that librdkafka's "
-                       "configuration cannot name; use SASL/SCRAM (sasl.mechanism=SCRAM-SHA-512, "
-                       "sasl.username, sasl.password) or mutual TLS with MSK")
+        reasons.append(f"{where(key)}: AWS MSK IAM is a Java login module; with librdkafka set "
+                       "sasl.mechanism=OAUTHBEARER and tidings.oauth.token.provider=MODULE:FUNCTION, a "
+                       "function returning MSKAuthTokenProvider.generate_auth_token(region) "
+                       "(docs/security.md, \"Amazon MSK\"), and drop sasl.jaas.config")
         return
     if module in (_PLAIN_MODULE, _SCRAM_MODULE):
         plain = module == _PLAIN_MODULE
