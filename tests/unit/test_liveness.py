@@ -182,7 +182,10 @@ def test_a_fenced_static_member_is_fatal_although_its_message_error_says_not() -
 @pytest.mark.parametrize("code", [KafkaError._UNKNOWN_PARTITION, KafkaError._TRANSPORT,
                                   KafkaError._ALL_BROKERS_DOWN, KafkaError.NOT_COORDINATOR,
                                   KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-                                  KafkaError.NOT_LEADER_FOR_PARTITION])
+                                  KafkaError.NOT_LEADER_FOR_PARTITION,
+                                  # a cluster's node killed: issue 18's cluster failure tests
+                                  KafkaError._DESTROY_BROKER,
+                                  KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND])
 def test_a_broker_restarts_errors_are_transient(code: int) -> None:
     error = KafkaError(code, "x")
     assert is_transient(error) and not is_fatal(error)

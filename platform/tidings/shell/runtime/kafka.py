@@ -75,6 +75,10 @@ TRANSIENT_ERRORS: Final = _ELECTION_ERRORS | frozenset(
         KafkaError.COORDINATOR_NOT_AVAILABLE,
         KafkaError.REQUEST_TIMED_OUT,
         KafkaError.NOT_ENOUGH_REPLICAS,
+        KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        # A request in flight to a broker that left the cluster's metadata (a node of a
+        # cluster killed): librdkafka drops its handle; asked again, another broker answers.
+        KafkaError._DESTROY_BROKER,
         KafkaError.FENCED_LEADER_EPOCH,
         KafkaError.UNKNOWN_LEADER_EPOCH,
         KafkaError.OFFSET_NOT_AVAILABLE,
