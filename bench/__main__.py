@@ -24,7 +24,7 @@ from types import FrameType
 
 from tidings.broker import KAFKA_VERSION, LocalBroker
 
-from . import aggregates, dedup, faust_stream, raw_kafka, sagas, schedules, workflows
+from . import aggregates, cluster, dedup, faust_stream, raw_kafka, sagas, schedules, workflows
 from .report import Progress, Row, latency, machine, rate, table
 
 #: (raw confluent records, raw aiokafka records, aggregate workload) per mode.
@@ -47,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
                         "with TIDINGS_PROCESSING_GUARANTEE=exactly_once)")
     parser.add_argument("--no-flows", action="store_true",
                         help="skip the flow throughput row (part of the workflow rows)")
+    parser.add_argument("--no-cluster", action="store_true",
+                        help="skip the three-node rows (a local three-node cluster, replication 3)")
     parser.add_argument("--no-sagas", action="store_true", help="skip the saga transfers row")
     parser.add_argument("--no-schedules", action="store_true",
                         help="skip the schedule dispatch lag and memory rows")
@@ -150,6 +152,9 @@ def _measure(
     dd = None if args.no_dedup else dedup.run(
         bootstrap, dedup.QUICK if args.quick else dedup.DEFAULT, workdir=workdir, stack=stack,
         progress=progress)
+    # Last: its three JVMs would share the cores with every row above.
+    three = None if args.no_cluster else cluster.run(
+        workload, wf_workload, workdir=workdir, progress=progress)
 
     raw_e2e = rate(raw.records, raw.end_to_end_s or 0)
     faust_per_s = (faust_records - 2000) / faust_s
@@ -188,6 +193,8 @@ def _measure(
         rows += schedules.rows(sched)
     if dd is not None:
         rows += dedup.rows(dd)
+    if three is not None:
+        rows += cluster.rows(three, agg, wf)
     notes = ["", *aggregates.notes(agg, raw.round_trips_s)]
     if agg_eos is not None:
         notes += aggregates.notes(agg_eos)
@@ -207,6 +214,11 @@ def _measure(
         notes += schedules.notes(sched)
     if dd is not None:
         notes += dedup.notes(dd)
+    if three is not None:
+        notes.append("three-node rows: a local three-node KRaft cluster (three JVMs on this "
+                     "machine) started after every other row, topics with replication 3 and "
+                     "min.insync.replicas 2, the same workloads at least once; each next to the "
+                     "single node's figure of this run.")
     return rows, notes
 
 

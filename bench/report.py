@@ -72,8 +72,10 @@ EXACTLY_ONCE_TARGET = "≤ 10 % below at-least-once"
 EXACTLY_ONCE_LATENCY_TARGET = "p50 ≤ 10 % above at-least-once"
 
 
-def versus(exactly_once: float, at_least_once: float, *, higher_is_better: bool = True) -> str:
-    """How an exactly-once figure compares with its at-least-once one, in words.
+def versus(exactly_once: float, at_least_once: float, *, higher_is_better: bool = True,
+           than: str = "at-least-once") -> str:
+    """How an exactly-once figure compares with its at-least-once one (or any figure with
+    the one named ``than``), in words.
 
     Throughput (``higher_is_better``): ``"12 % below at-least-once"`` (or ``above``);
     latency: ``"12 % above at-least-once"`` means slower.
@@ -82,8 +84,8 @@ def versus(exactly_once: float, at_least_once: float, *, higher_is_better: bool 
         return "n/a"
     change = (exactly_once - at_least_once) / at_least_once
     if higher_is_better:
-        return f"{abs(change):.0%} {'below' if change < 0 else 'above'} at-least-once".replace("%", " %")
-    return f"{abs(change):.0%} {'above' if change > 0 else 'below'} at-least-once".replace("%", " %")
+        return f"{abs(change):.0%} {'below' if change < 0 else 'above'} {than}".replace("%", " %")
+    return f"{abs(change):.0%} {'above' if change > 0 else 'below'} {than}".replace("%", " %")
 
 
 def ratio(numerator: float, denominator: float) -> str:

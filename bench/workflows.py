@@ -142,17 +142,20 @@ def run(
     progress: Callable[[str], None],
     flows: bool = True,
     exactly_once: bool = False,
+    brief: bool = False,
 ) -> WorkflowFigures:
     """Start a worker, drive it, SIGKILL and restart it, stop it; measure replay and memory.
 
     With ``flows``, the worker also runs the flow stage and the flow row is measured. With
     ``exactly_once`` the worker runs exactly-once and only the latency, one-activity and
-    ten-step phases run (no flow, sends, recovery; replay and memory are not measured again).
+    ten-step phases run (no flow, sends, recovery; replay and memory are not measured again);
+    ``brief`` runs only those phases too, at least once (the three-node rows).
     """
-    flows = flows and not exactly_once
+    short = exactly_once or brief
+    flows = flows and not short
     replay_s: dict[int, float] = {}
     idle_bytes = float("nan")
-    if not exactly_once:
+    if not short:
         progress("workflows: replay of " + " / ".join(f"{n:,}" for n in workload.replay_steps)
                  + "-step journals (in-process)")
         replay_s = replay_seconds(workload.replay_steps)
@@ -204,7 +207,7 @@ def run(
     try:
         figures = asyncio.run(_drive(bootstrap, handles, workload, first, another, progress,
                                      app_id if flows else None, Scraper(port),
-                                     full=not exactly_once))
+                                     full=not short))
     except BaseException:
         progress(f"the workflow worker's log ends with:\n{started[-1].log_tail(30)}")
         raise
