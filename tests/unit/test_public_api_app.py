@@ -7,7 +7,8 @@
 ``kafka=``, ``connection`` and ``connection_for`` (the one Kafka connection, docs/kafka.md),
 and ``client``/``worker``/``apply_topics`` take a ``KafkaConnection`` as well as an address.
 ``replication_factor=``, ``min_insync_replicas=`` and ``replication()`` are issue 18's: one
-replication setting for every topic the app declares (docs/kafka.md, "Replication").
+replication setting for every topic the app declares (docs/kafka.md, "Replication"); and
+``client(name=...)``: a client principal's own replies topic (docs/security.md).
 """
 
 import inspect
@@ -23,7 +24,7 @@ APP_MEMBERS = {
     'aggregates': 'property',
     'apply_topics': "(self, bootstrap: 'str | KafkaConnection | None' = None, *, out: 'Callable[[str], Any]' = <built-in function print>) -> 'ApplyReport'",
     'bootstrap': "(self) -> 'str'",
-    'client': "(self, bootstrap: 'str | KafkaConnection | None' = None) -> 'Client'",
+    'client': "(self, bootstrap: 'str | KafkaConnection | None' = None, *, name: 'str | None' = None) -> 'Client'",
     'connection': 'property',
     'connection_for': "(self, bootstrap: 'str | KafkaConnection | None' = None, *, config_file: 'str | os.PathLike[str] | None' = None) -> 'KafkaConnection'",
     'data_dir': "(self) -> 'Path'",

@@ -33,6 +33,7 @@ from .kinds.projection.handle import ProjectionHandle, declare_projection
 from .kinds.saga.handle import SagaHandle, declare_saga
 from .kinds.schedule.handle import ScheduleHandle, declare_schedules
 from .kinds.workflow.handle import WorkflowHandle, workflow_builder, workflow_named
+from .runtime.acls import CLIENT_NAME_ENV
 from .runtime.connection import KafkaConnection
 from .runtime.deadletters import DEAD_LETTER_VALUE_BYTES, MAX_DEAD_LETTER_VALUE_BYTES
 from .runtime.hosting import Hosted
@@ -153,7 +154,7 @@ class App:
         # Every definition the worker runs, in declaration order, by (kind, name).
         self._hosted: dict[tuple[str, str], Hosted] = {}
         self._schedules: ScheduleHandle | None = None
-        self._clients: dict[KafkaConnection, Client] = {}
+        self._clients: dict[tuple[KafkaConnection, str | None], Client] = {}
         # aggregate name -> starters registered beside the declared sagas (``sagas_of``).
         self.saga_starters: dict[str, list[SagaStarter]] = {}
 
@@ -520,13 +521,18 @@ class App:
         """
         return apply_topics(self.connection_for(bootstrap), self.topic_specs(), out=out)
 
-    def client(self, bootstrap: str | KafkaConnection | None = None) -> Client:
+    def client(self, bootstrap: str | KafkaConnection | None = None, *, name: str | None = None) -> Client:
         """Return this app's client for ``bootstrap`` (an address or a ``KafkaConnection``;
-        default the app's): one per connection, made on first use."""
+        default the app's): one per connection and client name, made on first use.
+
+        ``name`` (default ``TIDINGS_CLIENT_NAME``) is the client principal's name: its
+        replies come on ``{app}.replies.NAME`` (``Client``, docs/security.md).
+        """
         connection = self.connection_for(bootstrap)
-        if connection not in self._clients:
-            self._clients[connection] = Client(connection, app=self)
-        return self._clients[connection]
+        key = (connection, name or os.environ.get(CLIENT_NAME_ENV) or None)
+        if key not in self._clients:
+            self._clients[key] = Client(connection, app=self, name=key[1])
+        return self._clients[key]
 
     def worker(
         self,
