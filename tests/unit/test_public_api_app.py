@@ -6,6 +6,9 @@
 ``declared`` is new: the lookup handles make through their ``KindContext``; so are
 ``kafka=``, ``connection`` and ``connection_for`` (the one Kafka connection, docs/kafka.md),
 and ``client``/``worker``/``apply_topics`` take a ``KafkaConnection`` as well as an address.
+``replication_factor=``, ``min_insync_replicas=`` and ``replication()`` are issue 18's: one
+replication setting for every topic the app declares (docs/kafka.md, "Replication"); and
+``client(name=...)``: a client principal's own replies topic (docs/security.md).
 """
 
 import inspect
@@ -16,12 +19,12 @@ from tidings.shell.runtime.worker import HostedApp
 
 #: Every public member of App: a property, or the signature of a method.
 APP_MEMBERS = {
-    '__init__': "(self, name: 'str', *, bootstrap: 'str | None' = None, kafka: 'Mapping[str, object] | None' = None, partitions: 'int' = 8, data_dir: 'str | os.PathLike[str] | None' = None, command_timeout: 'float' = 30.0, deadletter_value_limit: 'int' = 65536, json_outcomes: 'bool' = False, processing_guarantee: 'str' = 'at_least_once') -> 'None'",
+    '__init__': "(self, name: 'str', *, bootstrap: 'str | None' = None, kafka: 'Mapping[str, object] | None' = None, partitions: 'int' = 8, data_dir: 'str | os.PathLike[str] | None' = None, command_timeout: 'float' = 30.0, deadletter_value_limit: 'int' = 65536, json_outcomes: 'bool' = False, processing_guarantee: 'str' = 'at_least_once', replication_factor: 'int | None' = None, min_insync_replicas: 'int | None' = None) -> 'None'",
     'aggregate': "(self, name: 'str', initial: 'S', decide: 'Callable[[C, S], Decision]', fold: 'Callable[[E, S], S]', *, command: 'Any', event: 'Any', cache_size: 'int' = 100000, command_retention: 'timedelta' = datetime.timedelta(days=7)) -> 'AggregateHandle[C, E, S]'",
     'aggregates': 'property',
     'apply_topics': "(self, bootstrap: 'str | KafkaConnection | None' = None, *, out: 'Callable[[str], Any]' = <built-in function print>) -> 'ApplyReport'",
     'bootstrap': "(self) -> 'str'",
-    'client': "(self, bootstrap: 'str | KafkaConnection | None' = None) -> 'Client'",
+    'client': "(self, bootstrap: 'str | KafkaConnection | None' = None, *, name: 'str | None' = None) -> 'Client'",
     'connection': 'property',
     'connection_for': "(self, bootstrap: 'str | KafkaConnection | None' = None, *, config_file: 'str | os.PathLike[str] | None' = None) -> 'KafkaConnection'",
     'data_dir': "(self) -> 'Path'",
@@ -32,6 +35,7 @@ APP_MEMBERS = {
     'own_topics': "(self) -> 'frozenset[str]'",
     'projection': "(self, name: 'str', sources: 'Iterable[AggregateHandle[Any, Any, Any]]', handler: 'Handler') -> 'ProjectionHandle'",
     'projections': 'property',
+    'replication': "(self) -> 'Replication'",
     'register_saga_starter': "(self, aggregate: 'str', starter: 'SagaStarter') -> 'None'",
     'replies_topic': 'property',
     'saga': "(self, name: 'str', *, subscribe: 'Iterable[Any]', start_on: 'Callable[[Any], bool]', initial: 'Any', handle: 'Callable[[Any, Any], Any]', on_enter: 'Callable[[Any, bool], Any]', state: 'Any' = None) -> 'SagaHandle'",

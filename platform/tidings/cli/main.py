@@ -23,7 +23,7 @@ Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 # The command modules, in the order `tidings --help` lists them.
 COMMANDS: tuple[str, ...] = (
     "worker", "send", "topics", "broker", "demo", "start", "signal", "cancel", "result", "status", "outcomes",
-    "deadletters", "offsets",
+    "deadletters", "offsets", "acls",
     "journal", "saga", "schedule",
 )
 

@@ -33,10 +33,20 @@ from .kinds.projection.handle import ProjectionHandle, declare_projection
 from .kinds.saga.handle import SagaHandle, declare_saga
 from .kinds.schedule.handle import ScheduleHandle, declare_schedules
 from .kinds.workflow.handle import WorkflowHandle, workflow_builder, workflow_named
+from .runtime.acls import CLIENT_NAME_ENV
 from .runtime.connection import KafkaConnection
 from .runtime.deadletters import DEAD_LETTER_VALUE_BYTES, MAX_DEAD_LETTER_VALUE_BYTES
 from .runtime.hosting import Hosted
-from .runtime.topics import ApplyReport, TopicSpec, apply_topics, deadletter_topic, spec_for
+from .runtime.topics import (
+    BROKER_DEFAULT,
+    ApplyReport,
+    Replication,
+    TopicSpec,
+    apply_topics,
+    deadletter_topic,
+    replication_reasons,
+    spec_for,
+)
 
 if TYPE_CHECKING:
     from .runtime.worker import Worker
@@ -81,6 +91,13 @@ class App:
             a worker that lost its partitions cannot make anything visible and a crash
             leaves nothing half-written (docs/exactly-once.md). A worker's
             ``--processing-guarantee`` overrides it.
+        replication_factor: Replicas of every topic the app declares (Kafka Streams'
+            ``replication.factor``); default ``TIDINGS_REPLICATION_FACTOR``, else -1, the
+            broker's ``default.replication.factor``. Used when a worker or ``tidings topics
+            apply`` creates a topic; an existing topic with fewer is reported (docs/kafka.md).
+        min_insync_replicas: The topics' ``min.insync.replicas``: how many replicas must have
+            a write before it is acknowledged (producers use ``acks=all``); default
+            ``TIDINGS_MIN_INSYNC_REPLICAS``, else the broker's. At most ``replication_factor``.
     """
 
     def __init__(
@@ -95,6 +112,8 @@ class App:
         deadletter_value_limit: int = DEAD_LETTER_VALUE_BYTES,
         json_outcomes: bool = False,
         processing_guarantee: str = AT_LEAST_ONCE,
+        replication_factor: int | None = None,
+        min_insync_replicas: int | None = None,
     ) -> None:
         reasons = []
         if not name or not all(ch.isalnum() or ch in "_-" for ch in name):
@@ -109,6 +128,9 @@ class App:
         if processing_guarantee not in GUARANTEES:
             reasons.append(f"processing_guarantee must be one of {', '.join(map(repr, GUARANTEES))}, "
                            f"not {processing_guarantee!r}")
+        if replication_factor is not None or min_insync_replicas is not None:
+            reasons.extend(replication_reasons(
+                BROKER_DEFAULT if replication_factor is None else replication_factor, min_insync_replicas))
         if kafka is not None:
             try:  # the mapping alone, no environment and no file: declaring reads nothing
                 KafkaConnection.resolve(bootstrap="-", kafka=kafka, environ={})
@@ -121,6 +143,9 @@ class App:
         self.deadletter_value_limit = deadletter_value_limit
         self.json_outcomes = json_outcomes
         self.partitions = partitions
+        # None: the environment decides when the specs are built (``replication``).
+        self.replication_factor = replication_factor
+        self.min_insync_replicas = min_insync_replicas
         self.command_timeout = command_timeout
         self._bootstrap = bootstrap
         self._kafka = dict(kafka or {})
@@ -129,7 +154,7 @@ class App:
         # Every definition the worker runs, in declaration order, by (kind, name).
         self._hosted: dict[tuple[str, str], Hosted] = {}
         self._schedules: ScheduleHandle | None = None
-        self._clients: dict[KafkaConnection, Client] = {}
+        self._clients: dict[tuple[KafkaConnection, str | None], Client] = {}
         # aggregate name -> starters registered beside the declared sagas (``sagas_of``).
         self.saga_starters: dict[str, list[SagaStarter]] = {}
 
@@ -399,7 +424,7 @@ class App:
     def own_topics(self) -> frozenset[str]:
         """The app's topics no reply may be sent to: all it declares but the replies topics."""
         return frozenset(
-            spec.name for spec in self.topic_specs() if not spec.name.endswith(".replies")
+            spec.name for spec in self._declared_specs() if not spec.name.endswith(".replies")
         )
 
     @property
@@ -461,8 +486,22 @@ class App:
         root = self._data_dir or os.environ.get("TIDINGS_DATA_DIR") or ".tidings/data"
         return Path(root) / self.name
 
+    def replication(self) -> Replication:
+        """The replication the app's topics are created with: ``App(replication_factor=...,
+        min_insync_replicas=...)``, else ``TIDINGS_REPLICATION_FACTOR`` /
+        ``TIDINGS_MIN_INSYNC_REPLICAS``, else the broker's defaults.
+
+        Raises:
+            DefinitionError: an environment variable is not a usable value.
+        """
+        return Replication.resolve(self.replication_factor, self.min_insync_replicas)
+
     def topic_specs(self) -> list[TopicSpec]:
-        """Return every topic this app needs, for ``tidings topics apply``."""
+        """Return every topic this app needs, for ``tidings topics apply`` and the worker,
+        with the app's ``replication()``."""
+        return self.replication().applied(self._declared_specs())
+
+    def _declared_specs(self) -> list[TopicSpec]:
         specs = [
             spec_for("deadletter", deadletter_topic(self.name), partitions=self.partitions),
             spec_for("replies", self.replies_topic, partitions=self.partitions),
@@ -482,13 +521,18 @@ class App:
         """
         return apply_topics(self.connection_for(bootstrap), self.topic_specs(), out=out)
 
-    def client(self, bootstrap: str | KafkaConnection | None = None) -> Client:
+    def client(self, bootstrap: str | KafkaConnection | None = None, *, name: str | None = None) -> Client:
         """Return this app's client for ``bootstrap`` (an address or a ``KafkaConnection``;
-        default the app's): one per connection, made on first use."""
+        default the app's): one per connection and client name, made on first use.
+
+        ``name`` (default ``TIDINGS_CLIENT_NAME``) is the client principal's name: its
+        replies come on ``{app}.replies.NAME`` (``Client``, docs/security.md).
+        """
         connection = self.connection_for(bootstrap)
-        if connection not in self._clients:
-            self._clients[connection] = Client(connection, app=self)
-        return self._clients[connection]
+        key = (connection, name or os.environ.get(CLIENT_NAME_ENV) or None)
+        if key not in self._clients:
+            self._clients[key] = Client(connection, app=self, name=key[1])
+        return self._clients[key]
 
     def worker(
         self,

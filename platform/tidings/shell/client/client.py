@@ -19,6 +19,7 @@ The client knows its app through the same narrow ``KindContext`` a handle does
 from __future__ import annotations
 
 import logging
+import os
 import time
 import uuid
 from collections.abc import AsyncGenerator
@@ -39,6 +40,7 @@ from ...errors import (
 from ..kinds.aggregate.handle import AggregateHandle
 from ..kinds.workflow.codec import decode_outcome
 from .follower import TopicFollower
+from ..runtime.acls import CLIENT_NAME_ENV, client_group_prefix, client_replies_topic
 from ..runtime.connection import KafkaConnection
 from ..runtime.context import KindContext
 from ..runtime.requester import Requester
@@ -54,15 +56,28 @@ class Client:
         bootstrap: The Kafka connection (``app.connection_for``), or bootstrap servers,
             which keep the app's other Kafka properties.
         app: The App whose definitions and topics to use (any ``KindContext``).
+        name: The client principal's name (``User:NAME``; default ``TIDINGS_CLIENT_NAME``):
+            its replies come on its own topic ``{app}.replies.NAME``, which only it may read
+            (``tidings acls --client User:NAME --apply`` creates it); without one, on the
+            app's shared ``{app}.replies`` (docs/security.md, "Replies").
+
+    Raises:
+        DefinitionError: ``name`` cannot be part of a topic name.
     """
 
-    def __init__(self, bootstrap: str | KafkaConnection, *, app: KindContext) -> None:
+    def __init__(self, bootstrap: str | KafkaConnection, *, app: KindContext, name: str | None = None) -> None:
         #: Every Kafka client this client opens is built from it.
         self.connection = app.connection_for(bootstrap)
         self.bootstrap = self.connection.bootstrap
         self.app = app
+        name = name or os.environ.get(CLIENT_NAME_ENV) or None
+        self.name = name
+        #: Where this client's commands and requests ask to be answered.
+        self.replies_topic = app.replies_topic if name is None else client_replies_topic(app.name, f"User:{name}")
         # Opens its producer and threads on the first request, again after close().
-        self._requester = Requester(self.connection, replies_topic=app.replies_topic)
+        # Its readers' groups are under {app}.client., covered by one prefixed Group ACL.
+        self._requester = Requester(self.connection, replies_topic=self.replies_topic,
+                                    group_prefix=client_group_prefix(app.name))
         # The handles this client serves (close() lets them go), and what else close() closes.
         self._workflows: dict[int, WorkflowHandle] = {}
         self._followers: set[TopicFollower] = set()
@@ -168,7 +183,7 @@ class Client:
             payload=payload,
             timestamp_ms=int(time.time() * 1000),
             expected_version=expected_version,
-            reply_to=self.app.replies_topic,
+            reply_to=self.replies_topic,
         )
         # The worker would dead-letter what breaks a limit; refusing it here says why.
         check_command(envelope)
@@ -282,7 +297,8 @@ class Client:
             BrokerError: The outcomes topic does not exist, or reading it failed.
         """
         handle = self.workflow_for(workflow)
-        follower = TopicFollower(self.connection, handle.topics.outcomes, follow=follow)
+        follower = TopicFollower(self.connection, handle.topics.outcomes, follow=follow,
+                                 group_prefix=client_group_prefix(self.app.name))
         self._followers.add(follower)
         seen: set[str] = set()
         try:

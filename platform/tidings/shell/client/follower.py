@@ -16,13 +16,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import uuid
 from typing import Final
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
 from ...errors import BrokerError
 from ..runtime.connection import KafkaConnection
+from ..runtime.groups import DEFAULT_PREFIX, reader_group
 from ..runtime.io import Incoming
 from ..runtime.kafka import incoming, is_transient, topic_partitions, watermarks
 
@@ -57,8 +57,10 @@ class TopicFollower:
         chunk: Most records per chunk.
     """
 
-    def __init__(self, connection: KafkaConnection, topic: str, *, follow: bool, chunk: int = 500) -> None:
+    def __init__(self, connection: KafkaConnection, topic: str, *, follow: bool, chunk: int = 500,
+                 group_prefix: str = DEFAULT_PREFIX) -> None:
         self.connection = connection
+        self._group_prefix = group_prefix
         self.topic = topic
         self.follow = follow
         self._chunk = chunk
@@ -125,7 +127,7 @@ class TopicFollower:
     def _run(self) -> None:
         consumer = self.connection.consumer(
             **{
-                "group.id": f"tidings-follow-{uuid.uuid4().hex}",
+                "group.id": reader_group(self._group_prefix, "follow"),
                 "enable.auto.commit": False,
                 # Records deleted by retention between the watermark query and the fetch: read
                 # on from the earliest that is left instead of jumping to the end.

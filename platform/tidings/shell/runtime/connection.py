@@ -374,10 +374,14 @@ class KafkaConnection:
         return kwargs
 
     def aiokafka_producer(self, **extra: Any) -> AIOKafkaProducer:
-        """An aiokafka producer with this connection's settings and ``extra`` (keyword args)."""
+        """An aiokafka producer with this connection's settings and ``extra`` (keyword args).
+
+        Idempotent with ``acks="all"`` unless ``extra`` says otherwise, as every producer of
+        tidings (aiokafka's own defaults are ``acks=1`` without idempotence).
+        """
         from aiokafka import AIOKafkaProducer
 
-        kwargs = {**self.aiokafka("producer"), **extra}
+        kwargs = {"acks": "all", "enable_idempotence": True, **self.aiokafka("producer"), **extra}
         _record("producer", "aiokafka", self._shown(kwargs))
         return AIOKafkaProducer(**kwargs)
 

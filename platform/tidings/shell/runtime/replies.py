@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import uuid
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
@@ -20,6 +19,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from ...errors import BrokerError
 from .connection import KafkaConnection
+from .groups import DEFAULT_PREFIX, reader_group
 from .kafka import is_fatal, topic_partitions, watermarks
 from .liveness import Liveness, read_statistics
 
@@ -49,8 +49,10 @@ class ReplyReader(Generic[R]):
         topic: str,
         *,
         decode: Callable[[bytes], tuple[str, R] | None],
+        group_prefix: str = DEFAULT_PREFIX,
     ) -> None:
         self.connection = connection
+        self._group_prefix = group_prefix
         self.topic = topic
         self._decode = decode
         self._pending: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Future[R]]] = {}
@@ -152,7 +154,7 @@ class ReplyReader(Generic[R]):
         self._liveness = Liveness(report_after_s=0.0)
         consumer = self.connection.consumer(
             **{
-                "group.id": f"tidings-client-{uuid.uuid4().hex}",
+                "group.id": reader_group(self._group_prefix, "replies"),
                 "enable.auto.commit": False,
                 # Tells the liveness check whether replies wait and a broker answers.
                 "statistics.interval.ms": 1000,

@@ -27,7 +27,6 @@ import concurrent.futures
 import logging
 import threading
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -41,6 +40,7 @@ from ...core.records import CommandEnvelope, ReplyEnvelope
 from ...core.workflow_records import WorkflowInbox, WorkflowReply
 from ...errors import BrokerError
 from .connection import KafkaConnection
+from .groups import DEFAULT_PREFIX, reader_group
 from .kafka import close_producer, is_fatal, settle_future, watermarks
 from .liveness import Liveness, read_statistics
 from .replies import RECOVER_AFTER_S, ReplyReader
@@ -65,12 +65,17 @@ class Requester:
 
     Args:
         connection: The Kafka cluster and its client properties.
-        replies_topic: The app's replies topic, which every request with an answer names.
+        replies_topic: The replies topic every request with an answer names: the app's,
+            or the client principal's own (``acls.client_replies_topic``).
+        group_prefix: The prefix of its readers' group ids (``groups.reader_group``): a
+            client's is ``{app}.client.``, so one prefixed Group ACL covers them.
     """
 
-    def __init__(self, connection: KafkaConnection, *, replies_topic: str) -> None:
+    def __init__(self, connection: KafkaConnection, *, replies_topic: str,
+                 group_prefix: str = DEFAULT_PREFIX) -> None:
         self.connection = connection
         self.replies_topic = replies_topic
+        self.group_prefix = group_prefix
         self._producer: RequestSender | None = None
         self._replies: ReplyReader[Answer] | None = None
         self._outcomes: OutcomeWatcher | None = None
@@ -180,12 +185,13 @@ class Requester:
 
     def _reply_reader(self) -> ReplyReader[Answer]:
         if self._replies is None:
-            self._replies = ReplyReader(self.connection, self.replies_topic, decode=_decode_answer)
+            self._replies = ReplyReader(self.connection, self.replies_topic, decode=_decode_answer,
+                                        group_prefix=self.group_prefix)
         return self._replies
 
     def _outcome_watcher(self) -> OutcomeWatcher:
         if self._outcomes is None:
-            self._outcomes = OutcomeWatcher(self.connection)
+            self._outcomes = OutcomeWatcher(self.connection, group_prefix=self.group_prefix)
         return self._outcomes
 
 
@@ -321,13 +327,14 @@ class OutcomeWatcher:
         connection: The Kafka cluster and its client properties.
     """
 
-    def __init__(self, connection: KafkaConnection) -> None:
+    def __init__(self, connection: KafkaConnection, *, group_prefix: str = DEFAULT_PREFIX) -> None:
         self.connection = connection
+        self._group_prefix = group_prefix
         self._liveness = Liveness(report_after_s=0.0)
         self._consumer = self._new_consumer()
         self._offsets = connection.consumer(
             **{
-                "group.id": f"tidings-offsets-{uuid.uuid4().hex}",
+                "group.id": reader_group(group_prefix, "offsets"),
                 "enable.auto.commit": False,
             }
         )
@@ -410,7 +417,7 @@ class OutcomeWatcher:
         self._liveness = Liveness(report_after_s=0.0)
         return self.connection.consumer(
             **{
-                "group.id": f"tidings-outcomes-{uuid.uuid4().hex}",
+                "group.id": reader_group(self._group_prefix, "outcomes"),
                 "enable.auto.commit": False,
                 # Reading from further back only costs records; skipping one loses a wake-up.
                 "auto.offset.reset": "earliest",
