@@ -60,10 +60,17 @@ class Scheduled:
 @pytest.fixture
 def scheduled(kafka_bootstrap: str, app_id: str, tmp_path: Path,
               monkeypatch: pytest.MonkeyPatch) -> Iterator[Scheduled]:
-    monkeypatch.setenv("TIDINGS_BOOTSTRAP", kafka_bootstrap)
+    yield from scheduled_on(kafka_bootstrap, app_id, tmp_path, monkeypatch)
+
+
+def scheduled_on(bootstrap: str, app_id: str, tmp_path: Path,
+                 monkeypatch: pytest.MonkeyPatch) -> Iterator[Scheduled]:
+    """The schedule app on the broker at ``bootstrap`` (its other connection settings, e.g. a
+    secured broker's, come from the environment's ``TIDINGS_KAFKA_*``, as a worker's do)."""
+    monkeypatch.setenv("TIDINGS_BOOTSTRAP", bootstrap)
     app, schedules = build(app_id)
-    apply_topics(kafka(kafka_bootstrap), app.topic_specs(), out=lambda line: None)
-    yield Scheduled(app, schedules, tmp_path / "calls", kafka_bootstrap, tmp_path, app_id)
+    apply_topics(kafka(bootstrap), app.topic_specs(), out=lambda line: None)
+    yield Scheduled(app, schedules, tmp_path / "calls", bootstrap, tmp_path, app_id)
     for client in list(app._clients.values()):
         client.close()
 

@@ -132,6 +132,11 @@ class RecordError(TidingsError):
     """A record cannot be used. Agents dead-letter it and go on; never raised out of an agent."""
 
 
+class CommandRefused(RecordError):
+    """A record claims what only a worker may say (a fire ahead of the worker's clock, a
+    start report with no start token of the run): refused, dead-lettered with the reason."""
+
+
 class DecodeError(RecordError):
     """The bytes are not a record tidings can decode."""
 

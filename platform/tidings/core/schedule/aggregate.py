@@ -20,9 +20,14 @@ rebuilt from the journal and the dispatcher's due-time index is only a hint. The
   a repeated fire and a fire for a paused or deleted schedule store nothing.
 - **Report start** removes a pending run once the dispatcher has stored its start; a crash
   before it leaves the run pending, and the dispatcher starts it again under the same id.
+  The report must carry the run's start token: a random value the worker drew when it
+  admitted the fire that decided the run, stored with the run in the journal (which only
+  workers read), so a report from anyone else is refused (``CommandRefused``) and clears
+  nothing. A report for a due time no fire decided is refused too.
 
 Time is an argument: each command carries the instant it is about (``at``, or the fire's
-``now``), stamped by the caller's clock.
+``now``). The worker does not take the sender's word for it: ``admission.admit`` judges it
+by the worker's own clock before ``decide`` sees the command.
 """
 
 from __future__ import annotations
@@ -35,7 +40,8 @@ from pydantic import BaseModel, ConfigDict, field_validator
 from tidings.core.aggregate import Decision, Defer, Ignore, Persist
 from tidings.core.schedule.due_times import FireRefused, Pause, decide_fire, next_due
 from tidings.core.schedule.rules import CatchUp, ScheduleRule
-from tidings.core.schedule.runs import utc
+from tidings.core.schedule.runs import format_due, utc
+from tidings.errors import CommandRefused
 
 SCHEDULE_AGGREGATE: Final = "schedule"
 """The aggregate name every app's schedules are stored under (a persistent contract)."""
@@ -103,21 +109,32 @@ class DeleteSchedule(_Model):
 
 
 class FireSchedule(_Model):
-    """The dispatcher's fire: ``due`` is its index's hint, ``now`` the instant of the fire."""
+    """The dispatcher's fire: ``due`` is its index's hint, ``now`` the instant of the fire.
+
+    ``token`` is set by the worker that admits the fire (``admission.admit``), never taken
+    from the sender: the runs the fire decides are stored with it, and only a report that
+    carries it clears them.
+    """
 
     __tidings_type__: ClassVar[str] = "schedule.fire"
     due: datetime
     now: datetime
+    token: str = ""
     check_due = field_validator("due")(utc)
     check_now = field_validator("now")(utc)
 
 
 class ReportStart(_Model):
     """The dispatcher stored the starts of the runs for ``dues`` (one report for a whole
-    catch-up: a fire under ``CatchUp.ALL`` may decide a thousand runs)."""
+    catch-up: a fire under ``CatchUp.ALL`` may decide a thousand runs).
+
+    ``tokens`` are the start tokens of those runs (each distinct token once), as the journal
+    stored them with the runs: the proof that a worker, which reads the journal, reports.
+    """
 
     __tidings_type__: ClassVar[str] = "schedule.report-start"
     dues: tuple[datetime, ...]
+    tokens: tuple[str, ...] = ()
 
     @field_validator("dues")
     @classmethod
@@ -175,13 +192,15 @@ class ScheduleDeleted(_Model):
 
 class RunsDecided(_Model):
     """A fire's decision: ``runs`` (oldest first) start with ``workflow`` and ``input``, and
-    every due time at or before ``through`` is handled."""
+    every due time at or before ``through`` is handled. ``token``: the runs' start token
+    (empty in runs decided before tokens existed)."""
 
     __tidings_type__: ClassVar[str] = "schedule.runs-decided"
     runs: tuple[datetime, ...]
     through: datetime
     workflow: str
     input: Any = None
+    token: str = ""
 
 
 class RunStarted(_Model):
@@ -208,11 +227,13 @@ ScheduleEvent = (
 
 
 class PendingRun(_Model):
-    """A decided run not yet reported started: what it starts is fixed at the decision."""
+    """A decided run not yet reported started: what it starts is fixed at the decision.
+    ``token``: its start token, which the report of its start must carry."""
 
     due: datetime
     workflow: str
     input: Any = None
+    token: str = ""
 
 
 class PauseSpan(_Model):
@@ -259,6 +280,14 @@ class ScheduleState(_Model):
     def _pauses(self) -> tuple[Pause, ...]:
         return tuple(Pause(span.start, span.end) for span in self.pauses)
 
+    def without_tokens(self) -> ScheduleState:
+        """The state as a read shows it: the pending runs' start tokens blanked, since the
+        read's reply goes to whoever asked."""
+        if not any(run.token for run in self.pending):
+            return self
+        pending = tuple(run.model_copy(update={"token": ""}) for run in self.pending)
+        return self.model_copy(update={"pending": pending})
+
 
 ScheduleRead.model_rebuild()
 
@@ -297,14 +326,43 @@ def decide(command: ScheduleCommand, state: ScheduleState) -> Decision:
         case FireSchedule():
             return _fire(command, state)
         case ReadSchedule():
-            return Defer(ScheduleRead(state=state))
+            return Defer(ScheduleRead(state=state.without_tokens()))
         case ReportStart():
-            pending = {run.due for run in state.pending}
-            # A repeated report, or one for a run never decided, stores nothing.
-            reported = tuple(due for due in dict.fromkeys(command.dues) if due in pending)
+            reported = _reported(command, state)
             return Persist(RunStarted(dues=reported)) if reported else Ignore()
         case _:
             raise TypeError(f"not a schedule command: {command!r}")
+
+
+def _reported(command: ReportStart, state: ScheduleState) -> tuple[datetime, ...]:
+    """The pending runs a start report clears; refuses a report no dispatcher could make.
+
+    Every due time it names must be a pending run whose token the report carries, or one
+    a fire decided that is no longer pending (a repeated report, which clears nothing).
+
+    Raises:
+        CommandRefused: a due time is pending and the report lacks its token, or no fire
+            decided it (it is after every due time handled).
+    """
+    pending = {run.due: run for run in state.pending}
+    tokens = frozenset(command.tokens)
+    reported: list[datetime] = []
+    for due in dict.fromkeys(command.dues):
+        run = pending.get(due)
+        if run is None:
+            if state.handled_through is None or due > state.handled_through:
+                raise CommandRefused(
+                    f"schedule.report-start names {format_due(due)}, a due time no fire decided; "
+                    "only the dispatcher reports the runs it started"
+                )
+            continue  # started and reported before: a repeat clears nothing
+        if run.token and run.token not in tokens:
+            raise CommandRefused(
+                f"schedule.report-start for the run due {format_due(due)} lacks its start token; "
+                "only the dispatcher that read the run from the journal can report its start"
+            )
+        reported.append(due)
+    return tuple(reported)
 
 
 def _fire(command: FireSchedule, state: ScheduleState) -> Decision:
@@ -329,6 +387,7 @@ def _fire(command: FireSchedule, state: ScheduleState) -> Decision:
         return Ignore()
     return Persist(RunsDecided(
         runs=decision.runs, through=decision.through, workflow=state.workflow, input=state.input,
+        token=command.token,
     ))
 
 
@@ -356,7 +415,8 @@ def fold(event: ScheduleEvent, state: ScheduleState) -> ScheduleState:
             return state.model_copy(update={"status": "deleted", "pauses": ()})
         case RunsDecided():
             runs = tuple(
-                PendingRun(due=due, workflow=event.workflow, input=event.input) for due in event.runs
+                PendingRun(due=due, workflow=event.workflow, input=event.input, token=event.token)
+                for due in event.runs
             )
             # Pauses that ended before ``through`` can no longer cover a due time a fire
             # serves, so the state stays bounded however often a schedule is paused.

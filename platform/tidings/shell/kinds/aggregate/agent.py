@@ -66,6 +66,12 @@ log = logging.getLogger(__name__)
 
 R = TypeVar("R", EventEnvelope, ReplyEnvelope)
 
+Admit = Callable[[CommandEnvelope, Any, int], Any]
+"""``admit(envelope, command, now_ms) -> command``: what a kind makes of a command before
+``decide`` sees it, judged by the worker's clock (the schedule aggregate's: it stamps the
+fire with the worker's instant and its start token); a ``RecordError`` it raises
+dead-letters the command. None for an application's aggregate."""
+
 #: Largest event record the agent produces; a command whose events are larger is refused
 #: (the broker's default ``max.message.bytes`` is 1 MiB, and the reply carries them too).
 MAX_EVENT_BYTES = 900_000
@@ -106,8 +112,10 @@ class AggregateAgent:
         runtime: Runtime,
         cache_size: int = 100_000,
         starters: Sequence[SagaStarter] = (),
+        admit: Admit | None = None,
     ) -> None:
         self.definition = definition
+        self._admit = admit
         self._starters = tuple(starters)
         self.topics = topics
         self._store = store
@@ -244,6 +252,8 @@ class AggregateAgent:
         partition = record.partition
         try:
             value = load_payload(command.type, command.payload, self.definition.command_types)
+            if self._admit is not None:
+                value = self._admit(command, value, now_ms)
             handled = self._handle(self._instance(partition, command.aggregate_id), command, value, now_ms)
             events = [self._event_record(partition, event) for event in handled.stored]
             encoded_reply = None if handled.reply is None else avro.encode(handled.reply)

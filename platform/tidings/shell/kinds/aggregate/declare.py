@@ -18,7 +18,7 @@ from ....core.workflow.retry import Retry
 from ....errors import DefinitionError
 from ...runtime.context import KindContext
 from ...runtime.topics import deadletter_topic, topic_name
-from .agent import AggregateTopics
+from .agent import Admit, AggregateTopics
 from .handle import AggregateHandle
 
 C = TypeVar("C")
@@ -38,6 +38,7 @@ def declare_aggregate(
     cache_size: int = 100_000,
     command_retention: timedelta = DEFAULT_COMMAND_RETENTION,
     write_buffer_bytes: int | None = None,
+    admit: Admit | None = None,
 ) -> AggregateHandle[C, E, S]:
     """Validate an aggregate of ``context`` and return its handle (see ``App.aggregate``).
 
@@ -78,7 +79,7 @@ def declare_aggregate(
         deadletter=deadletter_topic(context.name),
         verdicts=topic_name(context.name, "aggregate", name, "verdicts"),
     )
-    return AggregateHandle(context, definition, topics, cache_size, write_buffer_bytes)
+    return AggregateHandle(context, definition, topics, cache_size, write_buffer_bytes, admit)
 
 
 def _models(declared: Any) -> list[type]:

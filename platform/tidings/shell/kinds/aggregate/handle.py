@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from ....core.aggregate import AggregateDefinition
-from .agent import AggregateAgent, AggregateTopics
+from .agent import Admit, AggregateAgent, AggregateTopics
 from ...runtime.context import KindContext
 from ...runtime.hosting import Runtime
 from .store import AggregateStore
@@ -36,6 +36,8 @@ class AggregateHandle(Generic[C, E, S]):
     cache_size: int = 100_000
     #: RocksDB memtable size of the worker's store (None: RocksDB's 64 MiB default).
     write_buffer_bytes: int | None = None
+    #: What the worker makes of a command before deciding it (``agent.Admit``); None: as sent.
+    admit: Admit | None = None
 
     @property
     def name(self) -> str:
@@ -102,4 +104,4 @@ class AggregateHandle(Generic[C, E, S]):
             write_buffer_bytes=self.write_buffer_bytes,
         )
         return AggregateAgent(self.definition, topics=self.topics, store=store, runtime=runtime,
-                              starters=starters, cache_size=self.cache_size)
+                              starters=starters, cache_size=self.cache_size, admit=self.admit)

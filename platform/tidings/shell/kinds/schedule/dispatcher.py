@@ -14,7 +14,8 @@ and follows **decide -> start -> report**:
    started again.
 2. **Wake** for the earliest due time of the partitions it owns (one heap and one sleep;
    no scan of every schedule per tick) and send ``FireSchedule(due, now)`` to the schedule
-   aggregate, ``now`` read from this worker's clock. The aggregate decides the runs
+   aggregate, ``now`` read from this worker's clock (the aggregate decides at its own
+   worker's instant and refuses a ``now`` more than a second ahead of it). It decides the runs
    (``decide_fire``: lateness, catch-up, pauses, early fires) and stores ``RunsDecided``
    with the workflow and input each run gets. A fire that is lost or ignored is sent again
    after ``refire_after`` seconds; a repeated fire decides nothing twice.
@@ -22,7 +23,10 @@ and follows **decide -> start -> report**:
    workflow is started with id ``{schedule}@{due}`` and input ``ScheduledRun(schedule, due,
    input)``: a ``start`` record on the workflow's inbox, acknowledged by the broker (the start
    is stored). A start of an existing id stores nothing, so starting again is safe.
-4. **Report.** Then ``ReportStart(dues)`` to the aggregate, which clears the pending runs.
+4. **Report.** Then ``ReportStart(dues, tokens)`` to the aggregate, which clears the pending
+   runs. ``tokens`` are the start tokens the journal stored with the runs (the worker that
+   admitted the fire drew them): the aggregate refuses a report without them, so a producer
+   that can write the commands topic but not read the journal cannot clear a run.
 
 A crash between any two steps leaves the run pending in the journal; whoever owns the
 partition next starts it again under the same id, and one workflow instance serves it. A run
@@ -344,9 +348,10 @@ class ScheduleDispatcher:
         """Start every pending run not started yet, then report them to the aggregate."""
         starts: list[Outgoing] = []
         letters: list[Outgoing] = []
-        reports: list[tuple[StoredSchedule, list[datetime]]] = []
+        reports: list[tuple[StoredSchedule, list[datetime], set[str]]] = []
         for schedule in schedules:
             dues = []
+            tokens: set[str] = set()
             for run in schedule.state.pending:
                 if (schedule.schedule_id, run.due) in self._started:
                     continue
@@ -355,19 +360,24 @@ class ScheduleDispatcher:
                 except Exception as exc:  # noqa: BLE001 - a run that can never start must not block the rest
                     letters.append(self._unstartable(schedule, run, exc))
                 dues.append(run.due)
+                if run.token:
+                    tokens.add(run.token)
             if dues:
-                reports.append((schedule, dues))
+                reports.append((schedule, dues, tokens))
         if not reports:
             return
         await self._publisher.publish(starts + letters)  # the starts are stored: now report them
-        for schedule, dues in reports:
+        for schedule, dues, _ in reports:
             self._started.update((schedule.schedule_id, due) for due in dues)
         await self._report(reports)
 
-    async def _report(self, reports: list[tuple[StoredSchedule, list[datetime]]]) -> None:
+    async def _report(self, reports: list[tuple[StoredSchedule, list[datetime], set[str]]]) -> None:
+        # The runs' start tokens, as the journal stored them: the aggregate clears a pending
+        # run only for a report that carries its token (a client cannot read the journal).
         await self._publisher.publish([
-            self._command(schedule.schedule_id, schedule.partition, ReportStart(dues=tuple(dues)))
-            for schedule, dues in reports
+            self._command(schedule.schedule_id, schedule.partition,
+                          ReportStart(dues=tuple(dues), tokens=tuple(sorted(tokens))))
+            for schedule, dues, tokens in reports
         ])
 
     def _start_record(self, schedule_id: str, run: PendingRun) -> Outgoing:

@@ -11,6 +11,7 @@ state back when a create stores nothing, to tell a repeated create from a confli
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -22,10 +23,13 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 from ....core.limits import check_id
 from ....core.schedule import aggregate as schedule_aggregate
 from ....core.schedule import MAX_SCHEDULE_ID_BYTES, CatchUp, ScheduleRule
+from ....core.schedule.admission import admit
+from ....core.records import CommandEnvelope
 from ....core.schedule.aggregate import (
     ChangeSchedule,
     CreateSchedule,
     DeleteSchedule,
+    FireSchedule,
     PauseSchedule,
     ReadSchedule,
     ResumeSchedule,
@@ -198,6 +202,14 @@ class ScheduleDispatch:
         return workflow_named(self.context, name)
 
 
+def admit_on_worker(envelope: CommandEnvelope, command: ScheduleCommand, now_ms: int) -> ScheduleCommand:
+    """The schedule aggregate's ``admit``: the command's instants judged by this worker's
+    clock, and a fire given a fresh random start token (``core/schedule/admission.py``)."""
+    token = secrets.token_hex(16) if isinstance(command, FireSchedule) else ""
+    return admit(command, now=datetime.fromtimestamp(now_ms / 1000, UTC), token=token,
+                 asks_reply=bool(envelope.reply_to))
+
+
 def _check_schedule_id(schedule_id: str) -> None:
     # Shorter than other ids, so that every run id ``{schedule}@{due}`` fits the id limit.
     check_id(schedule_id, "schedule id", max_bytes=MAX_SCHEDULE_ID_BYTES)
@@ -257,6 +269,7 @@ def declare_schedules(
         cache_size=SCHEDULE_CACHE_SIZE,
         # Small memtables too: a schedule's store sees a few small writes per due time.
         write_buffer_bytes=SCHEDULE_WRITE_BUFFER_BYTES,
+        admit=admit_on_worker,
     )
     return aggregate, ScheduleDispatch(context, aggregate), ScheduleHandle(aggregate, names)
 
