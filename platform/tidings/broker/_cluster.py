@@ -257,6 +257,10 @@ class LocalCluster:
         except KeyError:
             return None
         proc = self._procs.get(node_id)
+        if proc is not None and proc.pid == pid:
+            # Our own child: its exit status is the truth (and polling reaps it). /proc was
+            # seen to say "not Kafka" for a node restarting under load (test_cluster_failures).
+            return pid if proc.poll() is None else None
         if proc is not None:
             proc.poll()  # reap a child that died, so it does not linger as a zombie
         return pid if is_kafka(pid) else None

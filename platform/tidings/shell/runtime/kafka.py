@@ -45,7 +45,19 @@ def watermarks(
             error = exc.args[0] if exc.args else None
             if not (isinstance(error, KafkaError) and is_transient(error)) or time.monotonic() > deadline:
                 raise BrokerError(f"reading the offsets of {topic}/{partition}: {exc}") from exc
+            if error.code() in _STALE_METADATA_ERRORS:
+                _refresh_metadata(consumer, topic)
             time.sleep(0.05 if error.code() in _ELECTION_ERRORS else 0.5)
+
+
+def _refresh_metadata(consumer: Consumer, topic: str) -> None:
+    """Ask for the topic's metadata again. A reader that is not subscribed to ``topic`` keeps
+    the partition leaders it saw last: after a cluster's node was killed, its offset requests
+    failed with an unknown partition for minutes (the three-node failure test) until asked."""
+    try:
+        consumer.list_topics(topic, timeout=5.0)
+    except KafkaException:
+        pass  # the next attempt says what is wrong
 
 
 #: How long a worker's own readers wait out a broker's transient errors (a restart) before
@@ -60,6 +72,9 @@ _ELECTION_ERRORS = frozenset(
         KafkaError._TIMED_OUT,
     }
 )
+
+#: Offset-request errors after which the reader's own metadata may be out of date.
+_STALE_METADATA_ERRORS = _ELECTION_ERRORS | frozenset({KafkaError._UNKNOWN_PARTITION, KafkaError._DESTROY_BROKER})
 
 #: Errors a broker restart or a leader change causes for a while; librdkafka recovers from
 #: them by itself (reconnects, refreshes metadata), so a caller waits and asks again.
