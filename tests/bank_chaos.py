@@ -10,7 +10,7 @@ import asyncio
 import random
 import time
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
@@ -46,9 +46,10 @@ EVENT_TYPES = {name: t for name, t in ((t.__name__, t) for t in account.AccountE
 
 @dataclass
 class Progress:
-    """How many replies the callers have had so far."""
+    """How many replies the callers have had so far, and when each came (monotonic seconds)."""
 
     replies: int = 0
+    at: list[float] = field(default_factory=list)
 
 
 async def send(client: Client, aggregate_id: str, command: Any, command_id: str,
@@ -85,6 +86,7 @@ async def caller(client: Client, number: int, stop: asyncio.Event, progress: Pro
         # The transfer id is the correlation id: it names the saga.
         reply = await send(client, source, command, f"send-{transfer_id}", transfer_id)
         progress.replies += 1
+        progress.at.append(time.monotonic())
         assert reply.status == "accepted", reply
         last = reply.events[-1]
         if last.type == "TransferSent" and not last.deferred:

@@ -16,6 +16,7 @@ import pytest
 
 from tidings.broker import LocalBroker
 from tests.kafka_clients import kafka
+from tests.kafka_cluster import kafka_cluster as kafka_cluster  # registers the fixture
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
