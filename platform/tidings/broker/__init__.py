@@ -3,6 +3,9 @@
 ``LocalBroker(data_dir).start()`` resolves the Kafka jars once into ``$TIDINGS_HOME`` (default
 ``~/.cache/tidings``), formats a KRaft log dir, starts a combined broker+controller JVM on
 127.0.0.1 and returns its bootstrap address. Needs ``java`` (17+) and ``mvn`` on PATH.
+``LocalBroker(data_dir, secure=True)`` starts a secured node (SASL_SSL, mutual TLS, SCRAM
+users, StandardAuthorizer; ``_security.py``); ``client_settings(user, method)`` names the
+client properties file of each user.
 """
 
 from tidings.broker._config import render_log4j2_yaml as render_log4j2_yaml
@@ -10,6 +13,10 @@ from tidings.broker._config import render_server_properties as render_server_pro
 from tidings.broker._local import BrokerStatus as BrokerStatus
 from tidings.broker._local import LocalBroker as LocalBroker
 from tidings.broker._provisioning import KAFKA_VERSION as KAFKA_VERSION
+from tidings.broker._security import METHODS as METHODS
+from tidings.broker._security import PRINCIPALS as PRINCIPALS
+from tidings.broker._security import ClientSettings as ClientSettings
+from tidings.broker._security import Method as Method
 from tidings.broker._provisioning import cache_home as cache_home
 from tidings.broker._provisioning import kafka_libs_dir as kafka_libs_dir
 from tidings.broker._provisioning import provision_kafka as provision_kafka
@@ -20,6 +27,10 @@ __all__ = [
     "KAFKA_VERSION",
     "BrokerState",
     "BrokerStatus",
+    "ClientSettings",
+    "METHODS",
+    "Method",
+    "PRINCIPALS",
     "LocalBroker",
     "cache_home",
     "default_state_file",

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from tidings.broker import KAFKA_VERSION, LocalBroker, default_state_file
+from tidings.broker import KAFKA_VERSION, METHODS, PRINCIPALS, LocalBroker, default_state_file
 from tidings.cli.main import Subparsers
 
 _DESCRIPTION = f"""\
@@ -20,6 +20,15 @@ The broker runs in the background; its PID and address are kept in a state file
 _START_EPILOG = """\
 `start` prints shell lines, so this points the current shell at the broker:
   eval "$(tidings broker start)"
+
+--secure starts a secured node instead (use a data dir of its own): a SASL_SSL listener
+(SCRAM-SHA-256, SCRAM-SHA-512, PLAIN), a mutual-TLS listener, certificates made at start,
+users admin (a super user), worker, client and client2 with random passwords, and Kafka's
+StandardAuthorizer (nothing is allowed that no ACL grants). It writes a client properties
+file per user and method, DATA_DIR/clients/USER-METHOD.properties (METHOD: scram, i.e.
+SCRAM-SHA-512, scram-sha-256, plain, mtls; librdkafka keys, kcat -F reads them too), and
+prints the admin's as TIDINGS_BOOTSTRAP and TIDINGS_KAFKA_CONFIG:
+  eval "$(tidings broker start --secure --data-dir .tidings/secure)"
 """
 
 
@@ -53,6 +62,11 @@ def register(subparsers: Subparsers) -> None:
         help="where the broker keeps config, logs and data (default: .tidings/broker)",
     )
     start.add_argument("--port", type=int, default=0, help="client port (default: a free one)")
+    start.add_argument(
+        "--secure",
+        action="store_true",
+        help="a secured node: SASL_SSL and mutual TLS, SCRAM users, ACLs (see below)",
+    )
     start.add_argument("--heap", default="1g", help="JVM maximum heap, -Xmx (default: 1g)")
     start.add_argument(
         "--timeout", type=float, default=120.0, help="seconds to wait for the broker (default 120)"
@@ -74,7 +88,8 @@ def register(subparsers: Subparsers) -> None:
     status = actions.add_parser(
         "status",
         help="say whether the broker runs, and its address",
-        description="Say whether the broker recorded in the state file is running, and where. "
+        description="Say whether the broker recorded in the state file is running, and where "
+        "(a secured one: the client settings files to use too). "
         "Exits 0 when it runs, 3 when it does not.",
     )
     _add_state_file(status)
@@ -100,6 +115,7 @@ def _broker(args: argparse.Namespace) -> LocalBroker:
         heap=getattr(args, "heap", "1g"),
         startup_timeout=getattr(args, "timeout", 120.0),
         on_progress=lambda line: print(line, file=sys.stderr, flush=True),
+        secure=getattr(args, "secure", False),
     )
 
 
@@ -114,7 +130,10 @@ def _start(args: argparse.Namespace) -> int:
         f"# Apache Kafka {KAFKA_VERSION} {verb} at {bootstrap} (pid {status.pid}, "
         f"data in {status.data_dir}); stop it with `tidings broker stop`."
     )
-    print(f"export TIDINGS_BOOTSTRAP={bootstrap}")
+    if status.secure:
+        print("\n".join(_secure_lines(broker)))
+    else:
+        print(f"export TIDINGS_BOOTSTRAP={bootstrap}")
     return 0
 
 
@@ -129,13 +148,37 @@ def _stop(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    status = _broker(args).status()
+    broker = _broker(args)
+    status = broker.status()
     if status.running:
         print(f"running at {status.bootstrap} (pid {status.pid}, data in {status.data_dir})")
-        print(f"export TIDINGS_BOOTSTRAP={status.bootstrap}")
+        if status.secure and status.data_dir is not None:
+            secured = LocalBroker(Path(status.data_dir), secure=True)
+            print("\n".join(_secure_lines(secured)))
+        else:
+            print(f"export TIDINGS_BOOTSTRAP={status.bootstrap}")
         return 0
     if status.pid is not None:
         print(f"not running (pid {status.pid}, recorded at {status.bootstrap}, has exited)")
     else:
         print("not running")
     return 3
+
+
+def _secure_lines(broker: LocalBroker) -> list[str]:
+    """A secured node's listeners and client files as shell comments, then the admin's export."""
+    admin = broker.client_settings("admin", "scram")
+    mtls = broker.client_settings("worker", "mtls")
+    plain = broker.client_settings("client", "plain")
+    return [
+        f"# Secured: SASL_SSL at {admin.bootstrap} (SCRAM-SHA-256, SCRAM-SHA-512, PLAIN), "
+        f"mutual TLS at {mtls.bootstrap}; StandardAuthorizer, super users User:admin and "
+        "User:broker, nobody else allowed anything until an ACL says so.",
+        f"# Client settings (0600) for users {', '.join(PRINCIPALS)} and methods "
+        f"{', '.join(METHODS)}: {admin.properties.parent}/USER-METHOD.properties, e.g.",
+        f"#   the worker over mutual TLS: {mtls.export_line()}",
+        f"#   a client over SASL/PLAIN:   {plain.export_line()}",
+        "# (scram is SCRAM-SHA-512; kcat -F reads these files, but over SCRAM only with",
+        "# librdkafka 2.6.1 or later: older ones fail Kafka 4's SCRAM check.) The admin:",
+        admin.export_line(),
+    ]
