@@ -17,6 +17,7 @@ import pytest
 from tidings.broker import LocalBroker
 from tests.kafka_clients import kafka
 from tests.kafka_cluster import kafka_cluster as kafka_cluster  # registers the fixture
+from tests.secured_broker import secured_broker  # noqa: F401 - a fixture, for every test dir
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -5,6 +5,9 @@
 127.0.0.1 and returns its bootstrap address. Needs ``java`` (17+) and ``mvn`` on PATH.
 ``LocalCluster(data_dir).start()`` does the same for three nodes (each a JVM of its own, a
 broker and a KRaft quorum voter) that a test can kill and restart (docs/cluster-local.md).
+``LocalBroker(data_dir, secure=True)`` starts a secured node (SASL_SSL, mutual TLS, SCRAM
+users, StandardAuthorizer; ``_security.py``); ``client_settings(user, method)`` names the
+client properties file of each user.
 """
 
 from tidings.broker._cluster import LocalCluster as LocalCluster
@@ -17,6 +20,10 @@ from tidings.broker._config import render_server_properties as render_server_pro
 from tidings.broker._local import BrokerStatus as BrokerStatus
 from tidings.broker._local import LocalBroker as LocalBroker
 from tidings.broker._provisioning import KAFKA_VERSION as KAFKA_VERSION
+from tidings.broker._security import METHODS as METHODS
+from tidings.broker._security import PRINCIPALS as PRINCIPALS
+from tidings.broker._security import ClientSettings as ClientSettings
+from tidings.broker._security import Method as Method
 from tidings.broker._provisioning import cache_home as cache_home
 from tidings.broker._provisioning import kafka_libs_dir as kafka_libs_dir
 from tidings.broker._provisioning import provision_kafka as provision_kafka
@@ -29,6 +36,10 @@ __all__ = [
     "BrokerState",
     "BrokerStatus",
     "ClusterState",
+    "ClientSettings",
+    "METHODS",
+    "Method",
+    "PRINCIPALS",
     "LocalBroker",
     "LocalCluster",
     "NodeState",

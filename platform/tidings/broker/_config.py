@@ -6,6 +6,7 @@ import base64
 import json
 import re
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,13 +52,16 @@ class BrokerLayout:
         return self.log_dirs / "meta.properties"
 
 
-def render_server_properties(*, port: int, controller_port: int, log_dirs: Path) -> str:
+def render_server_properties(
+    *, port: int, controller_port: int, log_dirs: Path, extra: Mapping[str, str] | None = None
+) -> str:
     """Render the server.properties of a combined broker+controller on 127.0.0.1.
 
     Args:
         port: The PLAINTEXT (client) port.
         controller_port: The KRaft controller port.
         log_dirs: The Kafka log directory.
+        extra: Settings added or replaced (a secured node's listeners, ``_security.py``).
 
     Returns:
         The properties text.
@@ -87,6 +91,7 @@ def render_server_properties(*, port: int, controller_port: int, log_dirs: Path)
         # Compacted journals are read back in tests; let the cleaner look often.
         "log.cleaner.backoff.ms": "1000",
     }
+    settings.update(extra or {})
     return "".join(f"{key}={value}\n" for key, value in settings.items())
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from confluent_kafka import KafkaException
 
+from tidings.broker._certs import write_private
 from tidings.broker._config import (
     BrokerLayout,
     new_cluster_id,
@@ -20,6 +21,19 @@ from tidings.broker._config import (
 )
 from tidings.broker._process import is_alive, is_kafka, log_tail, terminate
 from tidings.broker._provisioning import Progress, provision_kafka
+from tidings.broker._security import (
+    ClientSettings,
+    Method,
+    SecureLayout,
+    SecurePorts,
+    client_settings,
+    load_credentials,
+    prepare,
+    previous_secure_ports,
+    scram_arguments,
+    secure_settings,
+    write_client_files,
+)
 from tidings.broker._state import BrokerState, read_state, remove_state, write_state
 from tidings.broker._tools import require_tool
 from tidings.errors import BrokerError
@@ -44,12 +58,14 @@ class BrokerStatus:
         pid: The recorded PID, if any.
         bootstrap: The recorded ``host:port``, if any.
         data_dir: The recorded data directory, if any.
+        secure: Whether it is a secured node (``bootstrap`` is then its SASL_SSL listener).
     """
 
     running: bool
     pid: int | None = None
     bootstrap: str | None = None
     data_dir: str | None = None
+    secure: bool = False
 
 
 class LocalBroker:
@@ -79,6 +95,7 @@ class LocalBroker:
         heap: str = "1g",
         startup_timeout: float = 120.0,
         on_progress: Progress = lambda _line: None,
+        secure: bool = False,
     ) -> None:
         """Describe a broker; nothing happens until :meth:`start`.
 
@@ -90,6 +107,10 @@ class LocalBroker:
             heap: The JVM's maximum heap (``-Xmx``).
             startup_timeout: Seconds to wait for the broker to answer metadata requests.
             on_progress: Called with human-readable progress lines.
+            secure: A secured node instead of a PLAINTEXT one: SASL_SSL and mutual TLS
+                listeners, SCRAM and PLAIN users, certificates made at start, Kafka's
+                StandardAuthorizer (``_security.py``); ``port`` is then the SASL_SSL port, and
+                :meth:`client_settings` names each user's client properties.
         """
         self._layout = BrokerLayout(data_dir.resolve())
         self._state_file = state_file
@@ -98,6 +119,7 @@ class LocalBroker:
         self._heap = heap
         self._startup_timeout = startup_timeout
         self._on_progress = on_progress
+        self._secure = secure
         self._state: BrokerState | None = None
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -123,22 +145,37 @@ class LocalBroker:
             return recorded.bootstrap
         java = require_tool("java")
         libs = provision_kafka(self._home, on_progress=self._on_progress)
-        port, controller_port = self._ports()
-        self._write_config(port, controller_port)
+        secure = SecureLayout(self.data_dir) if self._secure else None
+        extra: dict[str, str] = {}
+        scram: list[str] = []
+        if secure is None:
+            port, controller_port = self._ports()
+        else:
+            passwords = load_credentials(secure, formatted=self._layout.formatted.exists())
+            prepare(secure)
+            ports = self._secure_ports()
+            port, controller_port = ports.sasl_ssl, ports.controller
+            extra, scram = secure_settings(ports, secure.tls, passwords), scram_arguments(passwords)
+            write_client_files(secure, ports, passwords)
+        self._write_config(port, controller_port, extra)
         if not self._layout.formatted.exists():
             self._on_progress(f"Formatting KRaft storage in {self._layout.log_dirs}")
-            self._format(java, libs)
+            self._format(java, libs, scram)
         bootstrap = f"127.0.0.1:{port}"
         self._on_progress(f"Starting Apache Kafka on {bootstrap} (data in {self.data_dir})")
         proc = self._launch(java, libs)
+        # The readiness probe: the PLAINTEXT listener, or the admin over SCRAM.
+        probe = (KafkaConnection(bootstrap) if secure is None
+                 else client_settings(secure, "admin", "scram").connection())
         try:
-            self._await_ready(proc, bootstrap, port)
+            self._await_ready(proc, probe, port)
         except BaseException:
             # Never leave a half-started JVM behind, even on Ctrl-C.
             terminate(proc.pid, timeout=5.0, reap=proc.poll)
             raise
         self._proc = proc
-        self._state = BrokerState(pid=proc.pid, bootstrap=bootstrap, data_dir=str(self.data_dir))
+        self._state = BrokerState(pid=proc.pid, bootstrap=bootstrap, data_dir=str(self.data_dir),
+                                  secure=self._secure)
         if self._state_file is not None:
             write_state(self._state_file, self._state)
         return bootstrap
@@ -178,7 +215,23 @@ class LocalBroker:
             pid=recorded.pid,
             bootstrap=recorded.bootstrap,
             data_dir=recorded.data_dir,
+            secure=recorded.secure,
         )
+
+    def client_settings(self, principal: str = "admin", method: Method = "scram") -> ClientSettings:
+        """The client properties file of ``principal`` over ``method`` (a started secured node).
+
+        Args:
+            principal: ``admin`` (a super user), ``worker``, ``client`` or ``client2``.
+            method: ``scram`` (SCRAM-SHA-512), ``scram-sha-256``, ``plain`` or ``mtls``.
+
+        Returns:
+            The file and the bootstrap address it names.
+
+        Raises:
+            BrokerError: Not a secured node's data dir, or an unknown principal or method.
+        """
+        return client_settings(SecureLayout(self.data_dir), principal, method)
 
     def _recorded(self) -> BrokerState | None:
         if self._state_file is not None:
@@ -187,24 +240,37 @@ class LocalBroker:
 
     def _ports(self) -> tuple[int, int]:
         if self._port:
-            return _free_ports((self._port, 0))
+            port, controller_port = _free_ports((self._port, 0))
+            return port, controller_port
         previous = previous_ports(self._layout.properties)
         if previous is not None:
             # A restart keeps its address, so clients and exported TIDINGS_BOOTSTRAP still work.
             try:
-                return _free_ports(previous)
+                port, controller_port = _free_ports(previous)
+                return port, controller_port
             except BrokerError:
                 pass
-        return _free_ports((0, 0))
+        port, controller_port = _free_ports((0, 0))
+        return port, controller_port
 
-    def _write_config(self, port: int, controller_port: int) -> None:
+    def _secure_ports(self) -> SecurePorts:
+        previous = previous_secure_ports(self._layout.properties)
+        wanted = (self._port, 0, 0, 0) if self._port or previous is None else previous.as_tuple()
+        try:
+            return SecurePorts(*_free_ports(wanted))
+        except BrokerError:
+            if self._port or previous is None:
+                raise
+            return SecurePorts(*_free_ports((0, 0, 0, 0)))
+
+    def _write_config(self, port: int, controller_port: int, extra: dict[str, str]) -> None:
         layout = self._layout
         layout.log_dirs.mkdir(parents=True, exist_ok=True)
-        layout.properties.write_text(
-            render_server_properties(
-                port=port, controller_port=controller_port, log_dirs=layout.log_dirs
-            )
+        text = render_server_properties(
+            port=port, controller_port=controller_port, log_dirs=layout.log_dirs, extra=extra
         )
+        # 0600: a secured node's holds the PLAIN users' passwords.
+        write_private(layout.properties, text.encode())
         layout.log4j2.write_text(render_log4j2_yaml(layout.server_log))
 
     def _java(self, java: str, libs: Path, main: str, *args: str) -> list[str]:
@@ -217,7 +283,7 @@ class LocalBroker:
             *args,
         ]
 
-    def _format(self, java: str, libs: Path) -> None:
+    def _format(self, java: str, libs: Path, scram: list[str]) -> None:
         command = self._java(
             java,
             libs,
@@ -228,6 +294,7 @@ class LocalBroker:
             "--config",
             str(self._layout.properties),
             "--ignore-formatted",
+            *scram,
         )
         done = subprocess.run(
             command, stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False
@@ -235,7 +302,7 @@ class LocalBroker:
         if done.returncode != 0:
             raise BrokerError(
                 f"formatting {self._layout.log_dirs} failed (exit {done.returncode}):\n"
-                f"{done.stdout}{done.stderr}"
+                f"{done.stdout}{done.stderr}".replace(" ".join(scram), "[the SCRAM credentials]")
             )
 
     def _launch(self, java: str, libs: Path) -> subprocess.Popen[bytes]:
@@ -255,15 +322,17 @@ class LocalBroker:
                 start_new_session=True,
             )
 
-    def _await_ready(self, proc: subprocess.Popen[bytes], bootstrap: str, port: int) -> None:
+    def _await_ready(
+        self, proc: subprocess.Popen[bytes], probe: KafkaConnection, port: int
+    ) -> None:
         deadline = time.monotonic() + self._startup_timeout
         # Poll the TCP port first: librdkafka backs off up to 10 s after refused connections.
         while not _accepts(port):
             self._check(proc, deadline)
             time.sleep(0.1)
-        # The local broker speaks PLAINTEXT and nothing else: the probe takes none of the
-        # environment's Kafka properties (TIDINGS_KAFKA_*, which may be another cluster's).
-        admin = KafkaConnection(bootstrap).admin(log_level=0)
+        # The probe takes none of the environment's Kafka properties (TIDINGS_KAFKA_*, which
+        # may be another cluster's): only the broker's own (PLAINTEXT, or its admin's file).
+        admin = probe.admin(log_level=0)
         while True:
             self._check(proc, deadline)
             remaining = max(0.5, min(2.0, deadline - time.monotonic()))
@@ -291,7 +360,7 @@ class LocalBroker:
         )
 
 
-def _free_ports(wanted: tuple[int, int]) -> tuple[int, int]:
+def _free_ports(wanted: tuple[int, ...]) -> tuple[int, ...]:
     # Hold every probe socket until both ports are known, so the two cannot collide.
     with ExitStack() as stack:
         found: list[int] = []
@@ -304,7 +373,7 @@ def _free_ports(wanted: tuple[int, int]) -> tuple[int, int]:
             except OSError as exc:
                 raise BrokerError(f"port {port} on 127.0.0.1 is not free: {exc}") from exc
             found.append(sock.getsockname()[1])
-        return found[0], found[1]
+        return tuple(found)
 
 
 def _accepts(port: int) -> bool:

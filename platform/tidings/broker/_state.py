@@ -16,13 +16,15 @@ class BrokerState:
 
     Attributes:
         pid: The JVM's process id (also its process group id).
-        bootstrap: ``host:port`` of the PLAINTEXT listener.
+        bootstrap: ``host:port`` of the PLAINTEXT (or, secured, the SASL_SSL) listener.
         data_dir: The broker's data directory (logs, config, Kafka log dirs).
+        secure: A secured node (``bootstrap`` is its SASL_SSL listener).
     """
 
     pid: int
     bootstrap: str
     data_dir: str
+    secure: bool = False
 
 
 def default_state_file(cwd: Path | None = None) -> Path:
@@ -45,7 +47,8 @@ def read_state(path: Path) -> BrokerState | None:
     try:
         raw = json.loads(path.read_text())
         return BrokerState(
-            pid=int(raw["pid"]), bootstrap=str(raw["bootstrap"]), data_dir=str(raw["data_dir"])
+            pid=int(raw["pid"]), bootstrap=str(raw["bootstrap"]), data_dir=str(raw["data_dir"]),
+            secure=raw.get("secure") is True,
         )
     except FileNotFoundError:
         return None

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from tidings.broker import KAFKA_VERSION, LocalBroker, default_state_file
+from tidings.broker import KAFKA_VERSION, METHODS, PRINCIPALS, LocalBroker, default_state_file
 from tidings.broker._cluster_state import is_cluster_state
 from tidings.cli.broker_cluster import (
     refuse_single_over_cluster,
@@ -31,6 +31,15 @@ _START_EPILOG = """\
 `start` prints shell lines, so this points the current shell at the broker:
   eval "$(tidings broker start)"
   eval "$(tidings broker start --nodes 3)"   # a three-node cluster
+
+--secure starts a secured node instead (use a data dir of its own): a SASL_SSL listener
+(SCRAM-SHA-256, SCRAM-SHA-512, PLAIN), a mutual-TLS listener, certificates made at start,
+users admin (a super user), worker, client and client2 with random passwords, and Kafka's
+StandardAuthorizer (nothing is allowed that no ACL grants). It writes a client properties
+file per user and method, DATA_DIR/clients/USER-METHOD.properties (METHOD: scram, i.e.
+SCRAM-SHA-512, scram-sha-256, plain, mtls; librdkafka keys, kcat -F reads them too), and
+prints the admin's as TIDINGS_BOOTSTRAP and TIDINGS_KAFKA_CONFIG:
+  eval "$(tidings broker start --secure --data-dir .tidings/secure)"
 """
 
 
@@ -67,6 +76,11 @@ def register(subparsers: Subparsers) -> None:
     start.add_argument("--heap", default=None,
                        help="JVM maximum heap, -Xmx (default: 1g; 640m per node with --nodes)")
     start.add_argument(
+        "--secure",
+        action="store_true",
+        help="a secured node: SASL_SSL and mutual TLS, SCRAM users, ACLs (see below)",
+    )
+    start.add_argument(
         "--timeout", type=float, default=120.0, help="seconds to wait for the broker (default 120)"
     )
     start.add_argument(
@@ -92,7 +106,8 @@ def register(subparsers: Subparsers) -> None:
     status = actions.add_parser(
         "status",
         help="say whether the broker runs, and its address",
-        description="Say whether the broker recorded in the state file is running, and where. "
+        description="Say whether the broker recorded in the state file is running, and where "
+        "(a secured one: the client settings files to use too). "
         "Exits 0 when it runs, 3 when it does not (for a cluster: 0 when every node runs; "
         "one line per node).",
     )
@@ -119,11 +134,16 @@ def _broker(args: argparse.Namespace) -> LocalBroker:
         heap=getattr(args, "heap", None) or "1g",
         startup_timeout=getattr(args, "timeout", 120.0),
         on_progress=lambda line: print(line, file=sys.stderr, flush=True),
+        secure=getattr(args, "secure", False),
     )
 
 
 def _start(args: argparse.Namespace) -> int:
     state_file = args.state_file or default_state_file()
+    if args.nodes != 1 and args.secure:
+        print("tidings broker start: --secure starts one node; a secured cluster is not offered "
+              "(start --nodes 3 without --secure, or --secure alone)", file=sys.stderr)
+        return 2
     if args.nodes != 1:
         return start_cluster(args, state_file)
     refuse_single_over_cluster(state_file)
@@ -137,7 +157,10 @@ def _start(args: argparse.Namespace) -> int:
         f"# Apache Kafka {KAFKA_VERSION} {verb} at {bootstrap} (pid {status.pid}, "
         f"data in {status.data_dir}); stop it with `tidings broker stop`."
     )
-    print(f"export TIDINGS_BOOTSTRAP={bootstrap}")
+    if status.secure:
+        print("\n".join(_secure_lines(broker)))
+    else:
+        print(f"export TIDINGS_BOOTSTRAP={bootstrap}")
     return 0
 
 
@@ -156,13 +179,37 @@ def _stop(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     if is_cluster_state(args.state_file or default_state_file()):
         return status_cluster(args.state_file or default_state_file())
-    status = _broker(args).status()
+    broker = _broker(args)
+    status = broker.status()
     if status.running:
         print(f"running at {status.bootstrap} (pid {status.pid}, data in {status.data_dir})")
-        print(f"export TIDINGS_BOOTSTRAP={status.bootstrap}")
+        if status.secure and status.data_dir is not None:
+            secured = LocalBroker(Path(status.data_dir), secure=True)
+            print("\n".join(_secure_lines(secured)))
+        else:
+            print(f"export TIDINGS_BOOTSTRAP={status.bootstrap}")
         return 0
     if status.pid is not None:
         print(f"not running (pid {status.pid}, recorded at {status.bootstrap}, has exited)")
     else:
         print("not running")
     return 3
+
+
+def _secure_lines(broker: LocalBroker) -> list[str]:
+    """A secured node's listeners and client files as shell comments, then the admin's export."""
+    admin = broker.client_settings("admin", "scram")
+    mtls = broker.client_settings("worker", "mtls")
+    plain = broker.client_settings("client", "plain")
+    return [
+        f"# Secured: SASL_SSL at {admin.bootstrap} (SCRAM-SHA-256, SCRAM-SHA-512, PLAIN), "
+        f"mutual TLS at {mtls.bootstrap}; StandardAuthorizer, super users User:admin and "
+        "User:broker, nobody else allowed anything until an ACL says so.",
+        f"# Client settings (0600) for users {', '.join(PRINCIPALS)} and methods "
+        f"{', '.join(METHODS)}: {admin.properties.parent}/USER-METHOD.properties, e.g.",
+        f"#   the worker over mutual TLS: {mtls.export_line()}",
+        f"#   a client over SASL/PLAIN:   {plain.export_line()}",
+        "# (scram is SCRAM-SHA-512; kcat -F reads these files, but over SCRAM only with",
+        "# librdkafka 2.6.1 or later: older ones fail Kafka 4's SCRAM check.) The admin:",
+        admin.export_line(),
+    ]

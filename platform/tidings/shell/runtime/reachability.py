@@ -22,10 +22,19 @@ from .kafka_log import reason_of
 
 
 class _Silent:
-    """The probe's librdkafka logger: its failure is the message, its retries are not."""
+    """The probe's librdkafka logger: its failure is the message, its retries are not.
+
+    It keeps the last connection failure logged: for some (a TLS listener spoken to in
+    plaintext) the error callback hears only "all brokers are down", the log says more."""
+
+    def __init__(self) -> None:
+        self.failure: str | None = None
 
     def log(self, level: int, msg: str, *args: Any, **kwargs: Any) -> None:
-        pass
+        text = str(args[-1]) if args else msg
+        # A refused connection's FAIL line comes at INFO level when it is a disconnect.
+        if "FAIL" in args[:1]:
+            self.failure = text
 
 
 def probe_kafka(kafka: KafkaConnection | str, timeout_s: float) -> None:
@@ -47,7 +56,7 @@ def probe_kafka(kafka: KafkaConnection | str, timeout_s: float) -> None:
         bootstrap = kafka
         config = {"bootstrap.servers": kafka}
     # The probe says in one line what failed; librdkafka's retries would say it 50 times.
-    config["logger"] = _Silent()
+    logger = config["logger"] = _Silent()
     config["error_cb"] = _last_error(errors)
     config.pop("stats_cb", None)
     config.pop("statistics.interval.ms", None)
@@ -63,7 +72,7 @@ def probe_kafka(kafka: KafkaConnection | str, timeout_s: float) -> None:
         failure = future.exception() if future.done() else None
     finally:
         del admin  # no thread of its own; its sockets close now
-    detail = errors[-1] if errors else _describe(failure)
+    detail = errors[-1] if errors else _logged(logger.failure) if logger.failure else _describe(failure)
     raise KafkaUnreachable(bootstrap, timeout_s, detail)
 
 
@@ -80,6 +89,14 @@ def _without_broker(text: str) -> str:
     # 0ms in state CONNECT)" -> "Connection refused"; the line names the servers already.
     head, _, reason = reason_of(text).rpartition(" failed: ")
     return (reason if head else reason_of(text)).strip()
+
+
+def _logged(text: str) -> str:
+    reason = _without_broker(text)
+    if "state APIVERSION_QUERY" in text and "Disconnected" in reason:
+        # Closed at the very first request: the listener speaks another protocol.
+        reason += "; the broker closed the connection at its first request: is security.protocol right?"
+    return reason
 
 
 def _describe(failure: BaseException | None) -> str:
