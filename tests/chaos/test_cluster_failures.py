@@ -44,6 +44,7 @@ import pytest
 from tidings.broker import LocalCluster
 from tidings.codec import avro
 from tidings.core.workflow import StepCompleted, StepStarted
+from tidings.core.workflow.paths import child_id
 from tidings.core.workflow_records import WorkflowOutcomeRecord
 from tidings.errors import BrokerError, ReplyTimeout
 from tidings.shell.client.client import Client
@@ -266,13 +267,20 @@ def _assert_activities_as_journaled(bootstrap: str, app: Any, calls: Calls, ids:
     least once, leaves the same two records), so a second run is counted and printed.
     """
     journaled: set[str] = set()
-    for name in ("errand", "piece"):
-        handle = app.workflow_handle(name)
-        for instance_id in (ids if name == "errand" else [f"{i}-piece" for i in ids]):
-            records = asyncio.run(handle.journal(instance_id, bootstrap=bootstrap))
-            activities = {r.path for r in records if isinstance(r, StepStarted) and r.kind == "activity"}
-            journaled |= {f"{name}/{instance_id}/{r.path}" for r in records
-                          if isinstance(r, StepCompleted) and r.path in activities}
+    children: list[str] = []
+
+    def activities_of(name: str, instance_id: str) -> None:
+        records = asyncio.run(app.workflow_handle(name).journal(instance_id, bootstrap=bootstrap))
+        started = {r.path: r.kind for r in records if isinstance(r, StepStarted)}
+        journaled.update(f"{name}/{instance_id}/{r.path}" for r in records
+                         if isinstance(r, StepCompleted) and started.get(r.path) == "activity")
+        children.extend(child_id(instance_id, path) for path, kind in started.items()
+                        if kind.startswith("child"))
+
+    for instance_id in ids:
+        activities_of("errand", instance_id)
+    for instance_id in sorted(set(children)):
+        activities_of("piece", instance_id)
     ran = Counter(key for activity in ("tally", "part") for key in calls.keys(activity))
     assert len(journaled) == 2 * len(ids), f"{len(journaled)} activity steps completed for {len(ids)} errands"
     unjournaled = sorted(set(ran) - journaled)
