@@ -16,6 +16,7 @@ import pytest
 
 from tidings.broker import LocalBroker
 from tests.kafka_clients import kafka
+from tests.kafka_cluster import kafka_cluster as kafka_cluster  # registers the fixture
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -79,6 +80,8 @@ def app_id(request: pytest.FixtureRequest) -> Iterator[str]:
     yield app_id
     if "kafka_bootstrap" in request.fixturenames:
         _delete_topics(request.getfixturevalue("kafka_bootstrap"), f"{app_id}.")
+    if "kafka_cluster" in request.fixturenames:
+        _delete_topics(request.getfixturevalue("kafka_cluster").bootstrap, f"{app_id}.")
 
 
 def _delete_topics(bootstrap: str, prefix: str) -> None:
