@@ -81,6 +81,8 @@ def app_id(request: pytest.FixtureRequest) -> Iterator[str]:
     yield app_id
     if "kafka_bootstrap" in request.fixturenames:
         _delete_topics(request.getfixturevalue("kafka_bootstrap"), f"{app_id}.")
+    if "kafka_cluster" in request.fixturenames:
+        _delete_topics(request.getfixturevalue("kafka_cluster").bootstrap, f"{app_id}.")
 
 
 def _delete_topics(bootstrap: str, prefix: str) -> None:

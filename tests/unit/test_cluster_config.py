@@ -208,6 +208,7 @@ def test_short_partitions_name_each_partition_without_its_full_isr_and_absent_to
     assert short_partitions(chosen, holds=lambda p: p.leader == 2) == []
     assert short_partitions(select_partitions(_metadata(), topics=["gone"]), ["gone"]) == [
         "gone (absent)"]
+    assert short_partitions({"new": []}, ["new"]) == ["new (no partitions yet)"]
 
 
 def _tidings(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -125,6 +125,7 @@ class LocalCluster:
         self._state: ClusterState | None = None
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
         self._admin_client: AdminClient | None = None
+        self._node_admins: dict[int, AdminClient] = {}
         self._lock = threading.Lock()
 
     # -- what it is ----------------------------------------------------------------------------
@@ -372,17 +373,29 @@ class LocalCluster:
                       timeout: float = 10.0) -> dict[int, int]:
         """How many partitions of the chosen topics each node leads (every node, 0 included).
 
+        Each running broker is asked, until they all agree: a broker applies the metadata log
+        a moment after the controller wrote it, and one that lags would count a new topic's
+        partitions (or a move of leadership) as not there yet.
+
         Args:
             prefix: Count the topics whose names start with it (internal ``__`` topics only
                 when it starts with ``__``).
             topics: Count exactly these topics instead.
-            timeout: Seconds for the metadata request.
+            timeout: Seconds to wait for the brokers to agree.
 
         Raises:
-            BrokerError: No broker answered.
+            BrokerError: No broker answered, or they still disagreed after ``timeout``.
         """
-        metadata = self._metadata(timeout=timeout)
-        return count_leaders(select_partitions(metadata, prefix, topics), self._node_ids)
+        deadline = time.monotonic() + timeout
+        while True:
+            counts = [count_leaders(select_partitions(view, prefix, topics), self._node_ids)
+                      for view in self._views(timeout=min(5.0, timeout)).values()]
+            if counts and all(c == counts[0] for c in counts):
+                return counts[0]
+            if time.monotonic() > deadline:
+                raise BrokerError(f"the brokers did not agree on the leaders within "
+                                  f"{timeout:.0f} s: {counts}")
+            time.sleep(0.2)
 
     def busiest_leader(self, prefix: str = "", *, topics: Collection[str] | None = None) -> int:
         """The node that leads the most partitions of the chosen topics (lowest id on a tie).
@@ -397,7 +410,8 @@ class LocalCluster:
 
     def wait_in_sync(self, prefix: str = "", *, topics: Collection[str] | None = None,
                      timeout: float = 60.0) -> float:
-        """Wait until every partition of the chosen topics has a leader and its full ISR.
+        """Wait until every partition of the chosen topics has a leader and its full ISR, as
+        every running broker sees it.
 
         Args:
             prefix: As in :meth:`leader_counts`.
@@ -595,12 +609,30 @@ class LocalCluster:
     def _short_partitions(self, prefix: str, topics: Collection[str] | None,
                           holds: Callable[[PartitionMetadata], bool], *,
                           include_internal: bool = False) -> list[str]:
-        try:
-            metadata = self._metadata(timeout=5.0)
-        except BrokerError as exc:
-            return [f"(no metadata: {exc})"]
-        chosen = select_partitions(metadata, prefix, topics, include_internal=include_internal)
-        return short_partitions(chosen, topics, holds)
+        views = self._views(timeout=5.0)
+        if not views:
+            return ["(no running broker answered a metadata request)"]
+        short: list[str] = []
+        for node, view in sorted(views.items()):
+            chosen = select_partitions(view, prefix, topics, include_internal=include_internal)
+            short += [f"{line} (as node {node} sees it)"
+                      for line in short_partitions(chosen, topics, holds)]
+        return short
+
+    def _views(self, *, timeout: float) -> dict[int, ClusterMetadata]:
+        """The metadata every running node answers with itself (a node that does not answer
+        yet, e.g. one restarting, is left out: clients are not served by it either)."""
+        views: dict[int, ClusterMetadata] = {}
+        for node in self.running_nodes():
+            admin = self._node_admins.get(node)
+            if admin is None:
+                admin = KafkaConnection(self.node_bootstrap(node)).admin(log_level=0)
+                self._node_admins[node] = admin
+            try:
+                views[node] = admin.list_topics(timeout=timeout)
+            except KafkaException:
+                continue
+        return views
 
     def _metadata(self, *, timeout: float) -> ClusterMetadata:
         try:
@@ -617,6 +649,7 @@ class LocalCluster:
 
     def _close_admin(self) -> None:
         self._admin_client = None
+        self._node_admins.clear()
 
     def _logs(self, node: int) -> str:
         layout = node_layout(self._data_dir, node)

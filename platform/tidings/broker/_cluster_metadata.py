@@ -56,7 +56,9 @@ def short_partitions(
         holds: Only partitions for which it is true count (e.g. those a node has a replica of).
     """
     absent = [f"{t} (absent)" for t in sorted(topics or ()) if t not in chosen]
-    return absent + [
+    # A topic the answering broker does not fully know yet comes back with no partitions.
+    empty = [f"{t} (no partitions yet)" for t, partitions in sorted(chosen.items()) if not partitions]
+    return absent + empty + [
         f"{topic}[{p.id}] leader={p.leader} isr={sorted(p.isrs)} of {sorted(p.replicas)}"
         for topic, partitions in sorted(chosen.items())
         for p in sorted(partitions, key=lambda p: p.id)
