@@ -8,7 +8,7 @@ Needs the fixture ``secured_broker`` (a node with a SASL_SSL listener, SCRAM use
   (``--kafka-config``) for ``"admin"`` (a super user), ``"worker"``, ``"client"`` and
   ``"client2"``, the SCRAM principals ``User:worker``, ``User:client``, ``User:client2``.
 
-Until that fixture exists this module skips. With the ACLs ``tidings acls --apply`` made
+With the ACLs ``tidings acls --apply`` made
 (applied twice: the second creates nothing), a raw producer authenticated as the client is
 refused (TOPIC_AUTHORIZATION_FAILED) on every journal, events, verdicts, replies, status,
 dead-letter and saga topic, and may not read another client's replies; every client
@@ -23,12 +23,17 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError
+from confluent_kafka.admin import NewTopic
 
+from tidings.broker import LocalBroker, Method
 from tidings.shell.runtime.connection import KafkaConnection
+from tests.integration.kcat_apps import source_topic
+from tests.secured_broker import delete_app_topics
 from tests.workers import ROOT, Workers
 
 pytestmark = pytest.mark.integration
@@ -37,12 +42,23 @@ APP_SPEC = "tests.integration.kcat_apps:app"
 WORKER, CLIENT, CLIENT2 = "User:worker", "User:client", "User:client2"
 
 
+class _Secured:
+    """The secured node as this test asks for it: its SASL_SSL bootstrap, and each user's
+    client properties file (SCRAM-SHA-512; PLAIN for kcat, whose bundled librdkafka cannot
+    do SCRAM against Kafka 4: docs/security-local.md)."""
+
+    def __init__(self, broker: LocalBroker) -> None:
+        self.broker = broker
+        self.bootstrap = broker.client_settings("admin", "scram").bootstrap
+
+    def config(self, name: str, method: Method = "scram") -> Path:
+        return self.broker.client_settings(name.removeprefix("User:"), method).properties
+
+
 @pytest.fixture
-def secured(request: pytest.FixtureRequest) -> Any:
-    try:
-        return request.getfixturevalue("secured_broker")
-    except pytest.FixtureLookupError:
-        pytest.skip("needs the secured_broker fixture (a SASL_SSL broker with an authorizer)")
+def secured(secured_broker: LocalBroker, app_id: str) -> Iterator[_Secured]:
+    yield _Secured(secured_broker)
+    delete_app_topics(secured_broker, app_id)
 
 
 def tidings(secured: Any, app_id: str, who: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -84,6 +100,10 @@ def test_the_generated_acls_refuse_forged_records_and_allow_every_client_operati
     second = ok(tidings(secured, app_id, "admin", *acls))
     assert ": 0 created," in second.splitlines()[-1] and "0 client replies topics created" in second, second
     ok(tidings(secured, app_id, "admin", "topics", "apply", APP_SPEC))
+    # The flow stage's source is a producer's topic, not the app's: an operator makes it.
+    admin_client = KafkaConnection.resolve(bootstrap=secured.bootstrap, config_file=secured.config("admin")).admin()
+    for future in admin_client.create_topics([NewTopic(source_topic(app_id), num_partitions=2)]).values():
+        future.result(30)
 
     worker = Workers(secured.bootstrap, app_id, tmp_path, app_spec=APP_SPEC,
                      env={"TIDINGS_KAFKA_CONFIG": str(secured.config("worker"))})
@@ -104,7 +124,7 @@ def test_the_generated_acls_refuse_forged_records_and_allow_every_client_operati
             record = ('{"kind":"start","instance_id":"g-3","payload":"cy","request_id":"start-g-3",'
                       f'"reply_to":"{app_id}.replies.client"}}')
             done = subprocess.run(
-                [kcat, "-F", str(secured.config("client")), "-b", secured.bootstrap, "-P",
+                [kcat, "-F", str(secured.config("client", "plain")), "-b", secured.bootstrap, "-P",
                  "-t", f"{app_id}.workflow.greet.inbox", "-k", "g-3", "-X", "partitioner=murmur2_random",
                  "-H", "content-type=application/json"],
                 input=record.encode(), capture_output=True, timeout=60)
@@ -112,7 +132,7 @@ def test_the_generated_acls_refuse_forged_records_and_allow_every_client_operati
             ok(tidings(secured, app_id, "client", "signal", APP_SPEC, "greet", "g-3", "approve", "false"))
             assert "hello cy" in ok(tidings(secured, app_id, "client", "result", APP_SPEC, "greet", "g-3"))
             read = subprocess.run(
-                [kcat, "-F", str(secured.config("client")), "-b", secured.bootstrap, "-C", "-e",
+                [kcat, "-F", str(secured.config("client", "plain")), "-b", secured.bootstrap, "-C", "-e",
                  "-t", f"{app_id}.replies.client", "-X", f"group.id={app_id}.client.kcat", "-f", "%k\n"],
                 capture_output=True, timeout=60)
             assert read.returncode == 0 and b"start-g-3" in read.stdout, read.stderr
