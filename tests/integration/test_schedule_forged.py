@@ -8,9 +8,9 @@ client allowed to create schedules could write them (ACLs cannot keep it off tha
   (decided, not started) is started by the next worker and runs once.
 - Next to all of it the genuine schedules run every second on the same worker.
 
-The broker is the ``broker`` fixture (the shared plaintext one by default): parametrize it
-(``indirect``) with a secured broker's bootstrap, its ``TIDINGS_KAFKA_*`` settings in the
-environment, and every client here, the workers and the raw producer, connects to it so.
+Each test runs twice (the ``broker`` fixture): on the shared plaintext broker, and on the
+secured node over SASL_SSL with SCRAM (issue 18's must-show), where every client here, the
+workers and the raw producer, connects with the admin's settings from the environment.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from tidings import CatchUp, ScheduleRule
+from tidings.broker import LocalBroker
 from tidings.codec import avro
 from tidings.core.partitioning import partition_for
 from tidings.core.records import DeadLetter, EventEnvelope
@@ -34,16 +35,26 @@ from tidings.testing import assert_eventually
 from tidings.testing.topics import read_topic
 from tests.integration.schedule_apps import PARTITIONS
 from tests.kafka_clients import kafka
+from tests.secured_broker import delete_app_topics
 from tests.schedules_kit import SECOND, Scheduled, assert_one_run_each, decided, run, scheduled_on
 
 JSON = [("content-type", b"application/json")]
 HOURLY = ScheduleRule.every(timedelta(hours=1))
 
 
-@pytest.fixture
-def broker(kafka_bootstrap: str) -> str:
-    """The bootstrap of the broker these tests forge records on."""
-    return kafka_bootstrap
+@pytest.fixture(params=["plaintext", "sasl_ssl"])
+def broker(request: pytest.FixtureRequest, app_id: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The bootstrap of the broker these tests forge records on: the shared plaintext one, or
+    the secured node over SASL_SSL with SCRAM (its admin's settings in ``TIDINGS_KAFKA_CONFIG``,
+    so the workers, the handles and the raw forger all connect as a managed cluster needs)."""
+    if request.param == "plaintext":
+        yield request.getfixturevalue("kafka_bootstrap")
+        return
+    secured: LocalBroker = request.getfixturevalue("secured_broker")
+    settings = secured.client_settings("admin", "scram")
+    monkeypatch.setenv("TIDINGS_KAFKA_CONFIG", str(settings.properties))
+    yield settings.bootstrap
+    delete_app_topics(secured, app_id)
 
 
 @pytest.fixture
