@@ -41,7 +41,7 @@ from tidings.testing.eventually import assert_eventually
 from tidings.testing.processes import WorkerProcess
 from tidings.testing.topics import read_topic
 from tests.bank_workers import build
-from tests.chaos.test_bank_invariant import ACCOUNTS, CLOSED, GHOST, _open_accounts, _send, violations
+from tests.bank_chaos import ACCOUNTS, CLOSED, GHOST, open_accounts, send, violations
 from tests.secured_broker import admin_connection, delete_app_topics, grant_app, revoke
 from tests.workers import ROOT
 
@@ -191,7 +191,7 @@ async def _bank(settings: ClientSettings, app_id: str) -> tuple[dict[str, tuple[
     confirmed: dict[str, tuple[str, str, Decimal]] = {}
     refunding = 0
     try:
-        await _open_accounts(client)
+        await open_accounts(client)
 
         async def caller(number: int) -> None:
             nonlocal refunding
@@ -203,7 +203,7 @@ async def _bank(settings: ClientSettings, app_id: str) -> tuple[dict[str, tuple[
                 target = (GHOST if n % 8 == 3 else CLOSED) if n % 4 == 3 else rng.choice(
                     [a for a in ACCOUNTS if a != source])
                 amount = Decimal(rng.randint(1, 50))
-                reply = await _send(client, source, SendTransfer(transfer_id=transfer_id, target=target,
+                reply = await send(client, source, SendTransfer(transfer_id=transfer_id, target=target,
                                                                  amount=amount), f"send-{transfer_id}", transfer_id)
                 assert reply.status == "accepted", reply
                 if reply.events[-1].type == "TransferSent":
