@@ -283,6 +283,8 @@ class LocalCluster:
             if proc is not None:
                 proc.poll()
             time.sleep(0.02)
+        if proc is not None and proc.pid == pid:
+            proc.wait()  # gone for the kernel too, not only its main thread
         self._on_progress(f"node {node_id} (pid {pid}) killed")
 
     def stop_node(self, node_id: int, *, timeout: float = 30.0) -> bool:
@@ -514,6 +516,16 @@ class LocalCluster:
         proc = self._procs.get(node)
         reap: Callable[[], object] = proc.poll if proc is not None and proc.pid == pid else _nothing
         clean = terminate(pid, timeout=timeout, reap=reap)
+        if proc is not None and proc.pid == pid:
+            # /proc says a JVM is gone once its main thread has exited, while its shutdown
+            # still runs in other threads: a node started again then raced its predecessor
+            # (seen in a rolling restart). Our own child is waited for until it has exited.
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                clean = False
         self._on_progress(f"node {node} (pid {pid}) stopped{'' if clean else ' by SIGKILL'}")
         return clean
 
