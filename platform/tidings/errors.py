@@ -21,12 +21,14 @@ The tree::
     │   │   └── LimitError (also ValueError)  an id, size, depth or reply_to breaks a limit
     │   ├── HandlerFailed                   decide, fold or a projection handler raised on it
     │   ├── KeyOfFailed                     an orchestration's key_of raised or gave no key
-    │   └── OrchestrationFailed             an orchestration raised on the event
+    │   ├── OrchestrationFailed             an orchestration raised on the event
+    │   └── CommandRefused                  internal: a record claims what only a worker may say
     ├── BrokerError                         a Kafka error, translated at the boundary
     │   ├── RecordRejected                  Kafka refused a record itself (topic, size)
     │   ├── KafkaUnreachable (also TimeoutError)  internal: no broker answered a probe in time
     │   ├── TransactionAborted              internal: an exactly-once transaction was aborted
     │   └── Fenced                          internal: Kafka fenced an exactly-once worker
+    ├── TokenProviderError (also RuntimeError)  internal: an OAUTHBEARER token provider failed
     └── ReplyTimeout (also TimeoutError)    no reply within the timeout
 
 A failure of user code on one record (a handler, ``key_of``, an orchestration) is a
@@ -238,3 +240,7 @@ class Fenced(BrokerError):
 
 class ReplyTimeout(TidingsError, TimeoutError):
     """No reply arrived within the timeout. The command may still be processed later."""
+
+
+class TokenProviderError(TidingsError, RuntimeError):
+    """The token provider failed or returned something that is not a token (one line)."""

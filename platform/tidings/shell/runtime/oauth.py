@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
+from tidings.errors import TokenProviderError
 
 from ...errors import DefinitionError
 
@@ -52,9 +53,6 @@ _SPEC = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_
 #: (token, expiry in epoch seconds, principal, extensions), as confluent-kafka takes it.
 Token = tuple[str, float, str, dict[str, str]]
 
-
-class TokenProviderError(RuntimeError):
-    """The token provider failed or returned something that is not a token (one line)."""
 
 
 @dataclass
