@@ -12,7 +12,9 @@ catalogue of ``hostile_records`` and the cases of each input) to:
   valid ones under a wrong key or on a wrong partition;
 - ``parent``'s inbox: forged ``child_started``/``child_ended`` for steps that are not child
   steps, unknown outcomes, results that are not JSON, huge results and errors, ids over
-  the limits; ``kid``'s inbox: starts naming a parent with fields over the limits, only
+  the limits, and reports for the real child with a made-up result carrying no token, a
+  made-up one or another parent's (valid reports carry the token the parent journaled);
+  ``kid``'s inbox: starts naming a parent with fields over the limits, only
   part of a parent, a parent workflow that does not exist, and signals whose
   ``signal_id`` is over the limits or holds a lone surrogate (and a valid one, twice);
 - ``till``'s events topic while the filter step waits on it (read by the step's events
@@ -52,7 +54,7 @@ from tidings.core.limits import MAX_VALUE_BYTES
 from tidings.core.partitioning import partition_for
 from tidings.core.records import CommandEnvelope, DeadLetter, EventEnvelope, ReplyEnvelope
 from tidings.core.saga_records import SagaRouted
-from tidings.core.workflow.journal import SignalReceived, Started
+from tidings.core.workflow.journal import SignalReceived, Started, StepStarted
 from tidings.core.workflow_records import WorkflowJournalEntry, WorkflowOutcomeRecord
 from tidings.shell.runtime.topics import apply_topics
 from tidings.testing import WorkerProcess, assert_eventually, read_topic
@@ -254,6 +256,7 @@ class LinkTable:
         self.saga_inbox = f"{app.name}.saga.tally.inbox"
         self.saga_replies = f"{app.name}.saga.tally.replies"
         self.waiting = self._waiting()
+        self.tokens: dict[str, str] = {}  # parent -> the token of its step 1's child, once started
 
     def _waiting(self) -> Waiting:
         ids = self.ids
@@ -304,7 +307,7 @@ class LinkTable:
             "request_id": uuid.uuid4().hex, "instance_id": instance, "kind": kind, "timestamp_ms": now_ms(),
             "payload": None, "signal": None, "reply_to": None, "wait": False, "metadata": {},
             "signal_id": None, "parent_workflow": None, "parent_id": None, "parent_path": None,
-            "child_workflow": None, "outcome": None, "error": None, **fields,
+            "child_workflow": None, "outcome": None, "error": None, "parent_token": None, **fields,
         })
 
     # -- relay's replies -----------------------------------------------------------------
@@ -415,6 +418,17 @@ class LinkTable:
             add(f"p{p}: JSON child_started, a lone surrogate in parent_path", parent, as_json({
                 "kind": "child_started", "instance_id": parent, "parent_path": SURROGATE, "child_workflow": "kid"}),
                 headers=JSON)
+        for p, parent in w.parents.items():
+            # The real child at the real step, with a made-up outcome: only its token, which
+            # no client can read, tells it from the kid's own report (the canary checks the
+            # parent ends with the kid's real result).
+            for case, token in (("no token", None), ("a made-up token", "f" * 32),
+                                ("another instance's token", self.tokens.get(w.huge_parents["result"]))):
+                add(f"p{p}: child_ended for its real child, a forged result and {case}", parent,
+                    self.inbox(parent, "child_ended", parent_path="1", child_workflow="kid", outcome="finished",
+                               payload=b'"forged"', parent_token=token))
+            add(f"p{p}: child_started for its real child without the token", parent,
+                self.inbox(parent, "child_started", parent_path="1", child_workflow="kid"))
         ghost = self.ids.fresh("ghost-parent")
         add("child_ended to a parent never started", ghost,
             self.inbox(ghost, "child_ended", parent_path="1", child_workflow="kid", outcome="cancelled"),
@@ -425,9 +439,11 @@ class LinkTable:
         ):
             parent = w.huge_parents[case]
             error = None if payload is not None else {"kind": None, "message": "e" * HUGE, "type": "Boom"}
+            # Valid: it carries the token the parent drew for its kid (read from its journal,
+            # as only a worker can).
             add(f"valid: child_ended with a {HUGE // 1024} KB {case}", parent,
                 self.inbox(parent, "child_ended", parent_path="1", child_workflow="kid", outcome=outcome,
-                           payload=payload, error=error),
+                           payload=payload, error=error, parent_token=self.tokens[parent]),
                 expect=Expect.VALID, check=ended("parent", parent, expected))
         return records
 
@@ -690,6 +706,17 @@ def wait_until_waiting(bootstrap: str, table: LinkTable, worker: WorkerProcess) 
     assert_eventually(ready, timeout=60, interval=0.5, message="every instance waits on its input")
 
 
+def child_tokens(bootstrap: str, app: str) -> dict[str, str]:
+    """Each parent's token for the child of its step 1, from its journal (which only workers read)."""
+    tokens: dict[str, str] = {}
+    for record in read_topic(bootstrap, f"{app}.workflow.parent.journal"):
+        entry = _decoded(record.value, WorkflowJournalEntry)
+        if (isinstance(entry, WorkflowJournalEntry) and isinstance(entry.record, StepStarted)
+                and entry.record.path == "1" and entry.record.token is not None):
+            tokens[entry.instance_id] = entry.record.token
+    return tokens
+
+
 def judge(sent: list[Link], seen: Seen) -> list[str]:
     problems: list[str] = []
     for record in sent:
@@ -739,6 +766,8 @@ def test_no_record_on_the_new_inputs_stops_the_worker_and_each_bad_one_is_dead_l
     app, _ = links_apps
     table = LinkTable(app, AvroWriter(ROOT / "schemas"))
     wait_until_waiting(kafka_bootstrap, table, links_worker)
+    table.tokens = child_tokens(kafka_bootstrap, app.name)
+    assert set(table.waiting.huge_parents.values()) <= set(table.tokens), "a parent journaled no child token"
     hostile, canaries = table.hostile(), table.canaries()
     produce(kafka_bootstrap, [hostile, canaries])
     sent = hostile + canaries

@@ -40,7 +40,10 @@ GOLDEN_V1 = Path(__file__).resolve().parents[1] / "golden" / "avro" / "workflow_
 # v2: the inbox and journal schemas of child workflows (workflowinbox.v2, workflowjournal.v2).
 GOLDEN_V2 = Path(__file__).resolve().parents[1] / "golden" / "avro" / "workflow_records.v2.json"
 # v3: the journal remembers a JSON start, whose outcome record is JSON (workflowjournal.v3).
-GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "avro" / "workflow_records.v3.json"
+GOLDEN_V3 = Path(__file__).resolve().parents[1] / "golden" / "avro" / "workflow_records.v3.json"
+# v4: a child's start and reports carry its parent's token (workflowinbox.v3, workflowjournal.v4).
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "avro" / "workflow_records.v4.json"
+TOKEN = "5f0c4a1e9b7d2c3a8e6f1b0d4c2a9e7f"
 BOOM = StepError(ErrorKind.ATTEMPTS_EXHAUSTED, "RuntimeError: boom", "RuntimeError")
 
 RECORDS: dict[str, object] = {
@@ -84,7 +87,20 @@ RECORDS: dict[str, object] = {
     "journal child ended": WorkflowJournalEntry("o-1", ChildOutcome(14, "3", "enrich", "finished", 18, result="7")),
     "journal child faulted": WorkflowJournalEntry("o-1", ChildOutcome(15, "4", "enrich", "faulted", 19, error=BOOM)),
     "journal json started": WorkflowJournalEntry("o-4", Started(1, '"ABC"', 10, outcome_json=True)),
+    "inbox child start with token": WorkflowInbox(
+        "r-9", "o-1:3", "start", 1_700_000_000_006, payload=b'"ABC"',
+        parent_workflow="parent", parent_id="o-1", parent_path="3", parent_token=TOKEN,
+    ),
+    "inbox child ended with token": WorkflowInbox(
+        "r-10", "o-1", "child_ended", 1_700_000_000_007, payload=b"7", parent_path="3", child_workflow="enrich",
+        outcome="finished", parent_token=TOKEN,
+    ),
+    "journal child start with token": WorkflowJournalEntry(
+        "o-1", StepStarted(3, "3", "child_start", "enrich", 12, token=TOKEN)),
+    "journal child started with token": WorkflowJournalEntry(
+        "o-1:3", Started(1, '"ABC"', 10, "parent", "o-1", "3", parent_token=TOKEN)),
 }
+V4_ONLY = 4  # the records with a token: older goldens hold none of them
 
 
 def golden(path: Path = GOLDEN) -> dict[str, bytes]:
@@ -92,7 +108,7 @@ def golden(path: Path = GOLDEN) -> dict[str, bytes]:
 
 
 def test_every_workflow_record_encodes_to_its_golden_bytes() -> None:
-    # Written with workflowinbox.v2 / workflowjournal.v3 (a JSON start's outcome in JSON).
+    # Written with workflowinbox.v3 / workflowjournal.v4 (a child's parent token).
     stored = golden()
     assert stored.keys() == RECORDS.keys()
     for name, record in RECORDS.items():
@@ -104,11 +120,20 @@ def test_every_golden_workflow_record_decodes_to_its_record() -> None:
         assert avro.decode_as(data, type(RECORDS[name])) == RECORDS[name], name  # type: ignore[type-var]
 
 
+def test_every_v3_golden_workflow_record_still_decodes_to_its_record() -> None:
+    # Written with workflowinbox.v2 / workflowjournal.v3, before parent tokens: a child's
+    # records read with no token (its parent checks none).
+    stored = golden(GOLDEN_V3)
+    assert len(stored) == len(RECORDS) - V4_ONLY
+    for name, data in stored.items():
+        assert avro.decode_as(data, type(RECORDS[name])) == RECORDS[name], name  # type: ignore[type-var]
+
+
 def test_every_v2_golden_workflow_record_still_decodes_to_its_record() -> None:
     # Written with workflowjournal.v2, before JSON starts were remembered: a start reads
     # with outcome_json null (its outcome record is Avro).
     stored = golden(GOLDEN_V2)
-    assert len(stored) == len(RECORDS) - 1
+    assert len(stored) == len(RECORDS) - 1 - V4_ONLY
     for name, data in stored.items():
         assert avro.decode_as(data, type(RECORDS[name])) == RECORDS[name], name  # type: ignore[type-var]
 

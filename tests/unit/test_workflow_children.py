@@ -7,6 +7,7 @@ parent as ``ChildStarted``/``ChildEnded``, and counts ``CancelChild``.
 
 from __future__ import annotations
 
+from dataclasses import replace
 import json
 from datetime import timedelta
 from typing import Any
@@ -98,12 +99,20 @@ class Router:
             elif isinstance(effect, CancelChild):
                 self.cancels.append(effect)
             elif isinstance(effect, AckParent):
-                self.to_parent(ChildStarted(effect.parent.path, effect.workflow))
+                self.to_parent(ChildStarted(effect.parent.path, effect.workflow, effect.parent.token))
             elif isinstance(effect, TellParent):
-                self.to_parent(ChildEnded(effect.parent.path, effect.workflow, effect.outcome, effect.result, effect.error))
+                self.to_parent(ChildEnded(effect.parent.path, effect.workflow, effect.outcome, effect.result, effect.error,
+                                           effect.parent.token))
 
     def go(self, child_id: str) -> None:
         self.route(self.children[child_id].advance(Signal("go"), 2_000).effects)
+
+
+def token(router: Router, path: str) -> str:
+    """The token the parent drew for the child it started at ``path`` (its ``StepStarted``)."""
+    [stored] = [r.token for r in router.journal if isinstance(r, StepStarted) and r.path == path]
+    assert stored is not None
+    return stored
 
 
 def started(body: Any, name: str = "parent", input: Any = "ab", *, deliver: bool = True) -> Router:
@@ -117,7 +126,8 @@ def started(body: Any, name: str = "parent", input: Any = "ab", *, deliver: bool
 def test_a_child_runs_with_the_parents_id_and_step_path_and_its_result_comes_back() -> None:
     router = started(PARENT)
     assert [s.child_id for s in router.starts] == ["p:1", "p:2"]
-    assert router.starts[0].parent == ParentRef("parent", "p", "1")
+    assert router.starts[0].parent == ParentRef("parent", "p", "1", token(router, "1"))
+    assert len(token(router, "1")) == 32 and token(router, "1") != token(router, "2")  # 128 random bits each
     assert router.children["p:1"].status is WorkflowStatus.RUNNING  # the detached child runs on
     router.go("p:2")
     assert router.parent.outcome == Finished(["p:1", len("ab-again")])
@@ -129,7 +139,7 @@ def test_the_handle_is_given_only_once_the_child_has_stored_its_start() -> None:
     router = started(PARENT, deliver=False)
     assert router.parent.pending_paths == ("1",)
     assert not any(isinstance(r, StepCompleted) for r in router.journal)
-    router.to_parent(ChildStarted("1", "enrich"))
+    router.to_parent(ChildStarted("1", "enrich", token(router, "1")))
     completed = [r for r in router.journal if isinstance(r, StepCompleted)]
     assert (completed[0].path, json.loads(completed[0].result)) == ("1", {"workflow": "enrich", "id": "p:1"})
     assert router.starts[-1].child_id == "p:2"  # the body went on to its next step
@@ -256,8 +266,9 @@ def test_a_parent_restarted_mid_start_sends_the_same_start_again() -> None:
     assert again == router.starts  # same child id, same input, same parent: the same child
     # The child (started by the first send) acknowledges the repeated start; a second
     # acknowledgement changes nothing.
-    assert instance.advance(ChildStarted("1", "enrich"), 9_001).records
-    assert instance.advance(ChildStarted("1", "enrich"), 9_002).records == ()
+    assert again[0].parent.token == token(router, "1")  # the replay keeps the stored token
+    assert instance.advance(ChildStarted("1", "enrich", token(router, "1")), 9_001).records
+    assert instance.advance(ChildStarted("1", "enrich", token(router, "1")), 9_002).records == ()
 
 
 def test_a_parent_restarted_while_awaiting_asks_the_child_again_for_a_lost_outcome() -> None:
@@ -277,14 +288,14 @@ def test_a_parent_restarted_while_awaiting_asks_the_child_again_for_a_lost_outco
 def test_a_repeated_outcome_report_stores_nothing() -> None:
     router = started(PARENT)
     router.go("p:2")
-    report = ChildEnded("2", "enrich", "finished", '{"points":8}')
+    report = ChildEnded("2", "enrich", "finished", '{"points":8}', token=token(router, "2"))
     decision = router.parent.advance(report, 5_000)
     assert decision.records == () and decision.rejected is None
 
 
 def test_an_outcome_for_a_start_whose_acknowledgement_was_lost_completes_the_start_too() -> None:
     router = started(PARENT, deliver=False)
-    router.to_parent(ChildEnded("1", "enrich", "finished", '{"points":2}'))
+    router.to_parent(ChildEnded("1", "enrich", "finished", '{"points":2}', token=token(router, "1")))
     paths = [(type(r).__name__, r.path) for r in router.journal if isinstance(r, (StepCompleted, ChildOutcome))]
     assert paths[:2] == [("StepCompleted", "1"), ("ChildOutcome", "1")]
     assert router.starts[-1].child_id == "p:2"  # the body went on to its next step
@@ -307,6 +318,45 @@ def test_a_report_about_no_child_of_the_instance_is_rejected_and_stores_nothing(
     assert decision.rejected is not None and decision.records == ()
 
 
+@pytest.mark.parametrize("forged", [None, "", "0" * 32, "other"])
+def test_a_report_for_a_real_child_without_its_token_is_rejected_and_changes_nothing(forged: Any) -> None:
+    # Anyone who may write the parent's inbox can name a real child and its step; only the
+    # child's worker knows the token the parent drew for it.
+    router = started(PARENT, deliver=False)
+    for report in (ChildStarted("1", "enrich", forged), ChildEnded("1", "enrich", "finished", '{"points":99}', token=forged),
+                   ChildEnded("1", "enrich", "cancelled", token=forged)):
+        decision = router.parent.advance(report, 5_000)
+        assert decision.records == () and decision.effects == ()
+        assert decision.rejected is not None and "does not carry the token" in decision.rejected
+    assert router.parent.pending_paths == ("1",)
+    router.to_parent(ChildEnded("1", "enrich", "finished", '{"points":2}', token=token(router, "1")))
+    assert router.parent.pending_paths != ("1",)  # the real report is taken
+
+
+def test_a_child_keeps_its_parents_token_and_every_report_carries_it() -> None:
+    child = WorkflowInstance(ENRICH, "p:3")
+    parent = ParentRef("parent", "p", "3", "ab" * 16)
+    journal = list(child.advance(Start("abc", parent), 5).records)
+    assert journal[0].parent_token == "ab" * 16
+    replayed, decision = WorkflowInstance.replay(ENRICH, "p:3", journal, 6)
+    assert [e.parent for e in decision.effects if isinstance(e, AckParent)] == [parent]
+    ended = replayed.advance(Signal("go"), 7)
+    assert [e.parent.token for e in ended.effects if isinstance(e, TellParent)] == ["ab" * 16]
+    _, again = WorkflowInstance.replay(ENRICH, "p:3", journal + list(ended.records), 8)  # ended: reported again
+    assert [e.parent.token for e in again.effects if isinstance(e, TellParent)] == ["ab" * 16]
+
+
+def test_a_child_started_before_tokens_existed_is_still_taken_without_one() -> None:
+    # A journal written before workflowjournal.v4: the child_start step has no token, so
+    # its child (which has none either) is believed as before.
+    router = started(PARENT, deliver=False)
+    old = [replace(r, token=None) if isinstance(r, StepStarted) else r for r in router.journal]
+    instance, decision = WorkflowInstance.replay(PARENT, "p", old, 9_000)
+    assert [e.parent.token for e in decision.effects if isinstance(e, StartChild)] == [None]
+    assert instance.advance(ChildStarted("1", "enrich"), 9_001).rejected is None
+    assert instance.pending_paths == ("2",)
+
+
 def test_inbox_rules_refuse_reports_to_nobody_ignore_reports_to_an_ended_parent_and_feed_the_rest() -> None:
     started_report = WorkflowInbox("r", "p", "child_started", 0, parent_path="1", child_workflow="enrich")
     assert isinstance(decide_request(started_report, None), Refuse)
@@ -324,6 +374,10 @@ def test_inbox_rules_refuse_reports_to_nobody_ignore_reports_to_an_ended_parent_
     start = WorkflowInbox("r", "p:1", "start", 0, payload=b'"x"', parent_workflow="parent", parent_id="p",
                           parent_path="1")
     assert decide_request(start, None) == Feed(Start("x", ParentRef("parent", "p", "1")))
+    with_token = replace(start, parent_token="cd" * 16)
+    assert decide_request(with_token, None) == Feed(Start("x", ParentRef("parent", "p", "1", "cd" * 16)))
+    report = replace(started_report, parent_token="cd" * 16)
+    assert decide_request(report, live) == Feed(ChildStarted("1", "enrich", "cd" * 16))
 
 
 # -- cancellation -------------------------------------------------------------------------
@@ -341,7 +395,8 @@ def test_cancelling_the_parent_cancels_a_child_whose_start_is_in_flight() -> Non
     router.to_parent(Cancel())
     assert router.cancels == [CancelChild("enrich", "p:1")]
     # The late acknowledgement of that child changes nothing.
-    assert router.parent.advance(ChildStarted("1", "enrich"), 5_000).records == ()
+    decision = router.parent.advance(ChildStarted("1", "enrich", token(router, "1")), 5_000)
+    assert decision.records == () and decision.rejected is None
 
 
 def test_a_started_child_that_is_not_awaited_runs_on_when_the_parent_is_cancelled() -> None:
@@ -431,3 +486,16 @@ def test_the_in_memory_runtime_cancels_the_awaited_child_with_its_parent() -> No
     assert parent.outcome("p") == Cancelled()
     assert points.outcome("p:2") == Cancelled()
     assert points.status("p:1") is WorkflowStatus.RUNNING  # started, not awaited: runs on
+
+
+def test_tidings_journal_prints_a_childs_tokens_as_hidden() -> None:
+    from tidings.cli.journal import shown
+    from tidings.core.workflow import record_to_json
+
+    router = started(PARENT, deliver=False)
+    lines = [shown(record_to_json(r)) for r in router.journal]
+    step = next(line for line in lines if line["type"] == "step_started" and line["kind"] == "child_start")
+    assert step["token"] == "hidden" and token(router, "1") not in json.dumps(lines)
+    child = shown(record_to_json(Started(1, '"x"', 0, "parent", "p", "1", parent_token="ab" * 16)))
+    assert child["parent_token"] == "hidden"
+    assert shown(record_to_json(Started(1, '"x"', 0)))["parent_token"] is None  # unset stays null

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import Any, Final
 
 from ..core.workflow.journal import record_to_json
 from ..shell.kinds.workflow.journal import read_journal
@@ -25,7 +25,9 @@ Print the journal of the instance ID, oldest record first, one JSON line each:
   ...
   {"type": "ended", "seq": 8, "outcome": "finished", "at": 1767225605000, "result": "{...}", "error": null}
 
-User values (input, results, signal payloads) are the JSON text the worker stored. It reads
+User values (input, results, signal payloads) are the JSON text the worker stored. The
+tokens a parent and its child use to tell the child's reports from forged ones (token,
+parent_token) print as "hidden": whoever holds one could end that parent's step. It reads
 the journal topic as it is now and prints nothing when the instance was never started, for
 example:
 
@@ -51,5 +53,14 @@ def run(args: argparse.Namespace) -> int:
         timeout=args.timeout,
     )
     for record in records:
-        print(json.dumps(record_to_json(record)), flush=True)
+        print(json.dumps(shown(record_to_json(record))), flush=True)
     return 0
+
+
+HIDDEN: Final = ("token", "parent_token")
+"""Fields that are capabilities (``core/workflow/children.py``): printed as "hidden", never as they are."""
+
+
+def shown(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with every capability that is set replaced by "hidden"."""
+    return {name: "hidden" if name in HIDDEN and value is not None else value for name, value in data.items()}

@@ -59,6 +59,11 @@ class WorkflowInbox:
         outcome: ``child_ended``: ``finished`` (``payload`` is the result), ``faulted``
             (``error``) or ``cancelled``.
         error: ``child_ended``: the faulted child's stored error.
+        parent_token: A child's start, ``child_started``, ``child_ended``: the token the
+            parent drew for that child (``StepStarted.token``). The parent accepts a
+            report only with it, so a producer that cannot read an inbox or a journal
+            cannot end a parent's step with a made-up child outcome (since
+            ``workflowinbox.v3``; None from older parents and children).
     """
 
     request_id: str
@@ -77,6 +82,7 @@ class WorkflowInbox:
     child_workflow: str | None = None
     outcome: str | None = None
     error: StepError | None = None
+    parent_token: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from ..shell.runtime.connection import KafkaConnection
 from ..shell.runtime.kafka import incoming, watermarks
@@ -82,10 +82,19 @@ def read_topic(
 
 
 def group_assignment(bootstrap: str | KafkaConnection, group: str, topic: str) -> dict[str, set[int]]:
-    """Return which partitions of ``topic`` each member of consumer group ``group`` holds."""
+    """Return which partitions of ``topic`` each member of consumer group ``group`` holds.
+
+    A describe that times out (a busy broker, a coordinator that is moving) reads as no
+    member holding anything: callers poll until the assignment they wait for shows.
+    """
     admin = KafkaConnection.of(bootstrap).admin()
     (future,) = admin.describe_consumer_groups([group], request_timeout=10).values()
-    description = future.result()
+    try:
+        description = future.result()
+    except KafkaException as exc:
+        if exc.args and getattr(exc.args[0], "code", lambda: None)() == KafkaError._TIMED_OUT:
+            return {}
+        raise
     return {
         member.member_id: {
             tp.partition for tp in member.assignment.topic_partitions if tp.topic == topic

@@ -56,6 +56,7 @@ from tidings.core.workflow import (
 from tidings.core.workflow.child_records import AckParent, CancelChild, StartChild, TellParent
 from tidings.core.workflow.context import instant_ms, ms_instant
 from tidings.core.workflow_records import WorkflowInbox
+from tidings.core.workflow_links import link_request
 from tidings.core.workflow.inbox_rules import (
     AwaitEnd,
     Feed,
@@ -486,26 +487,12 @@ class WorkflowTestRuntime:
                         self._link(target, TellParent(parent, effect.workflow, fields["outcome"], fields["result"],
                                                       None if error is None else StepError.from_json(error)))
                 return
-            self._take(*target, WorkflowInbox(
-                "", effect.child_id, "start", 0, payload=effect.input.encode(),
-                parent_workflow=parent.workflow, parent_id=parent.instance_id, parent_path=parent.path,
-            ))
+            self._take(*target, link_request("", effect, 0)[1])
         elif isinstance(effect, CancelChild):
             if effect.workflow in self._definitions:
-                self._take(effect.workflow, effect.child_id, WorkflowInbox("", effect.child_id, "cancel", 0))
-        else:
-            parent = effect.parent
-            if parent.workflow not in self._definitions:
-                return
-            if isinstance(effect, AckParent):
-                request = WorkflowInbox("", parent.instance_id, "child_started", 0, parent_path=parent.path,
-                                        child_workflow=effect.workflow)
-            else:
-                request = WorkflowInbox(
-                    "", parent.instance_id, "child_ended", 0, payload=None if effect.result is None else effect.result.encode(),
-                    parent_path=parent.path, child_workflow=effect.workflow, outcome=effect.outcome, error=effect.error,
-                )
-            self._take(parent.workflow, parent.instance_id, request)
+                self._take(effect.workflow, effect.child_id, link_request("", effect, 0)[1])
+        elif effect.parent.workflow in self._definitions:
+            self._take(effect.parent.workflow, effect.parent.instance_id, link_request(key[1], effect, 0)[1])
 
     def _schedule(self, key: tuple[str, str], path: str, due: int, **what: Any) -> None:
         self._order += 1

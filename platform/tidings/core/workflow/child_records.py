@@ -43,11 +43,20 @@ class ChildHandle:
 
 @dataclass(frozen=True, slots=True)
 class ParentRef:
-    """The parent of a child instance: its workflow, its instance id and the starting step's path."""
+    """The parent of a child instance: its workflow, its instance id and the starting step's path.
+
+    ``token`` is the random token the parent drew when that step started (``StepStarted.token``):
+    the child stores it and every report it sends the parent carries it, and the parent
+    accepts no report without it. Only workers see it (it travels on inboxes and is kept in
+    journals, which clients may not read), so a client that may write the parent's inbox
+    cannot end the parent's step with a made-up outcome. None for a parent started before
+    tokens existed (its reports are not checked).
+    """
 
     workflow: str
     instance_id: str
     path: str
+    token: str | None = None
 
 
 # -- inbox messages of a parent -----------------------------------------------------------
@@ -55,21 +64,29 @@ class ParentRef:
 
 @dataclass(frozen=True, slots=True)
 class ChildStarted:
-    """The child started at step ``path`` (a ``workflow`` instance) has stored its start."""
+    """The child started at step ``path`` (a ``workflow`` instance) has stored its start.
+
+    ``token``: the one the report carries (``ParentRef.token``).
+    """
 
     path: str
     workflow: str
+    token: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class ChildEnded:
-    """The child started at step ``path`` ended: ``outcome`` with ``result`` (JSON text) or ``error``."""
+    """The child started at step ``path`` ended: ``outcome`` with ``result`` (JSON text) or ``error``.
+
+    ``token``: the one the report carries (``ParentRef.token``).
+    """
 
     path: str
     workflow: str
     outcome: str
     result: str | None = None
     error: StepError | None = None
+    token: str | None = None
 
 
 # -- the journal record of a parent -------------------------------------------------------

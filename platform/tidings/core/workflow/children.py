@@ -19,10 +19,17 @@ effects they use are in ``child_records.py``; the rules are in ``docs/workflows.
   whose start is in flight; the effect is issued live only, never on replay, so it is sent
   once. A child started and not awaited runs on; a parked parent cancels nothing (it
   waits on no step).
+- Each ``start_child`` step draws a random token, stored in its ``StepStarted`` and sent
+  with the child's start; the child keeps it (``Started.parent_token``) and every report it
+  sends carries it. A report is accepted only with the token of the step it names, so a
+  producer that may write the parent's inbox but read no inbox or journal cannot end the
+  step with a made-up child (docs/security.md). A step stored before tokens existed has
+  none, and its reports are accepted as they were.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +58,7 @@ if TYPE_CHECKING:  # definition imports context, which imports this module
     from tidings.core.workflow.interpreter import WorkflowInstance
 
 OUTCOMES = frozenset({"finished", "faulted", "cancelled"})
+TOKEN_BYTES = 16  # a child's token: 128 random bits, as a schedule run's start token
 
 
 def definition_of(workflow: Any) -> WorkflowDefinition:
@@ -99,11 +107,12 @@ def child_call(definition: WorkflowDefinition, input: Any, type: Any) -> StepReq
 class _Child:
     """What the parent knows of one child: its workflow, its stored outcome, who waits for it."""
 
-    __slots__ = ("workflow", "text", "outcome", "waiters")
+    __slots__ = ("workflow", "text", "token", "outcome", "waiters")
 
-    def __init__(self, workflow: str, text: str) -> None:
+    def __init__(self, workflow: str, text: str, token: str | None) -> None:
         self.workflow = workflow
         self.text = text  # the child's input as stored: a start sent again must carry it
+        self.token = token  # what its reports must carry (None: a step stored before tokens)
         self.outcome: ChildOutcome | None = None
         self.waiters: list[Pending] = []
 
@@ -122,7 +131,11 @@ def start_step(self: WorkflowInstance, fiber: Fiber, request: ChildStartRequest)
     """Decide a ``start_child`` step: store its start, register the child, send its start."""
     path = fiber.next_path()
     definition = request.definition
-    started = self._record(StepStarted(self._next_seq, path, StepKind.CHILD_START, definition.name, self._now))
+    replay = self._replay
+    # Replaying, the stored token wins (as a stored value does): draw none to drop.
+    token = None if replay is not None and replay.peek() is not None else self._entropy(TOKEN_BYTES).hex()
+    started = self._record(StepStarted(self._next_seq, path, StepKind.CHILD_START, definition.name, self._now,
+                                       token=token))
     try:
         check_id(child_id(self.instance_id, path), "the child's id")
         text, _ = definition.codec.convert(request.input, definition.input_type)
@@ -133,7 +146,7 @@ def start_step(self: WorkflowInstance, fiber: Fiber, request: ChildStartRequest)
         self._record(StepFailed(self._next_seq, path, error))
         return None, WorkflowStepFailed(error)
     request.text = text
-    _children(self)[path] = _Child(definition.name, text)
+    _children(self)[path] = _Child(definition.name, text, started.token)  # type: ignore[union-attr]
     pending = Pending(path, StepKind.CHILD_START, fiber, request, started.at, None)  # type: ignore[union-attr]
     return self._wait(fiber, pending)
 
@@ -171,7 +184,7 @@ def issue(self: WorkflowInstance, pending: Pending) -> None:
     if pending.kind != StepKind.CHILD_START:
         return  # an await has nothing to issue: the outcome comes to the instance
     request: ChildStartRequest = pending.request  # type: ignore[assignment]
-    parent = ParentRef(self.definition.name, self.instance_id, pending.path)
+    parent = ParentRef(self.definition.name, self.instance_id, pending.path, _children(self)[pending.path].token)
     self._effects.append(
         StartChild(pending.path, request.definition.name, child_id(self.instance_id, pending.path), request.text, parent)
     )
@@ -189,7 +202,7 @@ def reask(self: WorkflowInstance) -> None:
         return
     for path, child in self._children.items():
         if child.outcome is None and child.waiters and path not in self._pending:
-            parent = ParentRef(self.definition.name, self.instance_id, path)
+            parent = ParentRef(self.definition.name, self.instance_id, path, child.token)
             self._effects.append(StartChild(path, child.workflow, child_id(self.instance_id, path), child.text, parent))
 
 
@@ -211,21 +224,34 @@ def _handle_json(handle: ChildHandle) -> str:
 # -- inputs -------------------------------------------------------------------------------
 
 
+def _reported_child(self: WorkflowInstance, message: ChildStarted | ChildEnded) -> _Child | str:
+    """The child a report is about, or why the report is refused (no such child, wrong token)."""
+    child = self._children.get(message.path) if self._children is not None else None
+    if child is None or child.workflow != message.workflow:
+        return f"no child workflow {message.workflow!r} was started at step {message.path!r}"
+    if child.token is not None and not (
+        message.token is not None and hmac.compare_digest(message.token.encode(), child.token.encode())
+    ):
+        # Only the child's worker knows the token: this report comes from somebody else.
+        return (f"the report of child workflow {message.workflow!r} at step {message.path!r} does not carry "
+                "the token its parent gave that child: it was not sent by the child's worker")
+    return child
+
+
 def accept_started(self: WorkflowInstance, message: ChildStarted) -> str | None:
     """Take a child's acknowledgement: complete its pending start; a repeat changes nothing."""
-    if _complete_start(self, message.path, message.workflow):
-        return None
-    child = self._children.get(message.path) if self._children is not None else None
-    if child is not None and child.workflow == message.workflow:
-        return None  # a repeated acknowledgement (or one for a start that was cancelled)
-    return f"no child workflow {message.workflow!r} was started at step {message.path!r}"
+    child = _reported_child(self, message)
+    if isinstance(child, str):
+        return child
+    _complete_start(self, message.path, message.workflow)
+    return None  # completed, or a repeated acknowledgement (or one for a start that was cancelled)
 
 
 def accept_ended(self: WorkflowInstance, message: ChildEnded) -> str | None:
     """Store a child's outcome (once) and give it to the steps awaiting it."""
-    child = self._children.get(message.path) if self._children is not None else None
-    if child is None or child.workflow != message.workflow:
-        return f"no child workflow {message.workflow!r} was started at step {message.path!r}"
+    child = _reported_child(self, message)
+    if isinstance(child, str):
+        return child
     if message.outcome not in OUTCOMES:
         return f"a child's outcome must be one of {sorted(OUTCOMES)}, not {message.outcome!r}"
     if message.outcome == "finished" and message.result is None:
@@ -330,10 +356,12 @@ def tell_parent(self: WorkflowInstance, outcome: str, result: str | None, error:
         self._effects.append(TellParent(parent, self.definition.name, outcome, result, error))
 
 
-def parent_of_started(parent_workflow: str | None, parent_id: str | None, parent_path: str | None) -> ParentRef | None:
+def parent_of_started(
+    parent_workflow: str | None, parent_id: str | None, parent_path: str | None, parent_token: str | None = None,
+) -> ParentRef | None:
     """The parent a ``Started`` record names, or None when it names none (or only part of one)."""
     if parent_workflow and parent_id and parent_path:
-        return ParentRef(parent_workflow, parent_id, parent_path)
+        return ParentRef(parent_workflow, parent_id, parent_path, parent_token or None)
     return None
 
 
@@ -349,7 +377,7 @@ def parent_of_request(request: Any) -> ParentRef | None | str:
               getattr(request, "parent_path", None))
     if not any(fields):
         return None
-    parent = parent_of_started(*fields)
+    parent = parent_of_started(*fields, getattr(request, "parent_token", None))
     return parent if parent is not None else "a child's start names its parent by parent_workflow, parent_id and parent_path"
 
 
@@ -362,8 +390,9 @@ def child_report(request: Any) -> ChildStarted | ChildEnded | str:
     path, workflow = getattr(request, "parent_path", None), getattr(request, "child_workflow", None)
     if not path or not workflow:
         return "a child's report needs parent_path and child_workflow"
+    token = getattr(request, "parent_token", None)
     if request.kind == "child_started":
-        return ChildStarted(path, workflow)
+        return ChildStarted(path, workflow, token)
     outcome = getattr(request, "outcome", None)
     if outcome not in OUTCOMES:
         return f"a child's outcome must be one of {sorted(OUTCOMES)}, not {outcome!r}"
@@ -376,4 +405,5 @@ def child_report(request: Any) -> ChildStarted | ChildEnded | str:
             result = request.payload.decode()
         except ValueError as exc:  # also invalid UTF-8 and LimitError
             return f"the child's result is not JSON: {exc}"
-    return ChildEnded(path, workflow, outcome, result, getattr(request, "error", None) if outcome == "faulted" else None)
+    return ChildEnded(path, workflow, outcome, result, getattr(request, "error", None) if outcome == "faulted" else None,
+                      token)

@@ -254,7 +254,8 @@ class WorkflowInstance:
             instance._effects.append(PublishOutcome(instance._outcome))  # type: ignore[arg-type]
             first = records[0]
             if isinstance(first, Started):  # a child's report is sent again: the parent ignores repeats
-                instance._parent = children.parent_of_started(first.parent_workflow, first.parent_id, first.parent_path)
+                instance._parent = children.parent_of_started(
+                    first.parent_workflow, first.parent_id, first.parent_path, first.parent_token)
                 children.tell_parent(instance, last.outcome, last.result, last.error)
             return instance, instance._decision(None)
         # From every record, also those after a point where the body parks: the journal
@@ -332,7 +333,7 @@ class WorkflowInstance:
             started = Started(self._next_seq, text, self._now, outcome_json=as_json)
         else:
             started = Started(self._next_seq, text, self._now, parent.workflow, parent.instance_id, parent.path,
-                              as_json)
+                              as_json, parent.token)
         self._apply_stored(self._record(started))
         children.ack_parent(self)
         return None
@@ -443,7 +444,7 @@ class WorkflowInstance:
                 raise JournalMismatch(f"the stored input cannot be read as {self.definition.input_type!r}: {exc}") from exc
             self._status = WorkflowStatus.RUNNING
             self._parent = children.parent_of_started(
-                record.parent_workflow, record.parent_id, record.parent_path  # type: ignore[union-attr]
+                record.parent_workflow, record.parent_id, record.parent_path, record.parent_token  # type: ignore[union-attr]
             )
             self._outcome_json = bool(record.outcome_json)  # type: ignore[union-attr]
             self._root = Fiber(ROOT_PREFIX, self.definition.body(_CONTEXT, value))

@@ -45,6 +45,8 @@ class Started:
     of the step that started it), so the child can report its end to the parent.
     ``outcome_json``: the start was a JSON request, so the outcome record is written as
     JSON for its non-Python sender (None: Avro; since ``workflowjournal.v3``).
+    ``parent_token``: a child's copy of the token its parent drew for it, which every
+    report to the parent carries (since ``workflowjournal.v4``).
     """
 
     seq: int
@@ -54,11 +56,17 @@ class Started:
     parent_id: str | None = None
     parent_path: str | None = None
     outcome_json: bool | None = None
+    parent_token: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class StepStarted:
-    """The body reached step ``path``; ``due`` (ms) is stored for timers and timed waits."""
+    """The body reached step ``path``; ``due`` (ms) is stored for timers and timed waits.
+
+    ``token``: a ``child_start`` step's random token, drawn live and stored so a replay
+    keeps it; the child's reports must carry it (since ``workflowjournal.v4``; None for
+    every other step, and for children started before: their reports are not checked).
+    """
 
     seq: int
     path: str
@@ -66,6 +74,7 @@ class StepStarted:
     name: str
     at: int
     due: int | None = None
+    token: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

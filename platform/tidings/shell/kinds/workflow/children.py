@@ -33,6 +33,7 @@ from ....core.workflow import Ended, Started, StepError, WorkflowInstance
 from ....core.workflow.child_records import AckParent, CancelChild, ParentRef, StartChild, TellParent
 from ....core.workflow.children import parent_of_request, parent_of_started
 from ....core.workflow.inbox_rules import StoredEnd, outcome_fields_of
+from ....core.workflow_links import ended_report, link_request, started_report
 from ....core.workflow_records import WorkflowInbox
 from ....errors import RecordRejected
 from ...runtime.io import Outgoing, Publisher
@@ -65,21 +66,7 @@ class ChildLinks:
 
     def outgoing(self, instance_id: str, effect: Any, now_ms: int) -> Outgoing:
         """The record that carries out ``effect`` of instance ``instance_id``."""
-        if isinstance(effect, StartChild):
-            parent = effect.parent
-            return self._record(effect.workflow, WorkflowInbox(
-                f"start:{effect.child_id}", effect.child_id, "start", now_ms, payload=effect.input.encode(),
-                parent_workflow=parent.workflow, parent_id=parent.instance_id, parent_path=parent.path,
-            ))
-        if isinstance(effect, CancelChild):
-            return self._record(effect.workflow, WorkflowInbox(
-                f"cancel:{effect.child_id}", effect.child_id, "cancel", now_ms))
-        if isinstance(effect, AckParent):
-            return self._ack(instance_id, effect.parent, effect.workflow, now_ms)
-        if isinstance(effect, TellParent):
-            return self._tell(instance_id, effect.parent, effect.workflow, now_ms, effect.outcome, effect.result,
-                              effect.error)
-        raise TypeError(f"not a child effect: {effect!r}")
+        return self._record(*link_request(instance_id, effect, now_ms))
 
     async def send(self, publisher: Publisher, records: list[Outgoing]) -> None:
         """Produce ``records`` and wait for their acks; a record Kafka refuses is dropped with a warning.
@@ -117,12 +104,13 @@ class ChildLinks:
         else:
             records = store.journal(instance_id)
             first = records[0] if records else None
-            parent = (parent_of_started(first.parent_workflow, first.parent_id, first.parent_path)
+            parent = (parent_of_started(first.parent_workflow, first.parent_id, first.parent_path, first.parent_token)
                       if isinstance(first, Started) else None)
             outcome = (known.outcome, known.result, known.error) if known.outcome is not None else None
         if parent != asker:
-            log.warning("workflow %s: %r was started before, not as the child of %s %r at step %s; "
-                        "that step waits in vain", workflow, instance_id, asker.workflow, asker.instance_id, asker.path)
+            log.warning("workflow %s: %r was started before, not as the child of %s %r at step %s with the "
+                        "token that step drew (someone else started that id first); that step waits in vain",
+                        workflow, instance_id, asker.workflow, asker.instance_id, asker.path)
             return []
         records_out = [self._ack(instance_id, asker, workflow, now_ms)]
         if outcome is not None:
@@ -142,26 +130,19 @@ class ChildLinks:
             first = stored[0] if stored and isinstance(stored[0], Started) else None
         if first is None or first.parent_workflow is None:
             return []
-        parent = parent_of_started(first.parent_workflow, first.parent_id, first.parent_path)
+        parent = parent_of_started(first.parent_workflow, first.parent_id, first.parent_path, first.parent_token)
         if parent is None:
             return []
         return [self._tell(instance_id, parent, workflow, record.at, record.outcome, record.result, record.error)]
 
     def _ack(self, instance_id: str, parent: ParentRef, workflow: str, now_ms: int) -> Outgoing:
-        return self._record(parent.workflow, WorkflowInbox(
-            f"child_started:{instance_id}", parent.instance_id, "child_started", now_ms,
-            parent_path=parent.path, child_workflow=workflow,
-        ))
+        return self._record(parent.workflow, started_report(instance_id, parent, workflow, now_ms))
 
     def _tell(
         self, instance_id: str, parent: ParentRef, workflow: str, now_ms: int,
         outcome: str, result: str | None, error: StepError | None,
     ) -> Outgoing:
-        return self._record(parent.workflow, WorkflowInbox(
-            f"child_ended:{instance_id}", parent.instance_id, "child_ended", now_ms,
-            payload=None if result is None else result.encode(),
-            parent_path=parent.path, child_workflow=workflow, outcome=outcome, error=error,
-        ))
+        return self._record(parent.workflow, ended_report(instance_id, parent, workflow, now_ms, outcome, result, error))
 
     def _record(self, workflow: str, request: WorkflowInbox) -> Outgoing:
         key = request.instance_id
