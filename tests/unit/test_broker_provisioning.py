@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import string
+import subprocess
+import sys
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -201,3 +204,23 @@ def test_log_tail_keeps_the_last_lines(tmp_path: Path) -> None:
 
     assert log_tail(log, lines=2) == "line 98\nline 99"
     assert "does not exist" in log_tail(tmp_path / "nope.log")
+
+
+def test_a_process_whose_main_thread_ended_is_alive_until_its_last_thread_ends() -> None:
+    # A JVM's main thread returns while its shutdown hooks still run on other threads:
+    # /proc then shows the group leader as a zombie, and the ports and data directory are
+    # still held. A node started again on that directory must wait for the last thread.
+    code = ("import ctypes, threading, time; threading.Thread(target=time.sleep, args=(1.5,)).start(); "
+            "ctypes.CDLL(None).pthread_exit(None)")
+    child = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 5
+        while Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] != "Z":
+            assert time.monotonic() < deadline, "the main thread never ended"
+            time.sleep(0.02)
+        assert is_alive(child.pid)  # the leader is a zombie, its other thread runs
+        assert child.wait(timeout=10) == 0
+        assert not is_alive(child.pid)
+    finally:
+        child.kill()
+        child.wait()

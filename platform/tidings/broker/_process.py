@@ -16,7 +16,8 @@ _MAIN_CLASS = "kafka.Kafka"
 
 
 def is_alive(pid: int) -> bool:
-    """Return whether ``pid`` runs (a zombie, dead but not yet reaped, does not count).
+    """Return whether ``pid`` runs (a zombie, dead but not yet reaped, does not count; a
+    process whose main thread has ended while others still run does).
 
     Args:
         pid: The process id.
@@ -27,9 +28,31 @@ def is_alive(pid: int) -> bool:
         return False
     except OSError:
         return _signal_zero(pid)
+    if _state(stat) not in ("Z", "X"):
+        return True
+    # A JVM whose main thread has returned shows that thread (the group leader, whose stat
+    # this is) as a zombie while its other threads still run the shutdown and hold the
+    # ports and the data directory: the process lives until the last of them ends.
+    return any(_state(text) not in ("Z", "X") for text in _thread_stats(pid))
+
+
+def _state(stat: str) -> str:
     # The state letter follows the parenthesised command name, which may itself contain ")".
-    state = stat.rsplit(")", 1)[-1].split()[0]
-    return state not in ("Z", "X")
+    return stat.rsplit(")", 1)[-1].split()[0]
+
+
+def _thread_stats(pid: int) -> list[str]:
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return []
+    stats = []
+    for task in tasks:
+        try:
+            stats.append((task / "stat").read_text())
+        except OSError:
+            continue  # the thread ended meanwhile
+    return stats
 
 
 def _signal_zero(pid: int) -> bool:
