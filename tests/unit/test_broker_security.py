@@ -32,7 +32,7 @@ from tidings.broker._security import (
     write_client_files,
 )
 from tidings.errors import BrokerError
-from tidings.shell.runtime.connection import read_properties
+from tidings.shell.runtime.kafka_properties import read_properties
 
 PORTS = SecurePorts(sasl_ssl=40001, mtls=40002, internal=40003, controller=40004)
 

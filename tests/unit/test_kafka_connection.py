@@ -14,7 +14,9 @@ import pytest
 
 from tidings import BrokerError, DefinitionError
 from tidings.shell.runtime import connection as module
-from tidings.shell.runtime.connection import KafkaConnection, env_property, parse_jaas, read_properties
+from tidings.shell.runtime.connection import KafkaConnection, env_property
+from tidings.shell.runtime import kafka_properties
+from tidings.shell.runtime.kafka_properties import parse_jaas, read_properties
 
 NOWHERE = "127.0.0.1:9"
 SECRET = "s3cr3t-Value-9f2c"
@@ -353,7 +355,7 @@ def test_endpoint_identification_https_stays_and_empty_is_none() -> None:
 
 
 def test_java_keys_with_no_meaning_for_librdkafka_are_dropped_with_a_debug_line(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.DEBUG, logger=module.__name__)
+    caplog.set_level(logging.DEBUG, logger=kafka_properties.__name__)
     kafka = {"key.serializer": "org.apache.kafka.common.serialization.StringSerializer",
              "schema.registry.url": "https://psrc.example", "basic.auth.user.info": f"SR:{SECRET}",
              "client.dns.lookup": "use_all_dns_ips"}

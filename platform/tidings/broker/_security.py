@@ -35,7 +35,8 @@ from typing import Final, Literal
 
 from tidings.broker._certs import TlsFiles, ensure_certificates, write_private
 from tidings.errors import BrokerError
-from tidings.shell.runtime.connection import KafkaConnection, read_properties
+from tidings.shell.runtime.connection import KafkaConnection
+from tidings.shell.runtime.kafka_properties import read_properties
 
 #: The principals a secured local broker knows (``User:NAME``).
 PRINCIPALS: Final[tuple[str, ...]] = ("admin", "worker", "client", "client2")
