@@ -41,7 +41,8 @@ GOLDEN_V1 = Path(__file__).resolve().parents[1] / "golden" / "avro" / "workflow_
 GOLDEN_V2 = Path(__file__).resolve().parents[1] / "golden" / "avro" / "workflow_records.v2.json"
 # v3: the journal remembers a JSON start, whose outcome record is JSON (workflowjournal.v3).
 GOLDEN_V3 = Path(__file__).resolve().parents[1] / "golden" / "avro" / "workflow_records.v3.json"
-# v4: a child's start and reports carry its parent's token (workflowinbox.v3, workflowjournal.v4).
+# v4: a child's start and reports carry its parent's token (workflowinbox.v3, workflowjournal.v4),
+# and a step's end its time and an activity's attempt (workflowjournal.v4).
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "avro" / "workflow_records.v4.json"
 TOKEN = "5f0c4a1e9b7d2c3a8e6f1b0d4c2a9e7f"
 BOOM = StepError(ErrorKind.ATTEMPTS_EXHAUSTED, "RuntimeError: boom", "RuntimeError")
@@ -99,8 +100,10 @@ RECORDS: dict[str, object] = {
         "o-1", StepStarted(3, "3", "child_start", "enrich", 12, token=TOKEN)),
     "journal child started with token": WorkflowJournalEntry(
         "o-1:3", Started(1, '"ABC"', 10, "parent", "o-1", "3", parent_token=TOKEN)),
+    "journal completed at, attempt": WorkflowJournalEntry("o-1", StepCompleted(16, "1", "42", at=20, attempt=3)),
+    "journal failed at, attempt": WorkflowJournalEntry("o-1", StepFailed(17, "2", BOOM, at=21, attempt=5)),
 }
-V4_ONLY = 4  # the records with a token: older goldens hold none of them
+V4_ONLY = 6  # the records with a token, a completion time or an attempt: older goldens hold none
 
 
 def golden(path: Path = GOLDEN) -> dict[str, bytes]:

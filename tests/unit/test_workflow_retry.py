@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tidings.core.workflow import (
+    ActivityResult,
     Attempt,
     ErrorKind,
     Finished,
@@ -16,7 +17,11 @@ from tidings.core.workflow import (
     RetryAt,
     RetryPolicy,
     RunActivity,
+    Start,
+    StepCompleted,
+    StepFailed,
     WorkflowContext,
+    WorkflowInstance,
     define_workflow,
 )
 from tidings.errors import WorkflowStepFailed
@@ -226,3 +231,29 @@ def test_a_decision_never_schedules_an_attempt_at_or_after_the_deadline(attempt:
         assert decision.at < 100_000 and decision.attempt == attempt + 1
     else:
         assert isinstance(decision, GiveUp) and decision.error.kind is ErrorKind.DEADLINE_EXCEEDED
+
+
+def test_a_steps_end_is_journaled_with_its_time_and_an_activitys_attempt() -> None:
+    # For people (tidings journal, the console): when each step ended and which attempt
+    # of an activity gave its result; replay reads neither.
+
+    async def body(ctx: WorkflowContext, _: None) -> int:
+        first = await ctx.activity("flaky", RetryPolicy(attempts=3), lambda: 1)
+        try:
+            await ctx.activity("doomed", RetryPolicy(attempts=2), lambda: 1)
+        except Exception:  # noqa: BLE001 - the step's failure is what is journaled
+            pass
+        return first
+
+    instance = WorkflowInstance(define_workflow("attempts", body), "a-1")
+    records = list(instance.advance(Start(None), 1_000).records)
+    records += instance.advance(ActivityResult("1", 1, error=RuntimeError("no")), 1_100).records
+    records += instance.advance(ActivityResult("1", 2, value=7), 1_200).records
+    records += instance.advance(ActivityResult("2", 1, error=RuntimeError("no")), 1_300).records
+    records += instance.advance(ActivityResult("2", 2, error=RuntimeError("no")), 1_400).records
+    [done] = [r for r in records if isinstance(r, StepCompleted) and r.path == "1"]
+    [failed] = [r for r in records if isinstance(r, StepFailed) and r.path == "2"]
+    assert (done.at, done.attempt) == (1_200, 2)
+    assert (failed.at, failed.attempt) == (1_400, 2)
+    replayed, decision = WorkflowInstance.replay(define_workflow("attempts", body), "a-1", records, 2_000)
+    assert decision.records == () and replayed.outcome == instance.outcome

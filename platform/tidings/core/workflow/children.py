@@ -143,7 +143,7 @@ def start_step(self: WorkflowInstance, fiber: Fiber, request: ChildStartRequest)
             raise LimitError(f"the child's input is larger than {MAX_PAYLOAD_BYTES:,} bytes")
     except Exception as exc:  # noqa: BLE001 - a validator of the input type is user code
         error = StepError.of_exception(ErrorKind.NOT_RETRYABLE, exc, "the child cannot be started: ")
-        self._record(StepFailed(self._next_seq, path, error))
+        self._record(StepFailed(self._next_seq, path, error, at=self._now))
         return None, WorkflowStepFailed(error)
     request.text = text
     _children(self)[path] = _Child(definition.name, text, started.token)  # type: ignore[union-attr]
@@ -281,7 +281,7 @@ def _complete_start(self: WorkflowInstance, path: str, workflow: str) -> bool:
     if request.definition.name != workflow:
         return False
     handle = _handle(self, path, request)
-    self._record(StepCompleted(self._next_seq, path, _handle_json(handle)))
+    self._record(StepCompleted(self._next_seq, path, _handle_json(handle), at=self._now))
     self._resolve(pending, handle, None, stop_work=False)
     return True
 
@@ -311,14 +311,14 @@ def _consume(self: WorkflowInstance, pending: Pending, record: ChildOutcome) -> 
         except ValueError as exc:
             error = StepError.of_exception(ErrorKind.NOT_RETRYABLE, exc, f"the result of {what} cannot be read: ")
         else:
-            self._record(StepCompleted(self._next_seq, pending.path, record.result or "null", record.seq))
+            self._record(StepCompleted(self._next_seq, pending.path, record.result or "null", record.seq, at=self._now))
             return value, None
     elif record.outcome == "faulted":
         cause = record.error or StepError(None, "faulted")
         error = StepError(ErrorKind.CHILD_FAULTED, f"{what} faulted: {cause}", cause.type)
     else:
         error = StepError(ErrorKind.CANCELLED, f"{what} was cancelled")
-    self._record(StepFailed(self._next_seq, pending.path, error, record.seq))
+    self._record(StepFailed(self._next_seq, pending.path, error, record.seq, at=self._now))
     return None, WorkflowStepFailed(error)
 
 

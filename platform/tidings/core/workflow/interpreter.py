@@ -313,7 +313,7 @@ class WorkflowInstance:
         elif kind is TimerFired:
             pending = self._pending.get(message.path)  # type: ignore[union-attr]
             if pending is not None and pending.due is not None:
-                self._record(StepCompleted(self._next_seq, pending.path, "null"))
+                self._record(StepCompleted(self._next_seq, pending.path, "null", at=self._now))
                 self._resolve(pending, None, None, stop_work=False)
         else:
             handler = MESSAGE_HANDLERS.get(kind)
@@ -374,7 +374,7 @@ class WorkflowInstance:
             except ValueError as exc:
                 self._fail(pending, StepError.of_exception(ErrorKind.NOT_RETRYABLE, exc, "the result cannot be stored: "))
                 return
-            self._record(StepCompleted(self._next_seq, pending.path, text))
+            self._record(StepCompleted(self._next_seq, pending.path, text, at=self._now, attempt=message.attempt))
             self._resolve(pending, value, None, stop_work=False)
             return
         decision = request.policy.after_failure(
@@ -539,7 +539,7 @@ class WorkflowInstance:
             return
         if group.is_race:
             winner = str(fiber.branch)
-            stored = self._record(StepCompleted(self._next_seq, group.path, winner))
+            stored = self._record(StepCompleted(self._next_seq, group.path, winner, at=self._now))
             if stored.result != winner:  # type: ignore[union-attr]
                 raise JournalMismatch(f"race {group.path} was won by branch {stored.result} and now by {winner}")  # type: ignore[union-attr]
             self._close_group(group)
@@ -597,7 +597,8 @@ class WorkflowInstance:
             self._effects.append(CancelTimer(pending.path))
 
     def _fail(self, pending: Pending, error: StepError, *, stop_work: bool = True) -> None:
-        self._record(StepFailed(self._next_seq, pending.path, error))
+        attempt = pending.attempt if pending.kind == StepKind.ACTIVITY and pending.attempt else None
+        self._record(StepFailed(self._next_seq, pending.path, error, at=self._now, attempt=attempt))
         self._resolve(pending, None, WorkflowStepFailed(error), stop_work=stop_work)
 
     def _wait(self, fiber: Fiber, pending: Pending) -> Any:
@@ -643,9 +644,9 @@ class WorkflowInstance:
             value = self.definition.codec.decode(signal.payload, declared)
         except ValueError as exc:
             error = StepError(ErrorKind.BAD_PAYLOAD, f"signal {signal.name!r} #{signal.seq} cannot be read: {exc}")
-            self._record(StepFailed(self._next_seq, pending.path, error, signal.seq))
+            self._record(StepFailed(self._next_seq, pending.path, error, signal.seq, at=self._now))
             return None, WorkflowStepFailed(error)
-        self._record(StepCompleted(self._next_seq, pending.path, signal.payload, signal.seq))
+        self._record(StepCompleted(self._next_seq, pending.path, signal.payload, signal.seq, at=self._now))
         return value, None
 
     # ------------------------------------------------------------------------- endings

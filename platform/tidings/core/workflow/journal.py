@@ -79,22 +79,35 @@ class StepStarted:
 
 @dataclass(frozen=True, slots=True)
 class StepCompleted:
-    """Step ``path`` gave ``result`` (JSON text). ``signal`` is the seq of the signal a wait consumed."""
+    """Step ``path`` gave ``result`` (JSON text). ``signal`` is the seq of the signal a wait consumed.
+
+    ``at`` (ms): when it completed; ``attempt``: an activity's attempt that gave the result
+    (both since ``workflowjournal.v4``; None in older records and, for ``attempt``, for
+    every other step). Stored for people (``tidings journal``, the console); replay reads
+    neither.
+    """
 
     seq: int
     path: str
     result: str
     signal: int | None = None
+    at: int | None = None
+    attempt: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class StepFailed:
-    """Step ``path`` failed with ``error``. ``signal`` is the seq of a consumed unreadable signal."""
+    """Step ``path`` failed with ``error``. ``signal`` is the seq of a consumed unreadable signal.
+
+    ``at`` and ``attempt`` as for ``StepCompleted`` (``attempt``: the activity's last attempt).
+    """
 
     seq: int
     path: str
     error: StepError
     signal: int | None = None
+    at: int | None = None
+    attempt: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

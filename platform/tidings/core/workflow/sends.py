@@ -207,7 +207,7 @@ def send_step(self: WorkflowInstance, fiber: Fiber, request: SendRequest[Any]) -
         # The aggregate would refuse such a command id without a reply; say why at once.
         error = StepError(ErrorKind.NOT_RETRYABLE, f"the command id {key[:80]!r}... is longer than "
                           f"{MAX_ID_BYTES} bytes: use a shorter instance id", "LimitError")
-        self._record(StepFailed(self._next_seq, path, error))
+        self._record(StepFailed(self._next_seq, path, error, at=self._now))
         return None, WorkflowStepFailed(error)
     return self._wait(fiber, Pending(path, StepKind.SEND, fiber, request, started.at, None))  # type: ignore[union-attr]
 
@@ -337,7 +337,7 @@ def _complete(self: WorkflowInstance, pending: Pending, event: SentEvent) -> Non
     except ValueError as exc:
         self._fail(pending, StepError.of_exception(ErrorKind.NOT_RETRYABLE, exc, "the event cannot be stored: "))
         return
-    self._record(StepCompleted(self._next_seq, pending.path, text))
+    self._record(StepCompleted(self._next_seq, pending.path, text, at=self._now))
     self._resolve(pending, value, None, stop_work=True)
 
 

@@ -90,7 +90,7 @@ def _inline(self: WorkflowInstance, fiber: Fiber, kind: str, produce: Callable[[
     replay = self._replay
     # While replaying, the stored value wins: draw no entropy for a value that is dropped.
     value = "" if replay is not None and replay.peek() is not None else produce()
-    completed = self._record(StepCompleted(self._next_seq, path, value))
+    completed = self._record(StepCompleted(self._next_seq, path, value, at=self._now))
     assert isinstance(completed, StepCompleted)
     return completed.result
 
