@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -138,7 +139,7 @@ def test_tidings_journal_prints_one_json_line_per_record_that_reads_back(
         return subprocess.run([sys.executable, "-m", "tidings.cli.main", "journal", *args],
                               capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
 
-    done = tidings("tests.integration.workflow_apps:app", "enrich", "order-17")
+    done = tidings("tests.integration.workflow_apps:app", "enrich", "order-17", "--json")
 
     assert done.returncode == 0, done.stderr
     lines = [json.loads(line) for line in done.stdout.splitlines()]
@@ -146,7 +147,21 @@ def test_tidings_journal_prints_one_json_line_per_record_that_reads_back(
     assert lines == [record_to_json(record) for record in journal] and len(lines) >= 5
     assert [record_from_json(line) for line in lines] == journal
 
-    never = tidings("tests.integration.workflow_apps:app", "enrich", "order-18")
+    never = tidings("tests.integration.workflow_apps:app", "enrich", "order-18", "--json")
     assert (never.returncode, never.stdout) == (0, "")
+    never = tidings("tests.integration.workflow_apps:app", "enrich", "order-18")
+    assert (never.returncode, never.stdout) == (0, "enrich order-18: never started\n")
+
+    # For people: a line that says how it stands, then a line per record, times in UTC.
+    person = tidings("tests.integration.workflow_apps:app", "enrich", "order-17")
+    assert person.returncode == 0, person.stderr
+    head, *rows = person.stdout.splitlines()
+    assert head.startswith("enrich order-17: finished after ") and head.endswith(f", {len(journal)} records")
+    assert len(rows) == len(journal)
+    assert rows[0].endswith(f"#{1:<{len(str(len(journal)))}}  started with {journal[0].input}")
+    assert datetime.strptime(rows[0][:24], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC) == datetime.fromtimestamp(
+        journal[0].at / 1000, UTC)
+    assert any(" done: " in row and "(took " in row and "attempt 1)" in row for row in rows)
+    assert "ended finished: " in rows[-1]
     unknown = tidings("tests.integration.workflow_apps:app", "nope", "order-17")
     assert unknown.returncode != 0 and "no workflow 'nope'" in unknown.stderr

@@ -155,7 +155,7 @@ def test_the_readme_round_trip_on_the_command_line(shop_worker: WorkerProcess, k
     assert at.tzinfo is not None and abs(datetime.now(UTC) - at) < timedelta(minutes=1)
     code, printed = tidings("outcomes", shop_app, "enrich")
     assert code == 0 and {"instance_id": order, **result} in printed
-    code, journal = tidings("journal", shop_app, "enrich", order)
+    code, journal = tidings("journal", shop_app, "enrich", order, "--json")
     assert (code, journal[0]["type"], journal[0]["input"], journal[-1]["type"]) == (0, "started", '"ABC"', "ended")
     assert json.loads(journal[-1]["result"])["points"] == 30
 

@@ -13,25 +13,34 @@ from typing import Any, Final
 
 from ..core.workflow.journal import record_to_json
 from ..shell.kinds.workflow.journal import read_journal
+from .journal_text import journal_lines, summary
 from .kafka import connection
 from .start import add_workflow_parser, workflow_handle
 
 _DESCRIPTION = """\
-Print the journal of the instance ID, oldest record first, one JSON line each:
+Print the journal of the instance ID, oldest record first: a line that says how it stands,
+then one line per record with its time (ISO-8601 UTC), its seq and what happened, each
+step's end with how long the step took and which attempt of an activity ended it:
 
-  {"type": "started", "seq": 1, "input": "\\"ABC\\"", "at": 1767225600000}
-  {"type": "step_started", "seq": 2, "path": "1", "kind": "activity", "name": "score", ...}
-  {"type": "step_completed", "seq": 3, "path": "1", "result": "30", "signal": null}
+  enrich order-17: finished after 3.005 s, 8 records
+  2026-11-30T00:13:50.352Z  #1  started with "ABC"
+  2026-11-30T00:13:50.352Z  #2  step 1 activity score
+  2026-11-30T00:13:50.357Z  #3  step 1 done: 30  (took 5 ms, attempt 1)
   ...
-  {"type": "ended", "seq": 8, "outcome": "finished", "at": 1767225605000, "result": "{...}", "error": null}
+  2026-11-30T00:13:53.357Z  #8  ended finished: {"points":30,...}  (after 3.005 s)
 
-User values (input, results, signal payloads) are the JSON text the worker stored. The
-tokens a parent and its child use to tell the child's reports from forged ones (token,
-parent_token) print as "hidden": whoever holds one could end that parent's step. It reads
-the journal topic as it is now and prints nothing when the instance was never started, for
-example:
+Stored values are the JSON the worker stored, inline; past 200 characters they are
+shortened unless --full. --json prints one JSON line per record instead, in the journal's
+own form (record_to_json), which record_from_json reads back for a golden replay test:
 
-  tidings journal examples.shop.app:app enrich order-17 | jq -c 'select(.type == "step_started")'
+  {"type": "started", "seq": 1, "input": "\\"ABC\\"", "at": 1767225600000, ...}
+
+The tokens a parent and its child use to tell the child's reports from forged ones (token,
+parent_token) are never shown: --json prints them as "hidden", since whoever holds one
+could end that parent's step. It reads the journal topic as it is now; an instance never
+started prints "never started" (--json: nothing). For example:
+
+  tidings journal examples.shop.app:app enrich order-17 --json | jq -c 'select(.type == "step_started")'
 
 Exit status: 0 read (even if empty); 1 the topic is missing or Kafka did not answer.
 """
@@ -43,6 +52,9 @@ def register(subparsers: Any) -> None:
         subparsers, "journal", "print a workflow instance's journal as JSON lines", _DESCRIPTION
     )
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for Kafka (default 30)")
+    parser.add_argument("--json", action="store_true",
+                        help="one JSON line per record (the journal's own form) instead of lines for people")
+    parser.add_argument("--full", action="store_true", help="print long stored values whole, not shortened")
     parser.set_defaults(run=run)
 
 
@@ -52,8 +64,13 @@ def run(args: argparse.Namespace) -> int:
         connection(args, handle.context), handle.topics.journal, handle.context.partitions, args.instance_id,
         timeout=args.timeout,
     )
-    for record in records:
-        print(json.dumps(shown(record_to_json(record))), flush=True)
+    if args.json:
+        for record in records:
+            print(json.dumps(shown(record_to_json(record))), flush=True)
+        return 0
+    print(summary(args.workflow, args.instance_id, records))
+    for line in journal_lines(records, full=args.full):
+        print(line)
     return 0
 
 

@@ -1,0 +1,161 @@
+"""A workflow journal as a person reads it: one line per record, times in ISO-8601 UTC.
+
+``tidings journal`` prints this unless ``--json`` asks for the journal's own JSON form.
+Each line is the record's time (blank for a record stored without one: a step's end
+before ``workflowjournal.v4``), its seq and what happened; a step's end also says how long
+the step took (from its ``StepStarted``) and, for an activity, which attempt ended it.
+Stored values (input, results, payloads) are printed inline as the JSON they are,
+shortened past ``MAX_SHOWN`` characters unless ``full``. Tokens are never printed.
+
+Pure: records in, lines out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Final
+
+from ..core.workflow.child_records import ChildOutcome
+from ..core.workflow.failures import StepError
+from ..core.workflow.journal import (
+    CancelRequested,
+    Ended,
+    JournalRecord,
+    SignalReceived,
+    Started,
+    StepCompleted,
+    StepFailed,
+    StepStarted,
+    VersionMarker,
+)
+
+MAX_SHOWN: Final = 200  # characters of one stored value
+_NO_TIME: Final = " " * len("2026-01-01T00:00:00.000Z")
+
+
+def instant(ms: int | None) -> str:
+    """``ms`` since the epoch as ``2026-11-30T00:13:50.352Z``; blank when unknown."""
+    if ms is None:
+        return _NO_TIME
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def duration(ms: int) -> str:
+    """``ms`` as ``850 ms``, ``3.005 s``, ``4 min 12 s`` or ``2 h 5 min``."""
+    if ms < 1000:
+        return f"{ms} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.3f} s"
+    if ms < 3_600_000:
+        return f"{ms // 60_000} min {ms % 60_000 // 1000} s"
+    return f"{ms // 3_600_000} h {ms % 3_600_000 // 60_000} min"
+
+
+def value(text: str | None, *, full: bool = False) -> str:
+    """A stored JSON value inline, shortened past ``MAX_SHOWN`` characters unless ``full``."""
+    if text is None:
+        return "null"
+    flat = " ".join(text.split()) if "\n" in text else text
+    if full or len(flat) <= MAX_SHOWN:
+        return flat
+    return f"{flat[:MAX_SHOWN]}… (+{len(flat) - MAX_SHOWN:,} characters; --full shows all)"
+
+
+def _error(error: StepError | None) -> str:
+    if error is None:
+        return "no error stored"
+    kind = error.kind.value if error.kind is not None else "error"
+    return f"{kind}: {value(error.message)}"
+
+
+def _took(started: StepStarted | None, end_at: int | None, attempt: int | None) -> str:
+    parts = []
+    if started is not None and end_at is not None:
+        parts.append(f"took {duration(max(end_at - started.at, 0))}")
+    if attempt is not None:
+        parts.append(f"attempt {attempt}")
+    return f"  ({', '.join(parts)})" if parts else ""
+
+
+def _step(started: StepStarted) -> str:
+    what = f"step {started.path} {started.kind}"
+    if started.name:
+        what += f" {started.name}"
+    if started.due is not None:
+        what += f", due {instant(started.due)}"
+    return what
+
+
+def _what(record: JournalRecord, steps: dict[str, StepStarted], first: Started | None, full: bool) -> tuple[int | None, str]:
+    """The record's time and its description."""
+    if isinstance(record, Started):
+        text = f"started with {value(record.input, full=full)}"
+        if record.parent_workflow:
+            text += f"  (child of {record.parent_workflow} {record.parent_id}, step {record.parent_path})"
+        return record.at, text
+    if isinstance(record, StepStarted):
+        return record.at, _step(record)
+    if isinstance(record, StepCompleted):
+        started = steps.get(record.path)
+        consumed = f" (signal #{record.signal})" if record.signal is not None else ""
+        return record.at, (f"step {record.path} done{consumed}: {value(record.result, full=full)}"
+                           + _took(started, record.at, record.attempt))
+    if isinstance(record, StepFailed):
+        started = steps.get(record.path)
+        return record.at, (f"step {record.path} failed, {_error(record.error)}"
+                           + _took(started, record.at, record.attempt))
+    if isinstance(record, SignalReceived):
+        named = f" (id {record.signal_id})" if record.signal_id is not None else ""
+        return record.at, f"signal {record.name}{named}: {value(record.payload, full=full)}"
+    if isinstance(record, VersionMarker):
+        return None, f"version {record.change_id} = {record.version} (at step {record.position})"
+    if isinstance(record, CancelRequested):
+        return record.at, "cancel requested"
+    if isinstance(record, ChildOutcome):
+        told = value(record.result, full=full) if record.outcome == "finished" else _error(record.error)
+        told = "" if record.outcome == "cancelled" else f": {told}"
+        return record.at, f"child of step {record.path} ({record.name}) {record.outcome}{told}"
+    if isinstance(record, Ended):
+        if record.outcome == "finished":
+            told = f": {value(record.result, full=full)}"
+        elif record.outcome == "faulted":
+            told = f", {_error(record.error)}"
+        else:
+            told = ""
+        after = f"  (after {duration(max(record.at - first.at, 0))})" if first is not None else ""
+        return record.at, f"ended {record.outcome}{told}{after}"
+    return None, type(record).__name__
+
+
+def journal_lines(records: Sequence[JournalRecord], *, full: bool = False) -> list[str]:
+    """The journal ``records`` (oldest first), one line each, as a person reads them."""
+    steps: dict[str, StepStarted] = {}
+    first = records[0] if records and isinstance(records[0], Started) else None
+    lines = []
+    width = len(str(records[-1].seq)) if records else 1
+    for record in records:
+        if isinstance(record, StepStarted):
+            steps[record.path] = record
+        at, text = _what(record, steps, first, full)
+        lines.append(f"{instant(at)}  #{record.seq:<{width}}  {text}")
+    return lines
+
+
+def summary(workflow: str, instance_id: str, records: Sequence[JournalRecord]) -> str:
+    """One line above the journal: the instance, how it stands, and since when."""
+    if not records:
+        return f"{workflow} {instance_id}: never started"
+    last = records[-1]
+    first = records[0]
+    if isinstance(last, Ended):
+        lasted = f" after {duration(max(last.at - first.at, 0))}" if isinstance(first, Started) else ""
+        return f"{workflow} {instance_id}: {last.outcome}{lasted}, {len(records)} records"
+    ended = {r.path for r in records if isinstance(r, (StepCompleted, StepFailed))}
+    waiting = [r for r in records if isinstance(r, StepStarted) and r.path not in ended]
+    if not waiting:
+        return f"{workflow} {instance_id}: running, {len(records)} records"
+    waits = ", ".join(f"step {r.path} {r.kind}{' ' + r.name if r.name else ''} since {instant(r.at)}"
+                      for r in waiting[:5])
+    more = f" and {len(waiting) - 5} more" if len(waiting) > 5 else ""
+    return f"{workflow} {instance_id}: running, waiting on {waits}{more}; {len(records)} records"
