@@ -614,7 +614,8 @@ class PartitionRange:
 
 
 def read_range(
-    consumer: Consumer, topic: str, partition: int, start: int, end: int, *, timeout: float
+    consumer: Consumer, topic: str, partition: int, start: int, end: int, *, timeout: float,
+    connection: KafkaConnection | None = None,
 ) -> Iterator[list[Incoming]]:
     """Yield the records of ``topic``/``partition`` from ``start`` up to (not including) ``end``, in chunks.
 
@@ -626,7 +627,7 @@ def read_range(
     if end <= start:
         return
     consumer.assign([TopicPartition(topic, partition, start)])
-    reading = PartitionRange(topic, partition, start, end)
+    reading = PartitionRange(topic, partition, start, end, connection)
     deadline = time.monotonic() + timeout
     while not reading.done:
         # consume() waits for the whole count or the timeout: keep each wait short.

@@ -83,7 +83,8 @@ def read_journal(
                 return None
             return entry.record
 
-        return first_per_seq(read_range(consumer, topic, partition, low, high, timeout=timeout), instance_id, decode)
+        return first_per_seq(read_range(consumer, topic, partition, low, high, timeout=timeout,
+                                         connection=connection), instance_id, decode)
     finally:
         consumer.close()
 
