@@ -291,10 +291,14 @@ class TopicCheck:
             if code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
                 return (f"{self._connection.principal} may not describe topic {topic[:120]!r} (it may not "
                         "exist either: Kafka does not tell); grant it WRITE and DESCRIBE on the topic"), False
-            if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError.TOPIC_EXCEPTION,
-                        KafkaError.INVALID_TOPIC_EXCEPTION):
+            if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError.TOPIC_EXCEPTION):
                 return f"no topic {topic[:120]!r} on {self._connection}", False
-            raise BrokerError(f"describing topic {topic[:120]!r} on {self._connection}: {exc}") from exc
+            error = exc.args[0] if exc.args else None
+            if not isinstance(error, KafkaError) or is_transient(error) or is_fatal(error):
+                # Kafka did not answer: the batch fails and is redone, as for any broker outage.
+                raise BrokerError(f"describing topic {topic[:120]!r} on {self._connection}: {exc}") from exc
+            # Any other answer is about this name (one record's), never a reason to stop.
+            return f"Kafka refused to describe topic {topic[:120]!r}: {error.str()}", False
         except (TimeoutError, ValueError) as exc:
             raise BrokerError(f"describing topic {topic[:120]!r} on {self._connection}: {exc!r}") from exc
         operations = described.authorized_operations
