@@ -10,7 +10,9 @@ at the end (never the shared plaintext broker). It yields the started ``LocalBro
   ``client2``; methods ``scram`` (SCRAM-SHA-512), ``scram-sha-256``, ``plain``, ``mtls``.
 - Nobody but ``admin`` may do anything until an ACL grants it (``StandardAuthorizer``,
   ``allow.everyone.if.no.acl.found=false``); the fixture grants nothing. ``grant_app``
-  grants a user everything on one app's resources, ``revoke`` takes it back.
+  applies an app's least-privilege ACLs for a worker user and client users, made by
+  ``tidings acls``'s generator (``runtime/acls.py``), and each client's replies topic;
+  ``revoke`` takes the ACLs back.
 
 ``delete_app_topics`` deletes an app's topics as the admin: the ``app_id`` fixture cleans
 up on the shared broker only.
@@ -18,20 +20,17 @@ up on the shared broker only.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pytest
-from confluent_kafka.admin import (
-    AclBinding,
-    AclBindingFilter,
-    AclOperation,
-    AclPermissionType,
-    ResourcePatternType,
-    ResourceType,
-)
+from confluent_kafka.admin import AclBindingFilter
 
+from tidings import App
 from tidings.broker import LocalBroker
+from tidings.cli.acls import app_topics
+from tidings.shell.runtime.acls import Binding, app_bindings, apply_bindings, client_replies_topic
 from tidings.shell.runtime.connection import KafkaConnection
+from tidings.shell.runtime.topics import apply_topics, spec_for
 
 
 @pytest.fixture(scope="session")
@@ -50,43 +49,32 @@ def admin_connection(broker: LocalBroker) -> KafkaConnection:
     return broker.client_settings("admin", "scram").connection()
 
 
-def app_bindings(app_id: str, user: str) -> list[AclBinding]:
-    """Everything on ``app_id``'s topics, groups and transactional ids, for ``User:user``.
-
-    Wide on purpose (the least-privilege set is ``tidings acls``'s to make): topics, groups
-    and transactional ids prefixed with the app's name, and the ``tidings-`` groups tidings'
-    own readers name (``tidings-client-<uuid>``, ...).
-    """
-    allow = AclPermissionType.ALLOW
-    patterns = [
-        (ResourceType.TOPIC, app_id),
-        (ResourceType.GROUP, app_id),
-        (ResourceType.GROUP, "tidings-"),
-        (ResourceType.TRANSACTIONAL_ID, app_id),
-    ]
-    return [
-        AclBinding(kind, name, ResourcePatternType.PREFIXED, f"User:{user}", "*",
-                   AclOperation.ALL, allow)
-        for kind, name in patterns
-    ]
+def app_acls(app: App, *, worker: str | None = None, clients: Sequence[str] = ()) -> list[Binding]:
+    """The least-privilege ACLs of ``app`` for ``User:worker`` and each ``User:client``:
+    ``tidings acls``'s own generator (``runtime/acls.py``), so a test runs with what an
+    operator would apply."""
+    return app_bindings(app.name, app_topics(app), worker=None if worker is None else f"User:{worker}",
+                        clients=[f"User:{client}" for client in clients])
 
 
-def grant_app(broker: LocalBroker, app_id: str, *users: str) -> None:
-    """Grant ``users`` everything on ``app_id``'s resources (``app_bindings``), as the admin."""
-    bindings = [binding for user in users for binding in app_bindings(app_id, user)]
-    admin = admin_connection(broker).admin()  # held: its futures fail once it is collected
-    for future in admin.create_acls(bindings).values():
-        future.result(timeout=30)
+def grant_app(broker: LocalBroker, app: App, *, worker: str | None = None, clients: Sequence[str] = ()) -> None:
+    """Apply ``app``'s generated ACLs (``app_acls``) and make each client's replies topic, as
+    ``tidings acls --apply`` does, as the admin."""
+    admin = admin_connection(broker)
+    replies = [spec_for("replies", client_replies_topic(app.name, f"User:{client}"), partitions=app.partitions)
+               for client in clients]
+    apply_topics(admin, app.replication().applied(replies), out=lambda line: None)
+    apply_bindings(admin, app_acls(app, worker=worker, clients=clients), out=lambda line: None)
 
 
-def revoke(broker: LocalBroker, app_id: str, *users: str) -> None:
-    """Delete what ``grant_app`` granted ``users`` on ``app_id``."""
+def revoke(broker: LocalBroker, app: App, *, worker: str | None = None, clients: Sequence[str] = ()) -> None:
+    """Delete what ``grant_app`` granted on ``app``."""
     filters = [
         AclBindingFilter(b.restype, b.name, b.resource_pattern_type, b.principal, b.host,
                          b.operation, b.permission_type)
-        for user in users for b in app_bindings(app_id, user)
+        for b in (binding.as_kafka() for binding in app_acls(app, worker=worker, clients=clients))
     ]
-    admin = admin_connection(broker).admin()
+    admin = admin_connection(broker).admin()  # held: its futures fail once it is collected
     for future in admin.delete_acls(filters).values():
         future.result(timeout=30)
 

@@ -22,7 +22,8 @@ The tree::
     │   ├── HandlerFailed                   decide, fold or a projection handler raised on it
     │   ├── KeyOfFailed                     an orchestration's key_of raised or gave no key
     │   ├── OrchestrationFailed             an orchestration raised on the event
-    │   └── CommandRefused                  internal: a record claims what only a worker may say
+    │   ├── CommandRefused                  internal: a record claims what only a worker may say
+    │   └── ReplyUndeliverable              internal: its reply_to is a topic the worker may not write
     ├── BrokerError                         a Kafka error, translated at the boundary
     │   ├── RecordRejected                  Kafka refused a record itself (topic, size)
     │   ├── KafkaUnreachable (also TimeoutError)  internal: no broker answered a probe in time
@@ -137,6 +138,12 @@ class RecordError(TidingsError):
 class CommandRefused(RecordError):
     """A record claims what only a worker may say (a fire ahead of the worker's clock, a
     start report with no start token of the run): refused, dead-lettered with the reason."""
+
+
+class ReplyUndeliverable(RecordError):
+    """A request's ``reply_to`` names a topic that does not exist or that the worker's
+    principal may not write: the request is refused, dead-lettered with the reason, and
+    nothing of it is done (a transaction with a refused write would abort as a whole)."""
 
 
 class DecodeError(RecordError):

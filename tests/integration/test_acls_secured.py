@@ -18,6 +18,7 @@ kcat's produce to an inbox as docs/kafka-clients.md shows it.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -31,10 +32,14 @@ from confluent_kafka import KafkaError
 from confluent_kafka.admin import NewTopic
 
 from tidings.broker import LocalBroker, Method
+from tidings.codec import avro
+from tidings.core.records import DeadLetter, EventEnvelope
+from tidings.shell.runtime.acls import Binding, apply_bindings
 from tidings.shell.runtime.connection import KafkaConnection
+from tidings.testing.topics import read_topic
 from tests.integration.kcat_apps import source_topic
 from tests.secured_broker import delete_app_topics
-from tests.workers import ROOT, Workers
+from tests.workers import AT_LEAST_ONCE, EXACTLY_ONCE, ROOT, Workers
 
 pytestmark = pytest.mark.integration
 
@@ -155,5 +160,127 @@ def test_the_generated_acls_refuse_forged_records_and_allow_every_client_operati
             assert message.error().code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
         finally:
             reader.close()
+    finally:
+        worker.kill_all()
+
+
+def _setup(secured: Any, app_id: str) -> None:
+    """The generated ACLs applied, the app's topics and the flow's source made, as the admin."""
+    ok(tidings(secured, app_id, "admin", "acls", APP_SPEC, "--worker", WORKER, "--client", CLIENT, "--apply"))
+    ok(tidings(secured, app_id, "admin", "topics", "apply", APP_SPEC))
+    admin = KafkaConnection.resolve(bootstrap=secured.bootstrap, config_file=secured.config("admin")).admin()
+    for future in admin.create_topics([NewTopic(source_topic(app_id), num_partitions=2)]).values():
+        future.result(30)
+
+
+def _json_record(connection: KafkaConnection, topic: str, key: str, body: dict[str, Any]) -> None:
+    """Produce one JSON record as a non-Python client would (docs/kafka-clients.md)."""
+    producer = connection.producer(**{"acks": "all", "partitioner": "murmur2_random"})
+    errors: list[KafkaError | None] = []
+    producer.produce(topic, key=key.encode(), value=json.dumps(body).encode(),
+                     headers=[("content-type", b"application/json")], on_delivery=lambda e, m: errors.append(e))
+    producer.flush(20)
+    assert errors == [None], errors
+
+
+@pytest.mark.parametrize("processing", [AT_LEAST_ONCE, EXACTLY_ONCE], ids=["alo", "eos"])
+def test_a_reply_to_the_worker_may_not_write_dead_letters_the_request_and_the_worker_serves_on(
+    secured: Any, app_id: str, tmp_path: Path, processing: str
+) -> None:
+    """Issue 18 item 3: a ``reply_to`` the worker may describe but not write, one it may not
+    describe and one nobody made: each request is dead-lettered with the reason and not done;
+    the next request on the same partition gets its reply; the worker never exits. Under
+    exactly-once a transaction with one such write fails as a whole (TopicCheck's docstring),
+    so the worker must refuse it before the transaction."""
+    _setup(secured, app_id)
+    admin = KafkaConnection.resolve(bootstrap=secured.bootstrap, config_file=secured.config("admin"))
+    # Outside the app's prefix: the worker's prefixed ACLs do not cover them.
+    readonly, hidden, missing = (f"ext-{app_id}.readonly", f"ext-{app_id}.hidden", f"ext-{app_id}.missing")
+    admin_client = admin.admin()  # held: its futures fail once it is collected
+    for future in admin_client.create_topics([NewTopic(readonly, 1), NewTopic(hidden, 1)]).values():
+        future.result(30)
+    apply_bindings(admin, [Binding(WORKER, "TOPIC", "LITERAL", readonly, "DESCRIBE")], out=lambda line: None)
+    worker = Workers(secured.bootstrap, app_id, tmp_path, app_spec=APP_SPEC, guarantee=processing,
+                     env={"TIDINGS_KAFKA_CONFIG": str(secured.config("worker"))})
+    process = worker.start()
+    client = KafkaConnection.resolve(bootstrap=secured.bootstrap, config_file=secured.config("client"))
+    try:
+        ok(tidings(secured, app_id, "client", "send", APP_SPEC, "tally", "t-1", "Add", '{"amount": 1}'))
+        bad = {readonly: "but not write it", hidden: "may not describe", missing: "may not describe"}
+        for n, reply_to in enumerate(bad):
+            _json_record(client, f"{app_id}.aggregate.tally.commands", "t-1", {
+                "command_id": f"bad-{n}", "aggregate_id": "t-1", "type": "Add", "payload": {"amount": 100},
+                "reply_to": reply_to})
+            _json_record(client, f"{app_id}.workflow.greet.inbox", "g-1", {
+                "kind": "start", "instance_id": "g-1", "payload": "eve", "request_id": f"bad-start-{n}",
+                "reply_to": reply_to})
+        # Served in order after them: the reply comes on the client's own replies topic.
+        ok(tidings(secured, app_id, "client", "send", APP_SPEC, "tally", "t-1", "Add", '{"amount": 2}'))
+        ok(tidings(secured, app_id, "client", "start", APP_SPEC, "greet", "g-1", '"ada"'))
+        ok(tidings(secured, app_id, "client", "signal", APP_SPEC, "greet", "g-1", "approve", "true"))
+        assert "hello ada" in ok(tidings(secured, app_id, "client", "result", APP_SPEC, "greet", "g-1"))
+        assert process.running, worker.log_tail()
+
+        letters = [avro.decode_as(r.value, DeadLetter) for r in read_topic(admin, f"{app_id}.deadletter")]
+        by_topic: dict[str, list[str]] = {}
+        for letter in letters:
+            assert letter.error_type == "ReplyUndeliverable", letter
+            by_topic.setdefault(letter.source_topic, []).append(letter.reason)
+        print(f"\n{processing}: {len(letters)} dead letters, e.g. {letters[0].reason}")
+        for topic in (f"{app_id}.aggregate.tally.commands", f"{app_id}.workflow.greet.inbox"):
+            reasons = by_topic.get(topic, [])
+            assert len(reasons) == len(bad), (topic, reasons)
+            for reply_to, says in bad.items():
+                assert any(reply_to in reason and says in reason for reason in reasons), (reply_to, reasons)
+        # Not done: the tally holds 1 + 2, none of the refused 100s.
+        events = read_topic(admin, f"{app_id}.aggregate.tally.events")
+        assert sorted(json.loads(avro.decode_as(r.value, EventEnvelope).payload)["amount"] for r in events) == [1, 2]
+        assert read_topic(admin, readonly) == [] and read_topic(admin, hidden) == []
+        log = process.log_path.read_text(errors="replace")
+        assert "Fenced" not in log and "Traceback" not in log, worker.log_tail()
+    finally:
+        worker.kill_all()
+        for future in admin_client.delete_topics([readonly, hidden], operation_timeout=30).values():
+            future.result(30)
+
+
+def test_the_worker_principal_with_the_generated_acls_recovers_and_runs_the_operator_clis(
+    secured: Any, app_id: str, tmp_path: Path
+) -> None:
+    """The worker's assign-only readers (catch-up, replies, sends) and the operator CLIs
+    docs/acls.md promises the worker principal (``tidings journal``, ``tidings deadletters``)
+    read with group ids under ``{app}.``: a group outside it is refused (GROUP_AUTHORIZATION_FAILED
+    among the records read), so with only the generated ACLs each of these would fail."""
+    _setup(secured, app_id)
+    worker = Workers(secured.bootstrap, app_id, tmp_path, app_spec=APP_SPEC,
+                     env={"TIDINGS_KAFKA_CONFIG": str(secured.config("worker"))})
+    first = worker.start("w1")
+    try:
+        ok(tidings(secured, app_id, "client", "send", APP_SPEC, "tally", "t-1", "Add", '{"amount": 3}'))
+        ok(tidings(secured, app_id, "client", "start", APP_SPEC, "greet", "g-1", '"ada"'))
+        # A hostile record, so the dead-letter topic has something to show.
+        _json_record(KafkaConnection.resolve(bootstrap=secured.bootstrap, config_file=secured.config("client")),
+                     f"{app_id}.aggregate.tally.commands", "t-2", {"command_id": "x", "aggregate_id": "t-2",
+                                                                   "type": "Steal", "payload": {}})
+        first.stop()
+        # A new worker with an empty data dir catches every partition up from its journal.
+        second = worker.start("w2")
+        ok(tidings(secured, app_id, "client", "send", APP_SPEC, "tally", "t-1", "Add", '{"amount": 4}'))
+        ok(tidings(secured, app_id, "client", "signal", APP_SPEC, "greet", "g-1", "approve", "true"))
+        assert "hello ada" in ok(tidings(secured, app_id, "client", "result", APP_SPEC, "greet", "g-1"))
+        assert second.running, worker.log_tail()
+        assert "GROUP_AUTHORIZATION_FAILED" not in worker.log_tail(2000), worker.log_tail()
+
+        journal = ok(tidings(secured, app_id, "worker", "journal", APP_SPEC, "greet", "g-1"))
+        assert '"type": "started"' in journal and '"type": "ended"' in journal, journal
+        letters = ok(tidings(secured, app_id, "worker", "deadletters", APP_SPEC))
+        assert "Steal" in letters, letters
+        # A client may not read the journal: refused, and the message says why and what to do.
+        refused = tidings(secured, app_id, "client", "journal", APP_SPEC, "greet", "g-1")
+        assert refused.returncode != 0
+        message = refused.stdout + refused.stderr
+        print(f"\nthe client reading a journal: {message.strip().splitlines()[-1]}")
+        assert "User:client is not authorized" in message and "tidings acls" in message, message
+        assert "not there" not in message, message
     finally:
         worker.kill_all()

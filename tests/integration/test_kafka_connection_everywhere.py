@@ -190,11 +190,11 @@ def test_every_client_of_a_worker_a_client_and_the_cli_gets_the_properties_and_h
     for pid, names in sorted(sites.items()):
         print(f"  pid {pid}:", *sorted(names), sep="\n    ")
     assert len(sites) == 3  # the worker, the program using a Client, `tidings send`
-    publisher = ({"producer tidings.shell.runtime.transactions.TransactionalPublisher.__init__",
-                  # exactly once, a reply goes only to a topic that exists: it asks
-                  "consumer tidings.shell.runtime.kafka.TopicCheck.exists"}
+    publisher = ({"producer tidings.shell.runtime.transactions.TransactionalPublisher.__init__"}
                  if guarantee == EXACTLY_ONCE else {"producer tidings.shell.runtime.kafka.ConfluentPublisher.__init__"})
     assert sites[worker.pid] == publisher | {
+        # a reply goes only to a topic the worker may write: it asks
+        "admin tidings.shell.runtime.kafka.TopicCheck._describe",
         "admin tidings.shell.runtime.topics.apply_topics",
         "consumer tidings.shell.runtime.intake.Intake.start",
         "consumer tidings.shell.runtime.kafka.KafkaPartitionReader._client",

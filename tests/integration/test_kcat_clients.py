@@ -27,7 +27,8 @@ from tidings import App, Finished
 from tidings.codec import avro
 from tidings.core.partitioning import partition_for
 from tidings.core.records import DeadLetter
-from tidings.shell.runtime.topics import apply_topics, deadletter_topic
+from tidings.shell.runtime.acls import client_replies_topic
+from tidings.shell.runtime.topics import apply_topics, deadletter_topic, spec_for
 from tests.integration.kcat_apps import PARTITIONS, Greeting, build, sink_topic, source_topic
 from tests.workers import Workers
 from tests.kafka_clients import kafka
@@ -94,10 +95,18 @@ def kcat_app(kafka_bootstrap: str, app_id: str, monkeypatch: pytest.MonkeyPatch)
     for future in admin.create_topics([NewTopic(source_topic(app_id), PARTITIONS, 1)]).values():
         future.result(30)
     app = build(app_id)
-    apply_topics(kafka(kafka_bootstrap), app.topic_specs(), out=lambda line: None)
+    # kcat's own replies topic, as docs/kafka-clients.md asks for it (`tidings acls --client
+    # User:kcat --apply` makes it on a secured cluster).
+    own = spec_for("replies", kcat_replies(app_id), partitions=app.partitions)
+    apply_topics(kafka(kafka_bootstrap), [*app.topic_specs(), own], out=lambda line: None)
     yield app
     for handle in app.workflows:
         handle.close()
+
+
+def kcat_replies(app_id: str) -> str:
+    """The replies topic of a client named kcat: ``{app}.replies.kcat`` (docs/kafka-clients.md)."""
+    return client_replies_topic(app_id, "User:kcat")
 
 
 def kcat_workers(bootstrap: str, app_id: str, tmp_path: Path, json_outcomes: bool = False) -> Workers:
@@ -116,7 +125,7 @@ def worker(kafka_bootstrap: str, app_id: str, tmp_path: Path) -> Iterator[Worker
 def test_kcat_starts_signals_commands_and_reads_json_answers(
     kafka_bootstrap: str, app_id: str, kcat_app: App, worker: Workers
 ) -> None:
-    replies = f"{app_id}.replies"
+    replies = kcat_replies(app_id)
     inbox = f"{app_id}.workflow.greet.inbox"
     outcomes = f"{app_id}.workflow.greet.outcomes"
 
@@ -240,7 +249,7 @@ def test_kcat_garbage_on_an_inbox_is_dead_lettered_and_the_worker_goes_on(
     kafka_bootstrap: str, app_id: str, kcat_app: App, worker: Workers
 ) -> None:
     inbox = f"{app_id}.workflow.greet.inbox"
-    replies = f"{app_id}.replies"
+    replies = kcat_replies(app_id)
     kcat_produce(kafka_bootstrap, inbox, "bad-1", "this is not JSON")
     kcat_produce(kafka_bootstrap, inbox, "bad-2", json.dumps({"kind": "launch", "instance_id": "bad-2"}))
     kcat_produce(kafka_bootstrap, inbox, "bad-3", "\u00c3\u0001 no Avro either", json_header=False)

@@ -4,7 +4,7 @@ A wrong password, a certificate from another CA and plaintext on the SASL_SSL po
 refused, each with a reason that says so; the bank (tests/bank_workers.py: accounts and the
 transfer saga) runs end to end with a worker process and a ``Client``, once over SASL_SSL
 with SCRAM and once over mutual TLS, as the principals ``User:worker`` and ``User:client``
-(granted their app's resources by the admin; nothing else is allowed on this node); every
+(granted the least-privilege ACLs `tidings acls` makes; nothing else is allowed on this node); every
 transfer ends once, received or refunded, and the total is conserved. The aiokafka clients
 (the bench's) connect over each method too. No password is in any log or output.
 """
@@ -139,7 +139,9 @@ def test_the_bank_runs_end_to_end_as_worker_and_client_principals(
 ) -> None:
     worker_settings = secured_broker.client_settings("worker", method)  # type: ignore[arg-type]
     client_settings = secured_broker.client_settings("client", method)  # type: ignore[arg-type]
-    grant_app(secured_broker, app_id, "worker", "client")
+    # The least-privilege ACLs `tidings acls` makes: the client reads only its own replies.
+    grant_app(secured_broker, build(app_id), worker="worker", clients=["client"])
+    admin = admin_connection(secured_broker)
     began = time.monotonic()
     worker = WorkerProcess("tests.bank_workers:app", bootstrap=worker_settings.bootstrap,
                            data_dir=tmp_path / "w1", log_path=tmp_path / "w1.log",
@@ -149,9 +151,10 @@ def test_the_bank_runs_end_to_end_as_worker_and_client_principals(
         # The worker applies the app's topics itself, as User:worker (its ACLs allow Create).
         assert_eventually(lambda: _ready(worker), timeout=90, interval=0.2)
         confirmed, refunds = asyncio.run(_bank(client_settings, app_id))
-        _drain(client_settings.connection(), app_id, confirmed)
+        # Journals are the workers' (and an operator's) to read, not a client's.
+        _drain(admin, app_id, confirmed)
         events = [avro.decode_as(r.value or b"", EventEnvelope)
-                  for r in read_topic(client_settings.connection(), f"{app_id}.aggregate.account.events")]
+                  for r in read_topic(admin, f"{app_id}.aggregate.account.events")]
         print(f"\nthe bank over {method}: {len(confirmed)} transfers confirmed, {refunds} to accounts "
               f"that refund, {len(events)} events, {time.monotonic() - began:.1f} s")
         assert len(confirmed) >= CALLERS * TRANSFERS_PER_CALLER // 2
@@ -169,7 +172,7 @@ def test_the_bank_runs_end_to_end_as_worker_and_client_principals(
     finally:
         worker.stop()
         log = worker.log_path.read_text(errors="replace")
-        revoke(secured_broker, app_id, "worker", "client")
+        revoke(secured_broker, build(app_id), worker="worker", clients=["client"])
         delete_app_topics(secured_broker, app_id)
     # The worker said who it is, and nobody's password.
     assert "sasl.username=worker" in log or "ssl.certificate.location" in log, log[-3000:]
@@ -187,7 +190,7 @@ def _ready(worker: WorkerProcess) -> bool:
 async def _bank(settings: ClientSettings, app_id: str) -> tuple[dict[str, tuple[str, str, Decimal]], int]:
     """Open the accounts, then transfer concurrently: confirmed transfers, and how many went
     to an account that refunds them."""
-    client = Client(settings.connection(), app=build(app_id))
+    client = Client(settings.connection(), app=build(app_id), name="client")  # its own replies topic
     confirmed: dict[str, tuple[str, str, Decimal]] = {}
     refunding = 0
     try:

@@ -25,6 +25,7 @@ from ..codec import avro
 from ..core.records import DeadLetter
 from ..shell.runtime.admin import KafkaAdmin
 from ..shell.client.follower import TopicFollower
+from ..shell.runtime.groups import DEFAULT_PREFIX
 from ..shell.runtime.connection import KafkaConnection
 from ..shell.runtime.io import Incoming
 from ..shell.runtime.topics import deadletter_topic
@@ -97,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
         interruptible()
     try:
         asyncio.run(
-            print_dead_letters(kafka, topic, follow=args.follow, limit=args.limit, since_ms=args.since, out=_print)
+            print_dead_letters(kafka, topic, follow=args.follow, limit=args.limit, since_ms=args.since, out=_print,
+                               group_prefix=f"{app.name}.")
         )
     except KeyboardInterrupt:
         # Ctrl-C is how --follow is meant to end: not a failure, and no traceback.
@@ -121,6 +123,7 @@ async def print_dead_letters(
     limit: int | None = None,
     since_ms: int | None = None,
     out: Callable[[str], None],
+    group_prefix: str = DEFAULT_PREFIX,
 ) -> int:
     """Hand one JSON line per record of ``topic`` to ``out``; return how many.
 
@@ -131,11 +134,13 @@ async def print_dead_letters(
         limit: Stop after this many lines.
         since_ms: Skip letters written before this time (ms since the epoch).
         out: Takes each line.
+        group_prefix: The prefix of the reader's group id (never joined, nothing committed):
+            the app's ``{app}.``, which its workers' ACLs cover (``groups.py``).
 
     Raises:
         BrokerError: The topic does not exist, or reading it failed.
     """
-    follower = TopicFollower(connection, topic, follow=follow)
+    follower = TopicFollower(connection, topic, follow=follow, group_prefix=group_prefix)
     printed = 0
     try:
         await follower.start()

@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     handle = workflow_handle(args)
     records = read_journal(
         connection(args, handle.context), handle.topics.journal, handle.context.partitions, args.instance_id,
-        timeout=args.timeout,
+        timeout=args.timeout, group_prefix=f"{handle.context.name}.",
     )
     if args.json:
         for record in records:

@@ -24,7 +24,7 @@ from ...errors import BrokerError
 from ..runtime.connection import KafkaConnection
 from ..runtime.groups import DEFAULT_PREFIX, reader_group
 from ..runtime.io import Incoming
-from ..runtime.kafka import incoming, is_transient, topic_partitions, watermarks
+from ..runtime.kafka import incoming, is_transient, not_authorized, topic_partitions, watermarks
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ class TopicFollower:
         """Assign every partition from its beginning; return the non-empty ones' end offsets."""
         ends: dict[int, int] = {}
         assigned: list[TopicPartition] = []
-        for partition in topic_partitions(consumer, self.topic):
+        for partition in topic_partitions(consumer, self.topic, connection=self.connection):
             low, high = watermarks(consumer, self.topic, partition, START_TIMEOUT)
             if high > low:
                 ends[partition] = high
@@ -182,7 +182,8 @@ class TopicFollower:
             if is_transient(error):  # a broker restarting, a leader moving
                 log.warning("reading %s: %s (retrying)", self.topic, error)
                 return None
-            raise BrokerError(f"reading {self.topic}/{message.partition()}: {error}")
+            refused = not_authorized(error, self.connection, f"to read {self.topic}/{message.partition()}")
+            raise refused or BrokerError(f"reading {self.topic}/{message.partition()}: {error}")
         record = incoming(message)
         if not self.follow:
             end = remaining.get(record.partition)

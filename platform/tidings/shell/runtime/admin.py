@@ -23,6 +23,7 @@ from confluent_kafka.admin import OffsetSpec
 
 from ...errors import BrokerError
 from .connection import KafkaConnection
+from .kafka import not_authorized
 
 T = TypeVar("T")
 
@@ -85,6 +86,7 @@ class KafkaAdmin:
 
     def __init__(self, connection: KafkaConnection, *, timeout: float = 15.0) -> None:
         self.bootstrap = connection.bootstrap
+        self._connection = connection  # names its principal when Kafka refuses it
         self.timeout = timeout
         # log_level 0: librdkafka would print every failed connection attempt to stderr.
         # A metadata request for a missing topic would create it on a broker that allows
@@ -144,6 +146,10 @@ class KafkaAdmin:
         except KafkaException as exc:
             raise self._error(f"reading the metadata of {topic}", exc.args[0] if exc.args else exc) from exc
         described = metadata.topics.get(topic)
+        if described is not None and described.error is not None:
+            refused = not_authorized(described.error, self._connection, f"to describe topic {topic}")
+            if refused is not None:
+                raise refused
         if described is None or described.error is not None:
             reason = described.error if described is not None else "no metadata"
             raise BrokerError(
@@ -221,6 +227,10 @@ class KafkaAdmin:
                 f"{what}: the group has active members ({error}); stop its workers first, "
                 "then run this again"
             )
+        refused = not_authorized(error, self._connection, what.replace("reading", "to read", 1)
+                                 .replace("moving", "to move", 1))
+        if refused is not None:
+            return refused
         if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._NOENT):
             return BrokerError(f"{what}: {error}; run `tidings topics apply MODULE:APP` if a topic is missing")
         return BrokerError(f"{what}: {error}")

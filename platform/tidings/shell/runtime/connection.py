@@ -338,6 +338,23 @@ class KafkaConnection:
             shown[oauth.PROVIDER_PROPERTY] = self.token_hook.name  # a function's name, never a token
         return {key: REDACTED if is_secret(key) else value for key, value in shown.items()}
 
+    @property
+    def principal(self) -> str:
+        """Who the brokers see, as far as the properties tell, for an authorization error.
+
+        ``User:NAME`` for a SASL PLAIN/SCRAM login (the brokers' default principal); else a
+        description (a certificate's or a token's principal depends on the brokers'
+        mapping rules, which a client cannot know).
+        """
+        username = self.properties.get("sasl.username")
+        if username:
+            return f"User:{username}"
+        if self.properties.get("sasl.mechanism") == "OAUTHBEARER":
+            return "the OAUTHBEARER token's principal"
+        if self.properties.get("ssl.certificate.location") or self.properties.get("ssl.keystore.location"):
+            return "the client certificate's principal"
+        return "this connection's principal"
+
     def __str__(self) -> str:
         """The bootstrap servers only, for one-line errors."""
         return self.bootstrap

@@ -26,8 +26,10 @@ from pathlib import Path
 from typing import Protocol
 
 from ...core.limits import check_reply_to
+from ...errors import ReplyUndeliverable
 from .connection import KafkaConnection
 from .deadletters import DEAD_LETTER_VALUE_BYTES, dead_letter
+from .groups import DEFAULT_PREFIX
 from .io import Incoming, Outgoing, PartitionReader, Publisher
 from .kafka import KafkaPartitionReader, TopicCheck
 from .metrics import Metrics
@@ -155,6 +157,8 @@ class Runtime:
             committed transaction (``TransactionalPublisher.committed``); None otherwise.
         progress: Told of every chunk a partition reader reads (a catch-up is progress for
             the worker's liveness detector, ``liveness.py``); None when nobody listens.
+        group_prefix: The prefix of the group ids of the worker's assign-only readers
+            (``groups.reader_group``): ``{app}.``, which the worker's ACLs cover.
     """
 
     connection: KafkaConnection
@@ -168,6 +172,7 @@ class Runtime:
     exactly_once: bool = False
     committed: Callable[[], Awaitable[None]] | None = None
     progress: Callable[[], None] | None = None
+    group_prefix: str = DEFAULT_PREFIX
     clock: Callable[[], float] = time.time
     metrics: Metrics = field(default_factory=Metrics)
     kind: str = ""
@@ -189,7 +194,7 @@ class Runtime:
 
     def reader(self) -> PartitionReader:
         """Return a new partition reader, closed when the worker stops."""
-        reader = KafkaPartitionReader(self.connection, on_read=self.progress)
+        reader = KafkaPartitionReader(self.connection, on_read=self.progress, group_prefix=self.group_prefix)
         self._closers.append(reader.close)
         return reader
 
@@ -214,16 +219,20 @@ class Runtime:
         Raises:
             LimitError: ``reply_to`` is not a legal topic name, or names one of the app's
                 own topics (a reply written into a journal would corrupt it).
+            ReplyUndeliverable: The topic does not exist, or the worker's principal may
+                not write it. The request is dead-lettered with the reason, never done:
+                in a transaction Kafka refuses the whole transaction for one such write
+                (and its abort failed fatally, measured: ``TopicCheck``), and redone it
+                would fail the same way each time; at least once the reply would be lost
+                after librdkafka's ~30 s wait for the topic. Asked once per topic a minute.
+            BrokerError: Kafka did not answer (the batch fails and is redone).
         """
         if not reply_to:
             return None
         topic = check_reply_to(reply_to, self.own_topics)
-        if self.exactly_once and not self._reply_topics().exists(topic):
-            # In a transaction a record Kafka refuses aborts every record with it, and the
-            # batch would fail the same way each time it is redone: a reply to a topic
-            # nobody made is dropped here instead, as Kafka's refusal drops it otherwise.
-            log.warning("dropping a reply to %r: no such topic", topic[:120])
-            return None
+        refusal = self._reply_topics().refusal(topic)
+        if refusal is not None:
+            raise ReplyUndeliverable(f"its reply_to cannot be written: {refusal}")
         return topic
 
     def _reply_topics(self) -> TopicCheck:

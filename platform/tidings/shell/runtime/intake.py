@@ -39,7 +39,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from .connection import KafkaConnection
-from .kafka import fatal_error, incoming, is_fatal
+from .kafka import fatal_error, incoming, is_fatal, not_authorized
 from .liveness import Liveness, read_statistics
 from .pipeline import BATCH_SIZE, Feed, Offsets, Start, stop_worker
 
@@ -284,8 +284,10 @@ class Intake:
             # fetches and commits nothing more. Exit 70; the restarted worker rejoins.
             raise fatal_error(error, "consuming the inputs")
         # A subscribed topic not there yet (another app's events topic) and transient
-        # broker errors: librdkafka retries on its own.
-        log.warning("consumer: %s", error.str())
+        # broker errors: librdkafka retries on its own; so it does after a refusal, which
+        # lasts until the ACLs are applied: say so.
+        refused = not_authorized(error, self._connection, "to consume the inputs")
+        log.warning("consumer: %s", refused if refused is not None else error.str())
 
     def _commit(self, consumer: Consumer, *, last: bool) -> None:
         with self._lock:

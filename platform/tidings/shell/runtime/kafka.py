@@ -9,15 +9,16 @@ import asyncio
 import logging
 import threading
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from functools import partial
 from typing import Any, Final, cast
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicCollection, TopicPartition
+from confluent_kafka.admin import AclOperation
 
 from ...errors import BrokerError, RecordRejected
 from .connection import KafkaConnection
+from .groups import DEFAULT_PREFIX, reader_group
 from .io import Delivered, Incoming, Outgoing
 from .threads import OwnThread
 
@@ -44,6 +45,9 @@ def watermarks(
         except KafkaException as exc:
             error = exc.args[0] if exc.args else None
             if not (isinstance(error, KafkaError) and is_transient(error)) or time.monotonic() > deadline:
+                refused = not_authorized(exc, None, f"to read the offsets of {topic}/{partition}")
+                if refused is not None:
+                    raise refused from exc
                 raise BrokerError(f"reading the offsets of {topic}/{partition}: {exc}") from exc
             if error.code() in _STALE_METADATA_ERRORS:
                 _refresh_metadata(consumer, topic)
@@ -147,17 +151,26 @@ def incoming(message: Message) -> Incoming:
     )
 
 
-def topic_partitions(consumer: Consumer, topic: str, timeout: float = 30.0) -> list[int]:
+def topic_partitions(consumer: Consumer, topic: str, timeout: float = 30.0, *,
+                     connection: KafkaConnection | None = None) -> list[int]:
     """Return the partitions of ``topic``, sorted.
 
+    Args:
+        connection: The consumer's connection, to name its principal when Kafka refuses it.
+
     Raises:
-        BrokerError: The topic does not exist, or Kafka did not answer.
+        BrokerError: The topic does not exist, the principal may not describe it (a
+            cluster with an authorizer answers so for a missing topic too), or Kafka did
+            not answer.
     """
     try:
         described = consumer.list_topics(topic, timeout=timeout).topics[topic]
     except KafkaException as exc:
         raise BrokerError(f"reading the metadata of {topic}: {exc}") from exc
     if described.error is not None:
+        refused = not_authorized(described.error, connection, f"to describe topic {topic}")
+        if refused is not None:
+            raise refused
         raise BrokerError(
             f"topic {topic} is not there ({described.error}); run `tidings topics "
             "apply MODULE:APP` or start a worker, which applies the topics"
@@ -165,56 +178,137 @@ def topic_partitions(consumer: Consumer, topic: str, timeout: float = 30.0) -> l
     return sorted(described.partitions)
 
 
-class TopicCheck:
-    """Answers "does this topic exist?" from the cluster's metadata, remembering answers.
+#: Kafka's refusals of a principal the ACLs do not allow (``tidings acls``).
+AUTHORIZATION_ERRORS: Final = {
+    KafkaError.TOPIC_AUTHORIZATION_FAILED: "topic",
+    KafkaError.GROUP_AUTHORIZATION_FAILED: "consumer group",
+    KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: "transactional id",
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED: "cluster",
+}
 
-    For a name taken from a record (e.g. the inbox of a child's parent workflow): a record
-    to a topic nobody made would be refused only after librdkafka's metadata propagation
-    wait (~30 s) while the agent's commits wait for it. A topic that exists is remembered
-    for good; a missing one for ``forget_missing_s``, so a topic created meanwhile (a new
-    workflow deployed by a rolling update) is found.
+#: What to do about a refusal, in one line.
+ACLS_HINT: Final = ("apply the app's ACLs as a principal that may alter them: `tidings acls MODULE:APP "
+                    "--worker User:W --client User:C --apply` (docs/acls.md)")
+
+
+def error_code(error: object) -> int | None:
+    """The Kafka error code of a ``KafkaError``, a ``KafkaException`` or its ``BrokerError``."""
+    if isinstance(error, BrokerError):
+        error = error.__cause__
+    if isinstance(error, KafkaException) and error.args:
+        error = error.args[0]
+    return error.code() if isinstance(error, KafkaError) else None
+
+
+def not_authorized(error: object, connection: KafkaConnection | None, doing: str) -> BrokerError | None:
+    """The one-line ``BrokerError`` for an authorization refusal; None for any other error.
+
+    Kafka with an authorizer answers TOPIC_AUTHORIZATION_FAILED for a topic the principal
+    may not describe whether it exists or not, so the message never says "not there".
+
+    Args:
+        error: A ``KafkaError``, ``KafkaException`` or a ``BrokerError`` caused by one.
+        connection: The connection Kafka refused, to name its principal.
+        doing: What was refused, e.g. ``to read topic bank.replies.teller``.
+    """
+    code = error_code(error)
+    if code not in AUTHORIZATION_ERRORS:
+        return None
+    principal = connection.principal if connection is not None else "this connection's principal"
+    failure = BrokerError(f"{principal} is not authorized {doing}: the cluster's ACLs refuse it on the "
+                          f"{AUTHORIZATION_ERRORS[code]} ({KafkaError(code).name()}); {ACLS_HINT}")
+    if isinstance(error, BaseException):
+        failure.__cause__ = error
+    return failure
+
+
+class TopicCheck:
+    """Answers "may this worker write that topic?" from the cluster's metadata, remembering answers.
+
+    For a name taken from a record (a ``reply_to``, the inbox of a child's parent workflow):
+    a record to a topic nobody made would be refused only after librdkafka's metadata
+    propagation wait (~30 s) while the agent's commits wait for it; in a transaction, one
+    the principal may not write fails the whole transaction (the coordinator refuses to add
+    its partition, TOPIC_AUTHORIZATION_FAILED, and the transaction's abort then failed
+    fatally with INVALID_TXN_STATE, measured on Kafka 4 with librdkafka 2.16), so every
+    record with it would be redone and refused again. The admin's topic description names
+    the operations the principal may do (``include_authorized_operations``; a cluster
+    without an authorizer lists them all). No consumer group is involved.
+
+    An answer is remembered for ``forget_s`` (a topic created, deleted or an ACL changed
+    meanwhile is seen then); up to 10,000 names, the oldest forgotten first.
     """
 
-    def __init__(self, connection: KafkaConnection, *, forget_missing_s: float = 60.0, timeout: float = 10.0) -> None:
+    def __init__(self, connection: KafkaConnection, *, forget_s: float = 60.0, timeout: float = 10.0) -> None:
         self._connection = connection
-        self._forget_missing_s = forget_missing_s
+        self._forget_s = forget_s
         self._timeout = timeout
-        self._present: set[str] = set()
-        self._missing: dict[str, float] = {}
-        self._consumer: Consumer | None = None
+        self._known: dict[str, tuple[float, str | None, bool]] = {}  # topic -> (when, refusal, exists)
+        self._admin: Any = None
 
     def exists(self, topic: str) -> bool:
-        """Whether ``topic`` exists. Blocks for one metadata request when not remembered.
+        """Whether ``topic`` exists and this principal may describe it. Blocks for one
+        metadata request when not remembered.
 
         Raises:
             BrokerError: Kafka did not answer.
         """
-        if topic in self._present:
-            return True
-        checked = self._missing.get(topic)
-        if checked is not None and time.monotonic() - checked < self._forget_missing_s:
-            return False
-        if self._consumer is None:
-            self._consumer = self._connection.consumer(**{
-                "group.id": f"tidings-topics-{uuid.uuid4()}", "allow.auto.create.topics": False,
-            })
+        return self._check(topic)[1]
+
+    def refusal(self, topic: str) -> str | None:
+        """Why a record to ``topic`` would be refused (no such topic, not authorized); None
+        when this principal may write it. Blocks as ``exists`` does.
+
+        Raises:
+            BrokerError: Kafka did not answer.
+        """
+        return self._check(topic)[0]
+
+    def forget(self, topic: str) -> None:
+        """Ask Kafka again next time (a write to ``topic`` failed after all)."""
+        self._known.pop(topic, None)
+
+    def _check(self, topic: str) -> tuple[str | None, bool]:
+        known = self._known.get(topic)
+        if known is not None and time.monotonic() - known[0] < self._forget_s:
+            return known[1], known[2]
+        refusal, exists = self._describe(topic)
+        self._known.pop(topic, None)
+        self._known[topic] = (time.monotonic(), refusal, exists)
+        if len(self._known) > 10_000:  # a flood of invented names: forget the oldest
+            self._known.pop(next(iter(self._known)))
+        return refusal, exists
+
+    def _describe(self, topic: str) -> tuple[str | None, bool]:
+        if self._admin is None:
+            self._admin = self._connection.admin()
         try:
-            topic_partitions(self._consumer, topic, self._timeout)
-        except BrokerError as exc:
-            if isinstance(exc.__cause__, KafkaException):
-                raise
-            self._missing[topic] = time.monotonic()
-            if len(self._missing) > 10_000:  # a flood of invented names: forget the oldest
-                self._missing.pop(next(iter(self._missing)))
-            return False
-        self._present.add(topic)
-        self._missing.pop(topic, None)
-        return True
+            future = self._admin.describe_topics(TopicCollection([topic]), include_authorized_operations=True,
+                                                 request_timeout=self._timeout)[topic]
+            described = future.result(timeout=self._timeout + 5)
+        except KafkaException as exc:
+            code = error_code(exc)
+            if code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                return (f"{self._connection.principal} may not describe topic {topic[:120]!r} (it may not "
+                        "exist either: Kafka does not tell); grant it WRITE and DESCRIBE on the topic"), False
+            if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError.TOPIC_EXCEPTION):
+                return f"no topic {topic[:120]!r} on {self._connection}", False
+            error = exc.args[0] if exc.args else None
+            if not isinstance(error, KafkaError) or is_transient(error) or is_fatal(error):
+                # Kafka did not answer: the batch fails and is redone, as for any broker outage.
+                raise BrokerError(f"describing topic {topic[:120]!r} on {self._connection}: {exc}") from exc
+            # Any other answer is about this name (one record's), never a reason to stop.
+            return f"Kafka refused to describe topic {topic[:120]!r}: {error.str()}", False
+        except (TimeoutError, ValueError) as exc:
+            raise BrokerError(f"describing topic {topic[:120]!r} on {self._connection}: {exc!r}") from exc
+        operations = described.authorized_operations
+        if operations is not None and AclOperation.WRITE not in operations and AclOperation.ALL not in operations:
+            return (f"{self._connection.principal} may describe topic {topic[:120]!r} but not write it "
+                    "(no WRITE ACL)"), True
+        return None, True
 
     def close(self) -> None:
-        if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None
+        self._admin = None  # an AdminClient has no close: it is destroyed when collected
 
 
 class ConfluentPublisher:
@@ -423,7 +517,8 @@ class _Batch:
                 return
             if error is not None:
                 self._failed = True
-                failure = BrokerError(f"producing to {message.topic()} failed: {error}")
+                failure = not_authorized(error, None, f"to write topic {message.topic()}") or BrokerError(
+                    f"producing to {message.topic()} failed: {error}")
                 self._loop.call_soon_threadsafe(settle_future, self._future, None, failure)
                 return
             self._positions[index] = Delivered(
@@ -473,7 +568,9 @@ class PartitionRange:
     and the blocking ``read_range`` both step it with what each ``consume`` call returns.
     """
 
-    def __init__(self, topic: str, partition: int, start: int, end: int) -> None:
+    def __init__(self, topic: str, partition: int, start: int, end: int,
+                 connection: KafkaConnection | None = None) -> None:
+        self.connection = connection  # to name the principal Kafka refused
         self.topic = topic
         self.partition = partition
         self.position = start  # the next offset wanted
@@ -498,7 +595,8 @@ class PartitionRange:
                     continue
                 if is_fatal(error):
                     raise fatal_error(error, f"reading {self.topic}/{self.partition}")
-                raise BrokerError(f"reading {self.topic}/{self.partition}: {error}")
+                refused = not_authorized(error, self.connection, f"to read {self.topic}/{self.partition}")
+                raise refused or BrokerError(f"reading {self.topic}/{self.partition}: {error}")
             record = incoming(message)
             if record.offset >= self.end:
                 self.position = self.end
@@ -520,7 +618,8 @@ class PartitionRange:
 
 
 def read_range(
-    consumer: Consumer, topic: str, partition: int, start: int, end: int, *, timeout: float
+    consumer: Consumer, topic: str, partition: int, start: int, end: int, *, timeout: float,
+    connection: KafkaConnection | None = None,
 ) -> Iterator[list[Incoming]]:
     """Yield the records of ``topic``/``partition`` from ``start`` up to (not including) ``end``, in chunks.
 
@@ -532,7 +631,7 @@ def read_range(
     if end <= start:
         return
     consumer.assign([TopicPartition(topic, partition, start)])
-    reading = PartitionRange(topic, partition, start, end)
+    reading = PartitionRange(topic, partition, start, end, connection)
     deadline = time.monotonic() + timeout
     while not reading.done:
         # consume() waits for the whole count or the timeout: keep each wait short.
@@ -551,11 +650,18 @@ def read_range(
 
 
 class KafkaPartitionReader:
-    """Reads partitions by assignment (no consumer group), with confluent-kafka in a thread."""
+    """Reads partitions by assignment (no consumer group), with confluent-kafka in a thread.
+
+    Its group id is ``{group_prefix}reader-{uuid}``: the group is never joined and nothing is
+    committed, but librdkafka still asks for its coordinator, and a principal the ACLs do not
+    allow DESCRIBE on it gets GROUP_AUTHORIZATION_FAILED among the records it reads. A
+    worker's readers take the app's prefix ``{app}.``, which its ACLs cover (``acls.py``).
+    """
 
     def __init__(self, connection: KafkaConnection, *, chunk: int = 2000,
-                 on_read: Callable[[], None] | None = None) -> None:
+                 on_read: Callable[[], None] | None = None, group_prefix: str = DEFAULT_PREFIX) -> None:
         self._connection = connection
+        self._group_prefix = group_prefix
         self._chunk = chunk
         # Told of every chunk read: a long catch-up is progress (liveness.py), not deafness.
         self._on_read = on_read
@@ -569,7 +675,7 @@ class KafkaPartitionReader:
         if self._consumer is None:
             self._consumer = self._connection.consumer(
                 **{
-                    "group.id": f"tidings-reader-{uuid.uuid4().hex}",
+                    "group.id": reader_group(self._group_prefix, "reader"),
                     "enable.auto.commit": False,
                     "enable.partition.eof": False,
                     "fetch.max.bytes": 52428800,
@@ -592,7 +698,7 @@ class KafkaPartitionReader:
         async with self._lock:
             consumer = self._client()
             consumer.assign([TopicPartition(topic, partition, start)])
-            reading = PartitionRange(topic, partition, start, end)
+            reading = PartitionRange(topic, partition, start, end, self._connection)
             try:
                 while not reading.done:
                     messages = await self._calls.run(consumer.consume, self._chunk, 0.1)

@@ -180,7 +180,7 @@ class ReplyReader(Generic[R]):
     def _end_positions(self, consumer: Consumer) -> list[TopicPartition]:
         return [
             TopicPartition(self.topic, p, watermarks(consumer, self.topic, p, START_TIMEOUT)[1])
-            for p in topic_partitions(consumer, self.topic, START_TIMEOUT)
+            for p in topic_partitions(consumer, self.topic, START_TIMEOUT, connection=self.connection)
         ]
 
     def _deliver(self, value: bytes) -> None:

@@ -224,6 +224,7 @@ class Worker:
             exactly_once=self.exactly_once,
             committed=publisher.committed if isinstance(publisher, TransactionalPublisher) else None,
             progress=self.liveness.progressed,
+            group_prefix=f"{self.app.name}.",  # its readers' groups: under the worker's Group ACL
         )
         runtime.on_close(publisher.close)  # closed last: the agents' last writes go out
         self._runtime = runtime

@@ -272,10 +272,14 @@ class WorkflowFlowStage:
             DefinitionError: The source topic does not exist (consuming it would wait
                 forever, or have the broker auto-create it with a layout nobody chose).
         """
-        if not runtime.topic_check().exists(self.source_topic):
+        check = runtime.topic_check()
+        if not check.exists(self.source_topic):
+            refusal = check.refusal(self.source_topic) or "it is not there"
             raise DefinitionError(f"flow {self.name!r}", [
-                f"its source topic {self.source_topic!r} does not exist on {runtime.connection}; "
-                "create it (it is not one of the app's own topics, so `tidings topics apply` does not)"
+                f"its source topic {self.source_topic!r} cannot be read on {runtime.connection}: {refusal}; "
+                "create it (it is not one of the app's own topics, so `tidings topics apply` does not), "
+                "and on a cluster with an authorizer apply the app's ACLs (`tidings acls MODULE:APP --worker "
+                "User:W --apply` grants its workers READ on it)"
             ])
         return WorkflowFlowAgent(self, runtime)
 

@@ -109,7 +109,7 @@ class SagaHandle:
             raise BrokerError(f"reading {self.topics.journal}: no answer from Kafka within {timeout} s") from None
 
     async def _journal(self, saga_id: str, bootstrap: str | KafkaConnection | None) -> list[SagaJournalEntry]:
-        reader = KafkaPartitionReader(self.context.connection_for(bootstrap))
+        reader = KafkaPartitionReader(self.context.connection_for(bootstrap), group_prefix=f"{self.context.name}.")
         try:
             partition = partition_for(saga_id, self.context.partitions)
             low, high = await reader.watermarks(self.topics.journal, partition)

@@ -182,9 +182,11 @@ class WorkflowAgent:
         # Queries waiting for the end: (request id, reply_to, answer in JSON).
         self._waiters: dict[str, list[tuple[str, str, bool]]] = {}
         self._inputs: OwnInputs[tuple[str, InboxMessage]] = OwnInputs(self._lock, self._decide_own)
-        self._sends = WorkflowSends(self, connection=runtime.connection, command_timeout=command_timeout)
+        self._sends = WorkflowSends(self, connection=runtime.connection, command_timeout=command_timeout,
+                                    group_prefix=runtime.group_prefix)
         # Replies to sends are read outside Faust, in batches (kinds/workflow/replies.py).
-        self._replies = RepliesReader(runtime.connection, topics.replies, self._replied)
+        self._replies = RepliesReader(runtime.connection, topics.replies, self._replied,
+                                      group_prefix=runtime.group_prefix)
         self._reply_batches: asyncio.Queue[list[Incoming]] | None = None
 
     # -- the hosting seam ----------------------------------------------------------------

@@ -227,7 +227,7 @@ class WorkflowHandle:
         _check_id(instance_id)
         return await asyncio.to_thread(
             read_journal, self.context.connection_for(bootstrap), self.topics.journal, self.context.partitions,
-            instance_id,
+            instance_id, group_prefix=f"{self.context.name}.",
         )
 
     async def cancel(self, instance_id: str, *, timeout: float | None = None, bootstrap: str | KafkaConnection | None = None) -> None:

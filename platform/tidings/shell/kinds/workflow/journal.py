@@ -9,7 +9,6 @@ partition ``murmur2(instance_id) % partitions``), as the core's ``JournalRecord`
 from __future__ import annotations
 
 import logging
-import uuid
 
 from ....codec import avro
 from ....core.partitioning import partition_for
@@ -17,6 +16,7 @@ from ....core.workflow.journal import JournalRecord
 from ....core.workflow_records import WorkflowJournalEntry
 from ....errors import BrokerError, RecordError
 from ...runtime.connection import KafkaConnection
+from ...runtime.groups import DEFAULT_PREFIX, reader_group
 from ...runtime.io import Incoming
 from ...runtime.journaled import first_per_seq
 from ...runtime.kafka import read_range, topic_partitions, watermarks
@@ -25,7 +25,8 @@ log = logging.getLogger(__name__)
 
 
 def read_journal(
-    connection: KafkaConnection, topic: str, partitions: int, instance_id: str, *, timeout: float = 30.0
+    connection: KafkaConnection, topic: str, partitions: int, instance_id: str, *, timeout: float = 30.0,
+    group_prefix: str = DEFAULT_PREFIX,
 ) -> list[JournalRecord]:
     """Return the journal of ``instance_id`` as it stands in ``topic`` now, oldest first.
 
@@ -45,6 +46,9 @@ def read_journal(
         partitions: The App's partition count; the topic must have as many.
         instance_id: The instance.
         timeout: Seconds to wait for Kafka before giving up.
+        group_prefix: The prefix of the reader's group id: never joined, nothing committed,
+            but a cluster with an authorizer wants DESCRIBE on it (``groups.py``); the app's
+            ``{app}.`` is covered by its workers' ACLs, whose principal may read the journal.
 
     Returns:
         The instance's records in seq order; empty when it was never started.
@@ -55,13 +59,13 @@ def read_journal(
     """
     consumer = connection.consumer(
         **{
-            "group.id": f"tidings-journal-{uuid.uuid4().hex}",
+            "group.id": reader_group(group_prefix, "journal"),
             "enable.auto.commit": False,
             "enable.partition.eof": False,
         }
     )
     try:
-        found = len(topic_partitions(consumer, topic, timeout))
+        found = len(topic_partitions(consumer, topic, timeout, connection=connection))
         if found != partitions:
             raise BrokerError(f"{topic} has {found} partitions where the App declares {partitions}")
         partition = partition_for(instance_id, partitions)
@@ -79,7 +83,8 @@ def read_journal(
                 return None
             return entry.record
 
-        return first_per_seq(read_range(consumer, topic, partition, low, high, timeout=timeout), instance_id, decode)
+        return first_per_seq(read_range(consumer, topic, partition, low, high, timeout=timeout,
+                                         connection=connection), instance_id, decode)
     finally:
         consumer.close()
 

@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from collections.abc import Callable, Iterable
 
 from confluent_kafka import Consumer, TopicPartition
 
 from ...runtime.connection import KafkaConnection
+from ...runtime.groups import DEFAULT_PREFIX, reader_group
 from ...runtime.io import Incoming
-from ...runtime.kafka import RIDE_OUT_S, fatal_error, incoming, is_fatal, watermarks
+from ...runtime.kafka import RIDE_OUT_S, fatal_error, incoming, is_fatal, not_authorized, watermarks
 from ...runtime.pipeline import stop_worker_on_failure
 from ...runtime.threads import OwnThread
 
@@ -54,7 +54,9 @@ class RepliesReader:
             sent, and those wait for inbox records the pipeline takes in bounded batches.)
     """
 
-    def __init__(self, connection: KafkaConnection, topic: str, handle: Callable[[list[Incoming]], None]) -> None:
+    def __init__(self, connection: KafkaConnection, topic: str, handle: Callable[[list[Incoming]], None], *,
+                 group_prefix: str = DEFAULT_PREFIX) -> None:
+        self._group_prefix = group_prefix  # its consumer's group: never joined (groups.py)
         self._connection = connection
         self._topic = topic
         self._handle = handle
@@ -146,7 +148,7 @@ class RepliesReader:
     def _client(self) -> Consumer:
         if self._consumer is None:
             self._consumer = self._connection.consumer(**{
-                "group.id": f"tidings-replies-{uuid.uuid4().hex}",  # never joined: assign only
+                "group.id": reader_group(self._group_prefix, "replies"),  # never joined: assign only
                 "enable.auto.commit": False,
                 "enable.partition.eof": False,
                 # The broker answers a fetch as soon as a reply arrives (fetch.min.bytes 1);
@@ -182,7 +184,8 @@ class RepliesReader:
             if error is not None:
                 if is_fatal(error):  # the consumer is unusable: the task's end stops the worker
                     raise fatal_error(error, f"reading {self._topic}")
-                log.warning("reading %s: %s", self._topic, error.str())
+                log.warning("reading %s: %s", self._topic,
+                            not_authorized(error, self._connection, f"to read {self._topic}") or error.str())
                 continue
             records.append(incoming(message))
         return records

@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -52,8 +51,9 @@ from ....core.workflow.sends import (
 )
 from ....errors import RecordError, SchemaError
 from ...runtime.connection import KafkaConnection
+from ...runtime.groups import DEFAULT_PREFIX, reader_group
 from ...runtime.io import Incoming, Outgoing
-from ...runtime.kafka import fatal_error, is_fatal
+from ...runtime.kafka import fatal_error, is_fatal, not_authorized
 from ...runtime.pipeline import stop_worker
 from ...runtime.threads import OwnThread
 
@@ -172,7 +172,9 @@ class StepHost(Protocol):
 class WorkflowSends:
     """The send steps of one workflow agent: commands out, replies and watched events in."""
 
-    def __init__(self, agent: StepHost, *, connection: KafkaConnection, command_timeout: float) -> None:
+    def __init__(self, agent: StepHost, *, connection: KafkaConnection, command_timeout: float,
+                 group_prefix: str = DEFAULT_PREFIX) -> None:
+        self._group_prefix = group_prefix
         self._agent = agent
         self._connection = connection
         self._command_timeout_ms = int(command_timeout * 1000)
@@ -339,7 +341,7 @@ class WorkflowSends:
             from_ms=effect.watch_from or 0,
         )
         if self._tail is None:
-            self._tail = EventsTail(self._connection, self._seen)
+            self._tail = EventsTail(self._connection, self._seen, group_prefix=self._group_prefix)
         self._tail.watch(watch)
         return watch
 
@@ -373,7 +375,9 @@ class EventsTail:
     loop, so the watches need no lock; the consumer is only used from one task.
     """
 
-    def __init__(self, connection: KafkaConnection, seen: Callable[[_Watch, tuple[SentEvent, ...]], None]) -> None:
+    def __init__(self, connection: KafkaConnection, seen: Callable[[_Watch, tuple[SentEvent, ...]], None], *,
+                 group_prefix: str = DEFAULT_PREFIX) -> None:
+        self._group_prefix = group_prefix  # its consumer's group: never joined (groups.py)
         self._connection = connection
         self._seen = seen
         self._tails: dict[tuple[str, int], _Tail] = {}
@@ -460,7 +464,7 @@ class EventsTail:
     def _client(self) -> Consumer:
         if self._consumer is None:
             self._consumer = self._connection.consumer(**{
-                "group.id": f"tidings-sends-{time.time_ns()}",
+                "group.id": reader_group(self._group_prefix, "sends"),
                 "enable.auto.commit": False,
                 "enable.partition.eof": False,
                 "fetch.wait.max.ms": 50,
@@ -491,7 +495,8 @@ class EventsTail:
         if error is not None:
             if is_fatal(error):  # this reader can read nothing more: restart the worker
                 stop_worker("reading events for workflow sends", fatal_error(error, "reading events"))
-            log.warning("reading events for workflow sends: %s", error.str())
+            log.warning("reading events for workflow sends: %s",
+                        not_authorized(error, self._connection, "to read the events") or error.str())
             return
         tail = self._tails.get((message.topic(), message.partition()))
         if tail is None:
