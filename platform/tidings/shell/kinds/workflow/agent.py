@@ -68,7 +68,7 @@ from ...runtime.hosting import Input, Runtime, TopicPartition
 from ...runtime.io import Incoming, Outgoing
 from ...runtime.journaled import Backstop, CommitQueue, Journaled, OwnInputs, Pending
 from ....core.workflow.sends import SendCommand, StopSend
-from .activities import Skippable, ThreadedAttempts, run_attempt, runs_threaded, settle_returned
+from .activities import DaemonPool, Skippable, ThreadedAttempts, run_attempt, runs_threaded, settle_returned
 from .replies import RepliesReader
 from .sends import WorkflowSends
 from .children import CHILD_EFFECTS, ChildLinks
@@ -163,8 +163,9 @@ class WorkflowAgent:
         # When each live instance started (ms, from its Started record): its run time is
         # observed when its outcome is published. Entries go with the cached instance.
         self._started_at: dict[str, int] = {}
-        # Sync activities block; the loop's default pool (cores + 4 threads) is far too small.
-        self._executor = concurrent.futures.ThreadPoolExecutor(activity_threads, "tidings-activity")
+        # Sync activities block; the loop's default pool (cores + 4 threads) is far too small,
+        # and its threads would hold a stopping worker until their attempts end.
+        self._executor: concurrent.futures.Executor = DaemonPool(activity_threads, "tidings-activity")
         self._activity_threads = activity_threads
         self._lock = self.journaled.lock
         self._cache: OrderedDict[str, WorkflowInstance] = OrderedDict()
@@ -172,6 +173,11 @@ class WorkflowAgent:
         # Each running attempt: what cancels it (its task, or its pool future) and the attempt.
         self._activities: dict[tuple[str, str], tuple[asyncio.Future[None] | Skippable, Attempt]] = {}
         self._threaded: ThreadedAttempts[str] | None = None
+        # The worker is stopping (wind_down): attempts due from now on are not started; the
+        # idempotency keys of those held, for the stop's log line.
+        self._winding = False
+        self._held: list[str] = []
+        self._last_commit: asyncio.Future[None] | None = None
         self._timers: dict[tuple[str, str], asyncio.TimerHandle] = {}
         self._busy: Counter[str] = Counter()  # live activities and timers: not evictable
         self._dirty: Counter[str] = Counter()  # decided, not yet in RocksDB: not evictable
@@ -280,6 +286,34 @@ class WorkflowAgent:
             del self._waiters[instance_id]
         self._sends.drop(gone)
         self._busy = +self._busy
+
+    def wind_down(self) -> None:
+        """Start no activity attempt from now on (the worker is stopping, ``hosting.Winding``).
+
+        The step of one not started is journaled as started and not ended, as that of one
+        abandoned: the partition's next owner replays the instance and runs it."""
+        self._winding = True
+
+    async def wound_down(self) -> None:
+        """Return once no attempt runs and the results that came are decided and committed."""
+        # Polled: a stop happens once, and an attempt's end goes through ThreadedAttempts
+        # or a task, then the own inputs' queue, the lock and the committer.
+        while self._activities or not self._inputs.idle:
+            await asyncio.sleep(0.05)
+        if self._last_commit is not None:
+            await asyncio.shield(self._last_commit)  # commits complete in order: all before it too
+
+    def abandon(self) -> list[str]:
+        """Cancel every running attempt, its ``cancellation`` set first; its result, if one
+        comes, is dropped. Return the attempts abandoned and held, for the stop's log line."""
+        abandoned = [f"activity {attempt.idempotency_key} (attempt {attempt.number})"
+                     for _, attempt in self._activities.values()]
+        abandoned += [f"activity {key} (not started)" for key in self._held]
+        self._held.clear()
+        for key in list(self._activities):
+            self._stop_activity(key)
+        self._busy = +self._busy
+        return abandoned
 
     def close(self) -> None:
         """Cancel the agent's tasks, activities and timers (the worker is stopping)."""
@@ -560,6 +594,9 @@ class WorkflowAgent:
         key = (instance_id, getattr(effect, "path", ""))
         if isinstance(effect, RunActivity):
             self._stop_activity(key)
+            if self._winding:  # the worker is stopping: the next owner replays and runs it
+                self._held.append(effect.idempotency_key)
+                return
             attempt = Attempt(effect.idempotency_key, effect.attempt)
             running: asyncio.Future[None] | Skippable
             if self._threaded is not None and runs_threaded(effect, self._clock()):
@@ -638,6 +675,7 @@ class WorkflowAgent:
     def _submit(self, commit: _Commit) -> asyncio.Future[None]:
         """Produce ``commit``'s journal records now; queue the rest for the committer."""
         done = self._commits.submit(commit, commit.journal)
+        self._last_commit = done
         # Nothing awaits in between: the committer cannot take the commit before these
         # are out of its effects.
         for instance_id, effect in self._early_activities(commit):
