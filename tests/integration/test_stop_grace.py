@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import time
 from collections.abc import Iterator
@@ -21,7 +22,7 @@ from tidings.core.workflow import Finished
 from tidings.shell.runtime.topics import apply_topics
 from tidings.testing.eventually import assert_eventually
 from tidings.testing.topics import read_topic
-from tests.integration.grace_apps import SLOW_S, build
+from tests.integration.grace_apps import ACTIVITIES, build
 from tests.integration.workflow_apps import Calls
 from tests.kafka_clients import kafka
 from tests.workers import Workers
@@ -59,16 +60,14 @@ def _begun(calls: Calls, activity: str) -> int:
     return sum(line.endswith(" begin") for line in calls.lines(activity))
 
 
-@pytest.mark.parametrize("workflow, activity", [("blocks", "blocking"), ("times", "blocking"), ("waits", "waiting")],
-                         ids=["sync", "sync-timeout", "async"])
-def test_a_stop_abandons_an_attempt_past_its_grace_and_the_restart_runs_it_again(
-    grace_app: App, workers: Workers, calls: Calls, kafka_bootstrap: str, workflow: str, activity: str
+def test_a_stop_abandons_the_attempts_past_its_grace_and_the_restart_runs_them_again(
+    grace_app: App, workers: Workers, calls: Calls, kafka_bootstrap: str
 ) -> None:
-    handle = grace_app.workflow_handle(workflow)
+    handle = grace_app.workflow_handle("slow")
     worker = workers.start("w1", instance_id=f"{grace_app.name}-w1")
-    asyncio.run(handle.start("o-1", "ABC"))
-    assert_eventually(lambda: _begun(calls, activity) == 1, timeout=60,
-                      message=f"the first attempt never began\n{worker.log_tail()}")
+    asyncio.run(handle.start("o-1", None))
+    assert_eventually(lambda: all(_begun(calls, activity) == 1 for activity in ACTIVITIES), timeout=60,
+                      message=f"the first attempts never began\n{worker.log_tail()}")
 
     began = time.monotonic()
     assert worker.pid is not None
@@ -77,23 +76,28 @@ def test_a_stop_abandons_an_attempt_past_its_grace_and_the_restart_runs_it_again
     took = time.monotonic() - began
     assert code is not None, f"still running {took:.1f} s after SIGTERM\n{worker.log_tail()}"
     assert code == 0, worker.log_tail()
-    assert took < min(GRACE_S + MARGIN_S, SLOW_S), worker.log_tail()
     log = worker.log_path.read_text(errors="replace")
-    assert f"abandoned 1 unfinished: activity {workflow}/o-1/" in log, worker.log_tail()
+    abandoned = re.search(r"abandoned 3 unfinished: (.*); each runs again after the restart", log)
+    assert abandoned is not None, worker.log_tail()
+    assert all(re.fullmatch(r"activity slow/o-1/2\.[123]\.1 \(attempt 1\)", what)
+               for what in abandoned[1].split(", ")), abandoned[1]
     assert "grace ran out" not in log, worker.log_tail()  # the hard stop was not needed
+    assert calls.lines("waiting")[1].endswith("cancelled flag=True")  # set before the task's cancel
+    for activity in ("blocking", "timed"):  # a thread cannot be stopped: it never reached its end
+        assert [line.split(" ", 2)[2] for line in calls.lines(activity)] == ["begin"]
 
     worker.start()  # the same data dir and instance id: a restarted pod
     outcome = asyncio.run(handle.result("o-1", timeout=60))
-    assert isinstance(outcome, Finished), worker.log_tail()
-    lines = calls.lines(activity)
-    assert _begun(calls, activity) == 2, lines
-    assert [line.split(" ", 2)[2] for line in lines][-1] == "end", lines
-    if activity == "waiting":  # the task was cancelled, its attempt's cancellation set
-        assert lines[1].endswith("cancelled flag=True"), lines
-    else:  # the thread could not be stopped: its end was never reached nor reported
-        assert sum(line.endswith(" end") for line in lines) == 1, lines
+    assert outcome == Finished([1, "blocking", "timed", "waiting"]), worker.log_tail()
+    for activity in ACTIVITIES:
+        lines = calls.lines(activity)
+        assert _begun(calls, activity) == 2 and lines[-1].endswith(" end"), lines
     assert len(calls.lines("quick")) == 1  # the step that ended before the stop did not run again
-    outcomes = read_topic(kafka_bootstrap, f"{grace_app.name}.workflow.{workflow}.outcomes")
+    outcomes = read_topic(kafka_bootstrap, f"{grace_app.name}.workflow.slow.outcomes")
     assert [record.key for record in outcomes] == [b"o-1"]
-    worker.stop()
 
+    # With nothing running a stop waits for nothing: it never spends the attempts' part.
+    began = time.monotonic()
+    os.killpg(worker.pid, signal.SIGTERM)
+    assert worker.wait(GRACE_S) == 0, worker.log_tail()
+    assert time.monotonic() - began < GRACE_S / 2 + 0.5, worker.log_tail()
