@@ -98,6 +98,7 @@ def test_a_stop_abandons_the_attempts_past_its_grace_and_the_restart_runs_them_a
 
     # With nothing running a stop waits for nothing: it never spends the attempts' part.
     began = time.monotonic()
+    assert worker.pid is not None
     os.killpg(worker.pid, signal.SIGTERM)
     assert worker.wait(GRACE_S) == 0, worker.log_tail()
     assert time.monotonic() - began < GRACE_S / 2 + 0.5, worker.log_tail()
