@@ -15,7 +15,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from tidings import App
-from tidings.core.workflow import Attempt, Retry, WorkflowContext
+from tidings.core.workflow import Attempt, Backoff, Retry, WorkflowContext
 from tests.integration.workflow_apps import Calls
 
 #: How long the first attempt of an activity takes: longer than the test's grace.
@@ -53,6 +53,18 @@ def build(app_id: str, calls_dir: Path) -> App:
     def quick(attempt: Attempt) -> int:
         calls.record("quick", attempt)
         return 1
+
+    def flaky(attempt: Attempt) -> str:
+        calls.record("flaky", attempt)
+        if attempt.number == 1:
+            raise RuntimeError("the first attempt fails")
+        return "flaky"
+
+    @app.workflow("retrying")
+    async def retrying(ctx: WorkflowContext, _: None) -> str:
+        """Its first attempt fails; the second waits a minute's backoff."""
+        policy = Retry.times(3).replace(backoff=Backoff(initial=timedelta(seconds=60)))
+        return await ctx.activity("flaky", policy, flaky)
 
     @app.workflow("slow")
     async def slow(ctx: WorkflowContext, _: None) -> list[object]:

@@ -96,9 +96,15 @@ def test_a_stop_abandons_the_attempts_past_its_grace_and_the_restart_runs_them_a
     outcomes = read_topic(kafka_bootstrap, f"{grace_app.name}.workflow.slow.outcomes")
     assert [record.key for record in outcomes] == [b"o-1"]
 
-    # With nothing running a stop waits for nothing: it never spends the attempts' part.
+    # An attempt waiting out a retry's backoff has not begun: the stop holds it at once
+    # instead of waiting for it, and spends nothing of the attempts' part of the grace.
+    retrying = grace_app.workflow_handle("retrying")
+    asyncio.run(retrying.start("r-1", None))
+    assert_eventually(lambda: len(calls.lines("flaky")) == 1, timeout=60, message=worker.log_tail())
+    time.sleep(0.5)  # the failure decided: attempt 2 waits its minute
     began = time.monotonic()
     assert worker.pid is not None
     os.killpg(worker.pid, signal.SIGTERM)
     assert worker.wait(GRACE_S) == 0, worker.log_tail()
     assert time.monotonic() - began < GRACE_S / 2 + 0.5, worker.log_tail()
+    assert "abandoned 1 unfinished: activity retrying/r-1/1 (not started)" in worker.log_tail(), worker.log_tail()

@@ -173,6 +173,8 @@ class Worker:
                                    grace.work_left())
         except asyncio.TimeoutError:
             pass
+        except Exception:  # noqa: BLE001 - a bug here must not keep the intake from stopping
+            log.exception("waiting for the running activity attempts failed; abandoning them")
         abandoned = [what for agent in winding for what in agent.abandon()]
         if abandoned:
             shown = ", ".join(abandoned[:20]) + (f" and {len(abandoned) - 20} more" if len(abandoned) > 20 else "")

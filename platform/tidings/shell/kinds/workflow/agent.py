@@ -177,6 +177,9 @@ class WorkflowAgent:
         # idempotency keys of those held, for the stop's log line.
         self._winding = False
         self._held: list[str] = []
+        # When each attempt that waits for its not_before is due (ms): one still waiting
+        # when the worker stops has not begun, and is held at once instead of waited for.
+        self._due: dict[tuple[str, str], int] = {}
         self._last_commit: asyncio.Future[None] | None = None
         self._timers: dict[tuple[str, str], asyncio.TimerHandle] = {}
         self._busy: Counter[str] = Counter()  # live activities and timers: not evictable
@@ -275,6 +278,7 @@ class WorkflowAgent:
             self._inbox_applied.pop(partition, None)
         self._forget_cached(*gone)
         for key in [k for k in self._activities if self._partition(k[0]) in gone]:
+            self._due.pop(key, None)
             task, attempt = self._activities.pop(key)
             attempt.cancellation.cancel()
             task.cancel()
@@ -291,8 +295,16 @@ class WorkflowAgent:
         """Start no activity attempt from now on (the worker is stopping, ``hosting.Winding``).
 
         The step of one not started is journaled as started and not ended, as that of one
-        abandoned: the partition's next owner replays the instance and runs it."""
+        abandoned: the partition's next owner replays the instance and runs it. An attempt
+        still waiting for its ``not_before`` (a retry's backoff) is stopped now: it has not
+        begun, so nothing is worth waiting for."""
         self._winding = True
+        now_ms = self._now_ms()
+        for key, due in list(self._due.items()):
+            if due > now_ms and key in self._activities:
+                self._held.append(self._activities[key][1].idempotency_key)
+                self._stop_activity(key)
+        self._due.clear()
 
     async def wound_down(self) -> None:
         """Return once no attempt runs and the results that came are decided and committed."""
@@ -603,6 +615,8 @@ class WorkflowAgent:
                 running = self._threaded.submit(instance_id, effect, attempt)
             else:
                 running = asyncio.ensure_future(self._call(instance_id, effect, attempt))
+                if effect.not_before > self._now_ms():
+                    self._due[key] = effect.not_before
             self._activities[key] = (running, attempt)
             self._busy[instance_id] += 1
         elif isinstance(effect, CancelActivity):
@@ -619,6 +633,7 @@ class WorkflowAgent:
             self._sends.carry_out(instance_id, effect)
 
     def _stop_activity(self, key: tuple[str, str]) -> None:
+        self._due.pop(key, None)
         running = self._activities.pop(key, None)
         if running is not None:
             task, attempt = running
@@ -666,6 +681,7 @@ class WorkflowAgent:
         if current is None or current[1] is not attempt:
             return  # cancelled or replaced meanwhile: the result would be ignored anyway
         del self._activities[key]
+        self._due.pop(key, None)
         # The instance stays busy (not evictable) until _decide_own has taken the result:
         # evicted in between, its result would find no instance and be lost.
         self._inputs.put((instance_id, result))
