@@ -36,6 +36,8 @@ except ModuleNotFoundError as exc:  # likewise: the rendered manifests must be v
         "to the dev extras"
     ) from exc
 
+from tidings.shell.runtime.stopping import DEFAULT_STOP_GRACE_S, STOP_GRACE_ENV, parse_stop_grace
+
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE = REPO / "docker-compose.yml"
 DOCKERFILE = REPO / "Dockerfile"
@@ -289,7 +291,8 @@ def test_chart_statefulset_template_runs_the_worker_for_values_app() -> None:
     assert ".Values.app" in app_helper
     assert ".Values.kafka.bootstrap" in helpers and "TIDINGS_BOOTSTRAP" in helpers
     assert "TIDINGS_DATA_DIR" in statefulset and "volumeClaimTemplates" in statefulset
-    assert ".Values.worker.terminationGracePeriodSeconds" in statefulset
+    assert 'terminationGracePeriodSeconds: {{ include "tidings.terminationGrace" . }}' in statefulset
+    assert ".Values.worker.terminationGracePeriodSeconds" in helpers.split('define "tidings.terminationGrace"', 1)[1]
     assert ".Values.resources" in statefulset
 
 
@@ -409,6 +412,32 @@ def test_helm_refuses_an_app_that_is_not_module_colon_attribute() -> None:
     result = _helm("template", "bank", str(CHART), "--set", "app=examples/bank.py", check=False)
     assert result.returncode != 0
     assert "MODULE:ATTRIBUTE" in result.stderr
+
+
+def _stop_grace(docs: list[dict[str, Any]]) -> tuple[int, float]:
+    """The pod's terminationGracePeriodSeconds and the worker's stop grace, as the worker reads it."""
+    (statefulset,) = _kind(docs, "StatefulSet")
+    pod = statefulset["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    (value,) = [item["value"] for item in container["env"] if item["name"] == STOP_GRACE_ENV]
+    return pod["terminationGracePeriodSeconds"], parse_stop_grace(value)
+
+
+@needs_helm
+def test_helm_the_worker_exits_within_its_grace_five_seconds_before_the_kill(tmp_path: Path) -> None:
+    # Kubernetes' default 30 s gives the worker its own default, whatever --set or a file says.
+    assert _stop_grace(_render()) == (30, DEFAULT_STOP_GRACE_S)
+    assert _stop_grace(_render("worker.terminationGracePeriodSeconds=90")) == (90, 85)
+    assert _stop_grace(_render_with({"worker": {"terminationGracePeriodSeconds": 6}}, tmp_path)) == (6, 1)
+
+
+@needs_helm
+@pytest.mark.parametrize("bad", ["5", "7.5", "-1", "thirty", "3606"])
+def test_helm_refuses_a_termination_grace_the_worker_could_not_keep(bad: str) -> None:
+    result = _helm("template", "bank", str(CHART), "--set", f"worker.terminationGracePeriodSeconds={bad}",
+                   check=False)
+    assert result.returncode != 0
+    assert "worker.terminationGracePeriodSeconds must be a whole number of seconds from 6 to 3605" in result.stderr
 
 
 @needs_helm

@@ -44,7 +44,7 @@ APP_MEMBERS = {
     'schedule_handle': "(self) -> 'ScheduleHandle'",
     'schedules': "(self, workflows: 'Iterable[Any]') -> 'ScheduleHandle'",
     'topic_specs': "(self) -> 'list[TopicSpec]'",
-    'worker': "(self, *, bootstrap: 'str | KafkaConnection | None' = None, data_dir: 'Path | None' = None, instance_id: 'str | None' = None, metrics_port: 'int | None' = None, processing_guarantee: 'str | None' = None, stall_timeout_s: 'float | None' = None) -> 'Worker'",
+    'worker': "(self, *, bootstrap: 'str | KafkaConnection | None' = None, data_dir: 'Path | None' = None, instance_id: 'str | None' = None, metrics_port: 'int | None' = None, processing_guarantee: 'str | None' = None, stall_timeout_s: 'float | None' = None, stop_grace_s: 'float | None' = None) -> 'Worker'",
     'workflow': "(self, name: 'str | None' = None, **options: 'Any') -> 'Callable[[Any], Any]'",
     'workflow_flow': "(self, name: 'str', source_topic: 'str', handle: 'WorkflowHandle | str', id_of: 'Callable[[Any], str]', sink_topic: 'str', parallelism: 'int', timeout: 'float | timedelta', *, source_schema: 'Mapping[str, Any] | str | None' = None) -> 'WorkflowFlowStage'",
     'workflow_handle': "(self, name: 'str') -> 'WorkflowHandle'",

@@ -69,6 +69,15 @@ exist, so with serviceAccount.create it gets its own hook-created account.
 {{- $app }}
 {{- end }}
 
+{{/* worker.terminationGracePeriodSeconds, checked: the worker's stop grace (1..3600 s) is 5 s less. */}}
+{{- define "tidings.terminationGrace" -}}
+{{- $seconds := toString .Values.worker.terminationGracePeriodSeconds }}
+{{- if or (not (regexMatch "^[0-9]{1,5}$" $seconds)) (lt (atoi $seconds) 6) (gt (atoi $seconds) 3605) }}
+{{- fail (printf "worker.terminationGracePeriodSeconds must be a whole number of seconds from 6 to 3605 (the worker exits 5 s before the kill), not %s" $seconds) }}
+{{- end }}
+{{- atoi $seconds }}
+{{- end }}
+
 {{/*
 Environment shared by the workers and the topics Job: the bootstrap servers and the Kafka
 settings of .Values.kafka as TIDINGS_KAFKA_<PROPERTY> (docs/kafka.md: "." is "_", "_" is

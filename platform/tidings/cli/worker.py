@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..shell.runtime.stopping import STOP_GRACE_ENV, parse_stop_grace
 from .kafka import add_kafka_arguments, connection
 from .loading import load_app
 
@@ -16,7 +17,8 @@ examples.shop.app:app): it applies the app's topics, joins the app's consumer gr
 runs one agent per definition (aggregate, projection, workflow, ...). Start more
 workers with the same app to split the partitions; each needs its own --data-dir.
 State (RocksDB) lives under --data-dir; deleting it is safe: it is rebuilt from Kafka.
-Stop it with Ctrl-C or SIGTERM.
+Stop it with Ctrl-C or SIGTERM: it exits within --stop-grace seconds, abandoning the
+activity attempts still running near its end (they run again after the restart).
 
 With Kafka away (not started yet, restarting) it waits instead of exiting: one warning,
 then one every 30 s, and it starts or resumes once a broker answers. It exits 70 when
@@ -69,6 +71,16 @@ def register(subparsers: Any) -> None:
         "while the brokers answer (default $TIDINGS_STALL_TIMEOUT, else 120; 0 never exits). "
         "docs/operations.md, \"Liveness\"",
     )
+    parser.add_argument(
+        "--stop-grace",
+        type=_stop_grace,
+        # A string default goes through type= too, so a bad $TIDINGS_STOP_GRACE is a usage error.
+        default=os.environ.get(STOP_GRACE_ENV) or None,
+        metavar="SECONDS",
+        help="on SIGTERM, exit within this many seconds; activity attempts still running near "
+        "the end are abandoned and run again after the restart (default $TIDINGS_STOP_GRACE, "
+        "else 25; 1..3600). docs/operations.md, \"Stopping\"",
+    )
     parser.set_defaults(run=run)
 
 
@@ -77,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     worker = app.worker(
         bootstrap=connection(args, app), data_dir=args.data_dir, instance_id=args.instance_id,
         metrics_port=args.metrics_port, stall_timeout_s=args.stall_timeout,
-        processing_guarantee=args.processing_guarantee,
+        processing_guarantee=args.processing_guarantee, stop_grace_s=args.stop_grace,
     )
     worker.run(loglevel=args.loglevel)
     return 0
@@ -101,3 +113,10 @@ def _seconds(text: str) -> float:
     if not (seconds == 0 or 1 <= seconds <= 86_400):  # NaN and inf fail both
         raise argparse.ArgumentTypeError(f"not a stall timeout: {text!r} (0, or 1..86400 seconds)")
     return seconds
+
+
+def _stop_grace(text: str) -> float:
+    try:
+        return parse_stop_grace(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

@@ -543,6 +543,7 @@ class App:
         metrics_port: int | None = None,
         processing_guarantee: str | None = None,
         stall_timeout_s: float | None = None,
+        stop_grace_s: float | None = None,
     ) -> Worker:
         """Build the worker that runs every definition of this app (no I/O until run).
 
@@ -557,9 +558,13 @@ class App:
         ``stall_timeout_s`` (default 120): seconds the intake may make no progress with
         work waiting while the brokers answer before the worker exits 70; 0 never exits
         (docs/operations.md, "Liveness").
+        ``stop_grace_s`` (default 25): seconds from SIGTERM to the worker's exit; activity
+        attempts still running near its end are abandoned and run again after the restart
+        (docs/operations.md, "Stopping").
 
         Raises:
-            ValueError: ``processing_guarantee`` is not one the worker offers.
+            ValueError: ``processing_guarantee`` is not one the worker offers, or
+                ``stop_grace_s`` is not from 1 to 3600 seconds.
         """
         # Imported here, not above: Faust takes a third of a second to import, and only a
         # worker process needs it (a client or a CLI command never does). No circle: the
@@ -579,4 +584,5 @@ class App:
             metrics_port=metrics_port,
             exactly_once=guarantee == EXACTLY_ONCE,
             stall_timeout_s=stall_timeout_s,
+            stop_grace_s=stop_grace_s,
         )

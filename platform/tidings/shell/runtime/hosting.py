@@ -23,7 +23,7 @@ import time
 from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from ...core.limits import check_reply_to
 from ...errors import ReplyUndeliverable
@@ -86,6 +86,29 @@ class Agent(Protocol):
 
     def close(self) -> None:
         """Stop tasks and close stores and readers (the worker is stopping)."""
+        ...
+
+
+@runtime_checkable
+class Winding(Protocol):
+    """An agent that runs work of its own beside its batches (a workflow's activity attempts).
+
+    A stopping worker (``worker.py``, docs/operations.md "Stopping") calls ``wind_down``,
+    waits for ``wound_down`` up to its grace, then calls ``abandon``, all before it stops
+    its intake: an abandoned attempt's step is journaled as started and not ended, so the
+    next owner of the partition runs it again. Agents without such work need none of it.
+    """
+
+    def wind_down(self) -> None:
+        """Start nothing new from now on: what would start is journaled and runs after the restart."""
+        ...
+
+    async def wound_down(self) -> None:
+        """Return once nothing started runs any more and the results that came are committed."""
+        ...
+
+    def abandon(self) -> list[str]:
+        """Cancel what still runs (its results are dropped); return each, for the stop's log line."""
         ...
 
 

@@ -211,16 +211,17 @@ class Intake:
         self._thread = threading.Thread(target=self._serve, name="tidings-intake", daemon=True)
         self._thread.start()
 
-    async def stop(self) -> None:
-        """Stop polling, let batches in flight complete, commit, leave the group."""
+    async def stop(self, timeout: float = 30.0) -> None:
+        """Stop polling, let batches in flight complete, commit, leave the group (waiting
+        up to ``timeout`` seconds: what is not committed then is delivered again)."""
         if self._thread is None or self._stopped is None:
             return
         self._stopping.set()
         self._room.set()
         try:
-            await asyncio.wait_for(asyncio.shield(self._stopped), 30)
+            await asyncio.wait_for(asyncio.shield(self._stopped), timeout)
         except asyncio.TimeoutError:
-            log.warning("the consumer did not stop within 30 s")
+            log.warning("the consumer did not stop within %.1f s", timeout)
         for feed in self._all_feeds:
             feed.stop()
         self._thread = None

@@ -260,10 +260,16 @@ class OwnInputs(Generic[T]):
         self._decide = decide
         self._most = most
         self._queue: asyncio.Queue[T] | None = None
+        self._deciding = False
 
     @property
     def is_open(self) -> bool:
         return self._queue is not None
+
+    @property
+    def idle(self) -> bool:
+        """Nothing queued, and no batch taken and not yet decided."""
+        return not self._deciding and (self._queue is None or self._queue.empty())
 
     def open(self) -> None:
         """Take inputs from now on (the agent's tasks start; on the loop)."""
@@ -280,10 +286,14 @@ class OwnInputs(Generic[T]):
         queue = self._queue
         while True:
             items = [await queue.get()]
+            self._deciding = True
             while not queue.empty() and len(items) < self._most:
                 items.append(queue.get_nowait())
-            async with self._lock:
-                self._decide(items)
+            try:
+                async with self._lock:
+                    self._decide(items)
+            finally:
+                self._deciding = False
 
 
 @dataclass(slots=True)

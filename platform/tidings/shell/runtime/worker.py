@@ -13,13 +13,16 @@ service and feeds each ``Input`` of each agent its records in lists, through a
 applied, every hosted definition is opened with the worker's ``Runtime`` (``hosting.py``),
 partition assignments and revocations go to every agent (each keeps what concerns its
 topics). A batch's offsets are committed only after the agent completed it (its writes
-acknowledged by the broker). See docs/architecture.md.
+acknowledged by the broker). A stop (SIGTERM) lets running activity attempts end within
+its grace, abandons the rest, then stops the intake (``stopping.py``). See
+docs/architecture.md and docs/operations.md, "Stopping".
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,13 +34,14 @@ from faust.app.base import BootStrategy
 
 from ...errors import BrokerError, KafkaUnreachable
 from .connection import KafkaConnection
-from .hosting import Agent, Hosted, Runtime, TopicPartition
+from .hosting import Agent, Hosted, Runtime, TopicPartition, Winding
 from .intake import Intake, describe
 from .kafka import ConfluentPublisher
 from .liveness import STALL_TIMEOUT_S, Liveness, LivenessWatch
 from .metrics import Metrics, MetricsServer
 from .pipeline import stop_worker, stop_worker_on_failure
 from .reachability import probe_kafka, wait_for_kafka
+from .stopping import DEFAULT_STOP_GRACE_S, STOP_GRACE_ENV, Grace, HardStop, check_stop_grace
 from .topics import TopicSpec, apply_topics, deadletter_topic
 from .transactions import TransactionalPublisher
 from .worker_dir import WorkerDir
@@ -108,6 +112,7 @@ class Worker:
         metrics_port: int | None = None,
         exactly_once: bool = False,
         stall_timeout_s: float | None = None,
+        stop_grace_s: float | None = None,
     ) -> None:
         self.app = app
         self.exactly_once = exactly_once
@@ -126,6 +131,9 @@ class Worker:
         # this many seconds (0: never).
         self.stall_timeout_s = STALL_TIMEOUT_S if stall_timeout_s is None else stall_timeout_s
         self.liveness = Liveness()
+        # Seconds from SIGTERM to exit (stopping.py); checked here, before any I/O.
+        self.stop_grace_s = check_stop_grace(DEFAULT_STOP_GRACE_S if stop_grace_s is None else stop_grace_s)
+        self._hard_stop: HardStop | None = None
         self._watch: LivenessWatch | None = None
         self._metrics_server: MetricsServer | None = None
         self.agents: list[Agent] = []
@@ -150,6 +158,29 @@ class Worker:
             worker.execute_from_commandline()
         finally:
             self.close()
+            if self._hard_stop is not None:  # stopped in time: the process exits on its own
+                self._hard_stop.disarm()
+
+    async def _wind_down(self, grace: Grace) -> None:
+        """Let the agents' running work end within the grace's working part, then abandon
+        the rest, logging it in one line. The intake still runs meanwhile: the partitions
+        stay this worker's, so no other worker runs the same attempts yet."""
+        winding = [agent for agent in self.agents if isinstance(agent, Winding)]
+        for agent in winding:
+            agent.wind_down()
+        try:
+            await asyncio.wait_for(asyncio.gather(*(agent.wound_down() for agent in winding)),
+                                   grace.work_left())
+        except asyncio.TimeoutError:
+            pass
+        except Exception:  # noqa: BLE001 - a bug here must not keep the intake from stopping
+            log.exception("waiting for the running activity attempts failed; abandoning them")
+        abandoned = [what for agent in winding for what in agent.abandon()]
+        if abandoned:
+            shown = ", ".join(abandoned[:20]) + (f" and {len(abandoned) - 20} more" if len(abandoned) > 20 else "")
+            log.warning("stopping within the %g s grace (%s): abandoned %d unfinished: %s; each runs "
+                        "again after the restart (its journal shows its step started, not ended)",
+                        grace.seconds, STOP_GRACE_ENV, len(abandoned), shown)
 
     def _apply_when_kafka_answers(self, apply: bool) -> None:
         """A worker is a server: with Kafka away it waits (one line, then a reminder every
@@ -279,15 +310,22 @@ class Worker:
                 worker._watch.start()
 
             async def on_stop(self) -> None:
+                grace = Grace(worker.stop_grace_s, time.monotonic())
+                worker._hard_stop = hard = HardStop(grace)
                 if worker._watch is not None:  # a stopping worker takes nothing more
                     worker._watch.close()
-                await intake.stop()
+                hard.doing = "waiting for activity attempts"
+                await worker._wind_down(grace)
+                hard.doing = "completing the batches in flight and leaving the group"
+                await intake.stop(timeout=grace.left())
                 if isinstance(publisher, TransactionalPublisher):
                     # Clean only when every write of this run is committed: the next run
                     # keeps its stores (worker_dir.py).
+                    hard.doing = "committing the last transaction"
                     await publisher.committed()
                     worker._clean = True
                     await publisher.aclose()
+                hard.doing = "closing stores and clients"
 
         return fapp
 

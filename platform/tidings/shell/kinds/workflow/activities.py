@@ -3,6 +3,8 @@
 An async ``fn`` runs as a task on the loop; a sync one in the agent's thread pool (a
 blocking call must not stall the loop). The attempt starts at ``not_before`` and is given up
 at ``timeout_at``; a sync call's thread cannot be killed, so its late result is dropped.
+Every thread here is a daemon: a stopping worker abandons the attempts that outlast its
+grace instead of waiting for them (docs/operations.md, "Stopping").
 
 Most attempts are a sync call due now with no timeout. ``ThreadedAttempts`` runs those
 on its own threads without an asyncio task or any future per attempt: the thread appends
@@ -16,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import functools
 import inspect
 import queue
 import threading
@@ -69,6 +72,82 @@ async def _settled(running: Awaitable[Any]) -> Any:
 
 
 T = TypeVar("T")
+
+
+class DaemonPool(concurrent.futures.Executor):
+    """A thread pool for sync attempts whose threads never hold the process at exit.
+
+    ``ThreadPoolExecutor`` joins its threads when the interpreter exits, so a sync activity
+    sleeping 15 s held a stopping worker for 15 s after its grace had given the attempt up.
+    These threads are daemons, started on demand up to ``threads``.
+
+    Args:
+        threads: Most calls running at once.
+        name: The threads' name prefix.
+    """
+
+    def __init__(self, threads: int, name: str) -> None:
+        self._max = threads
+        self._name = name
+        self._queue: queue.SimpleQueue[tuple[concurrent.futures.Future[Any], Callable[[], Any]] | None] = (
+            queue.SimpleQueue())
+        self._threads: list[threading.Thread] = []
+        self._idle = 0  # as ThreadedAttempts._idle: threads waiting, less those promised
+        self._lock = threading.Lock()
+        self._shut = False
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
+        """Queue ``fn(*args, **kwargs)``; return its future."""
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        with self._lock:
+            if self._shut:
+                raise RuntimeError("the activity pool is shut down: the worker is stopping")
+            self._queue.put((future, functools.partial(fn, *args, **kwargs)))
+            if self._idle > 0:
+                self._idle -= 1
+                return future
+            if len(self._threads) >= self._max:
+                return future
+            thread = threading.Thread(target=self._serve, name=f"{self._name}_{len(self._threads)}", daemon=True)
+            self._threads.append(thread)
+        thread.start()
+        return future
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Let the threads end after their current call; ``cancel_futures`` drops queued ones."""
+        with self._lock:
+            self._shut = True
+            threads = list(self._threads)
+        if cancel_futures:
+            while True:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not None:
+                    item[0].cancel()
+        for _ in threads:
+            self._queue.put(None)
+        if wait:
+            for thread in threads:
+                thread.join()
+
+    def _serve(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            future, call = item
+            if future.set_running_or_notify_cancel():
+                try:
+                    result = call()
+                except BaseException as exc:  # noqa: BLE001 - the caller's future carries it
+                    future.set_exception(exc)
+                else:
+                    future.set_result(result)
+            del item, future, call  # a finished call's arguments are not kept alive
+            with self._lock:
+                self._idle += 1
 
 
 def runs_threaded(effect: RunActivity, now_s: float) -> bool:

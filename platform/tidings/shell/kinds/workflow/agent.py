@@ -68,7 +68,7 @@ from ...runtime.hosting import Input, Runtime, TopicPartition
 from ...runtime.io import Incoming, Outgoing
 from ...runtime.journaled import Backstop, CommitQueue, Journaled, OwnInputs, Pending
 from ....core.workflow.sends import SendCommand, StopSend
-from .activities import Skippable, ThreadedAttempts, run_attempt, runs_threaded, settle_returned
+from .activities import DaemonPool, Skippable, ThreadedAttempts, run_attempt, runs_threaded, settle_returned
 from .replies import RepliesReader
 from .sends import WorkflowSends
 from .children import CHILD_EFFECTS, ChildLinks
@@ -163,8 +163,9 @@ class WorkflowAgent:
         # When each live instance started (ms, from its Started record): its run time is
         # observed when its outcome is published. Entries go with the cached instance.
         self._started_at: dict[str, int] = {}
-        # Sync activities block; the loop's default pool (cores + 4 threads) is far too small.
-        self._executor = concurrent.futures.ThreadPoolExecutor(activity_threads, "tidings-activity")
+        # Sync activities block; the loop's default pool (cores + 4 threads) is far too small,
+        # and its threads would hold a stopping worker until their attempts end.
+        self._executor: concurrent.futures.Executor = DaemonPool(activity_threads, "tidings-activity")
         self._activity_threads = activity_threads
         self._lock = self.journaled.lock
         self._cache: OrderedDict[str, WorkflowInstance] = OrderedDict()
@@ -172,6 +173,14 @@ class WorkflowAgent:
         # Each running attempt: what cancels it (its task, or its pool future) and the attempt.
         self._activities: dict[tuple[str, str], tuple[asyncio.Future[None] | Skippable, Attempt]] = {}
         self._threaded: ThreadedAttempts[str] | None = None
+        # The worker is stopping (wind_down): attempts due from now on are not started; the
+        # idempotency keys of those held, for the stop's log line.
+        self._winding = False
+        self._held: list[str] = []
+        # When each attempt that waits for its not_before is due (ms): one still waiting
+        # when the worker stops has not begun, and is held at once instead of waited for.
+        self._due: dict[tuple[str, str], int] = {}
+        self._last_commit: asyncio.Future[None] | None = None
         self._timers: dict[tuple[str, str], asyncio.TimerHandle] = {}
         self._busy: Counter[str] = Counter()  # live activities and timers: not evictable
         self._dirty: Counter[str] = Counter()  # decided, not yet in RocksDB: not evictable
@@ -271,6 +280,7 @@ class WorkflowAgent:
             self._inbox_applied.pop(partition, None)
         self._forget_cached(*gone)
         for key in [k for k in self._activities if self._partition(k[0]) in gone]:
+            self._due.pop(key, None)
             task, attempt = self._activities.pop(key)
             attempt.cancellation.cancel()
             task.cancel()
@@ -282,6 +292,42 @@ class WorkflowAgent:
             del self._waiters[instance_id]
         self._sends.drop(gone)
         self._busy = +self._busy
+
+    def wind_down(self) -> None:
+        """Start no activity attempt from now on (the worker is stopping, ``hosting.Winding``).
+
+        The step of one not started is journaled as started and not ended, as that of one
+        abandoned: the partition's next owner replays the instance and runs it. An attempt
+        still waiting for its ``not_before`` (a retry's backoff) is stopped now: it has not
+        begun, so nothing is worth waiting for."""
+        self._winding = True
+        now_ms = self._now_ms()
+        for key, due in list(self._due.items()):
+            if due > now_ms and key in self._activities:
+                self._held.append(self._activities[key][1].idempotency_key)
+                self._stop_activity(key)
+        self._due.clear()
+
+    async def wound_down(self) -> None:
+        """Return once no attempt runs and the results that came are decided and committed."""
+        # Polled: a stop happens once, and an attempt's end goes through ThreadedAttempts
+        # or a task, then the own inputs' queue, the lock and the committer.
+        while self._activities or not self._inputs.idle:
+            await asyncio.sleep(0.05)
+        if self._last_commit is not None:
+            await asyncio.shield(self._last_commit)  # commits complete in order: all before it too
+
+    def abandon(self) -> list[str]:
+        """Cancel every running attempt, its ``cancellation`` set first; its result, if one
+        comes, is dropped. Return the attempts abandoned and held, for the stop's log line."""
+        abandoned = [f"activity {attempt.idempotency_key} (attempt {attempt.number})"
+                     for _, attempt in self._activities.values()]
+        abandoned += [f"activity {key} (not started)" for key in self._held]
+        self._held.clear()
+        for key in list(self._activities):
+            self._stop_activity(key)
+        self._busy = +self._busy
+        return abandoned
 
     def close(self) -> None:
         """Cancel the agent's tasks, activities and timers (the worker is stopping)."""
@@ -562,12 +608,17 @@ class WorkflowAgent:
         key = (instance_id, getattr(effect, "path", ""))
         if isinstance(effect, RunActivity):
             self._stop_activity(key)
+            if self._winding:  # the worker is stopping: the next owner replays and runs it
+                self._held.append(effect.idempotency_key)
+                return
             attempt = Attempt(effect.idempotency_key, effect.attempt)
             running: asyncio.Future[None] | Skippable
             if self._threaded is not None and runs_threaded(effect, self._clock()):
                 running = self._threaded.submit(instance_id, effect, attempt)
             else:
                 running = asyncio.ensure_future(self._call(instance_id, effect, attempt))
+                if effect.not_before > self._now_ms():
+                    self._due[key] = effect.not_before
             self._activities[key] = (running, attempt)
             self._busy[instance_id] += 1
         elif isinstance(effect, CancelActivity):
@@ -584,6 +635,7 @@ class WorkflowAgent:
             self._sends.carry_out(instance_id, effect)
 
     def _stop_activity(self, key: tuple[str, str]) -> None:
+        self._due.pop(key, None)
         running = self._activities.pop(key, None)
         if running is not None:
             task, attempt = running
@@ -631,6 +683,7 @@ class WorkflowAgent:
         if current is None or current[1] is not attempt:
             return  # cancelled or replaced meanwhile: the result would be ignored anyway
         del self._activities[key]
+        self._due.pop(key, None)
         # The instance stays busy (not evictable) until _decide_own has taken the result:
         # evicted in between, its result would find no instance and be lost.
         self._inputs.put((instance_id, result))
@@ -640,6 +693,7 @@ class WorkflowAgent:
     def _submit(self, commit: _Commit) -> asyncio.Future[None]:
         """Produce ``commit``'s journal records now; queue the rest for the committer."""
         done = self._commits.submit(commit, commit.journal)
+        self._last_commit = done
         # Nothing awaits in between: the committer cannot take the commit before these
         # are out of its effects.
         for instance_id, effect in self._early_activities(commit):
