@@ -34,10 +34,12 @@ from .connection import KafkaConnection
 from .hosting import Agent, Hosted, Runtime, TopicPartition
 from .intake import Intake, describe
 from .kafka import ConfluentPublisher
+from .health import HealthServer
 from .liveness import STALL_TIMEOUT_S, Liveness, LivenessWatch
-from .metrics import Metrics, MetricsServer
+from .metrics import Metrics
 from .pipeline import stop_worker, stop_worker_on_failure
 from .reachability import probe_kafka, wait_for_kafka
+from .readiness import Readiness
 from .topics import TopicSpec, apply_topics, deadletter_topic
 from .transactions import TransactionalPublisher
 from .worker_dir import WorkerDir
@@ -119,16 +121,19 @@ class Worker:
         # Static group membership (KIP-345): a worker restarted with the same id gets its
         # partitions back at once instead of waiting for the session timeout.
         self.instance_id = instance_id
-        # Prometheus /metrics on this port while running (None: not served).
+        # /metrics, /livez and /readyz on this port while running (None: not served).
         self.metrics_port = metrics_port
         self.metrics = Metrics()
+        # Member of the group, assigned partitions recovered (readiness.py): /readyz.
+        self.readiness = Readiness(app.name)
         # Deafness (liveness.py): work waiting, no progress, brokers answering; exit 70 past
         # this many seconds (0: never).
         self.stall_timeout_s = STALL_TIMEOUT_S if stall_timeout_s is None else stall_timeout_s
         self.liveness = Liveness()
         self._watch: LivenessWatch | None = None
-        self._metrics_server: MetricsServer | None = None
+        self._http: HealthServer | None = None
         self.agents: list[Agent] = []
+        self._beating: asyncio.Future[None] | None = None  # the event loop's beat (liveness.py)
         self._runtime: Runtime | None = None
         # Built by run() once Kafka answers: its publisher connects as it is made.
         self.faust: faust.App | None = None
@@ -137,7 +142,9 @@ class Worker:
         """Wait for Kafka, apply the topics, then run until stopped (SIGTERM/SIGINT stop it
         cleanly)."""
         if self.metrics_port is not None:
-            self._metrics_server = self.metrics.serve(self.metrics_port)
+            # First: the probes answer while the worker waits for Kafka (alive, not ready).
+            self._http = HealthServer(self.metrics.registry, live=self.liveness.verdict,
+                                      ready=self.readiness.verdict, port=self.metrics_port)
         try:
             with _startup_logging(loglevel):
                 self._apply_when_kafka_answers(apply)
@@ -155,9 +162,11 @@ class Worker:
         """A worker is a server: with Kafka away it waits (one line, then a reminder every
         30 s) instead of exiting, and applies the topics once a broker answers."""
         while True:
+            self.readiness.phase(f"waiting for Kafka at {self.bootstrap}")
             wait_for_kafka(self.connection)
             if not apply:
                 return
+            self.readiness.phase("applying the App's topics")
             try:
                 apply_topics(self.connection, self.app.topic_specs(), out=log.info)
                 return
@@ -176,9 +185,9 @@ class Worker:
         for agent in self.agents:
             agent.close()
         self.agents.clear()
-        if self._metrics_server is not None:
-            self._metrics_server.close()
-            self._metrics_server = None
+        if self._http is not None:
+            self._http.close()
+            self._http = None
         if self._runtime is not None:
             self._runtime.close()
             self._runtime = None
@@ -228,33 +237,42 @@ class Worker:
         runtime.on_close(publisher.close)  # closed last: the agents' last writes go out
         self._runtime = runtime
         agents = self.agents
+        labels: list[str] = []  # each agent's definition, as /readyz names it
         worker = self
+        readiness = self.readiness
         joined: list[bool] = []
+        readiness.phase(f"joining group {self.app.name}")
 
         def assigned(partitions: list[TopicPartition]) -> None:
             log.info("partitions assigned: %s", describe(partitions))
             if not joined:  # tests and operators wait for this line
                 joined.append(True)
                 log.info("Worker ready: joined group %s", self.app.name)
-            for agent in agents:
+            readiness.assigned(partitions)
+            for agent, label in zip(agents, labels):
                 # Not awaited: an agent's recovery reads its journal; the agents make
                 # records of partitions they are recovering wait (PartitionOwner.ensure_ready).
-                asyncio.ensure_future(agent.assign(partitions)).add_done_callback(
-                    stop_worker_on_failure("recovering assigned partitions"))
+                # /readyz waits for every one of them (readiness.py).
+                done = readiness.recovering(label, partitions)
+                future = asyncio.ensure_future(agent.assign(partitions))
+                future.add_done_callback(lambda _, done=done: done())
+                future.add_done_callback(stop_worker_on_failure("recovering assigned partitions"))
 
         def revoked(partitions: list[TopicPartition]) -> None:
             log.info("partitions revoked: %s", describe(partitions))
+            readiness.revoked(partitions)
             for agent in agents:
                 agent.revoke(partitions)
 
         intake = Intake(self.connection, self.app.name, instance_id=self.instance_id,
                         on_assigned=assigned, on_revoked=revoked, on_lag=self.metrics.set_lag,
-                        liveness=self.liveness,
+                        liveness=self.liveness, on_lost=readiness.lost,
                         on_commit=publisher.commit_offsets
                         if isinstance(publisher, TransactionalPublisher) else None)
         for hosted in self.app.hosted:
             agent = hosted.open(runtime.scoped(hosted.kind, hosted.name))
             agents.append(agent)
+            labels.append(f"{hosted.kind} {hosted.name}")
             for source in agent.inputs:
                 start = self.metrics.instrument(hosted.kind, hosted.name, source.name, source.start)
                 intake.add(source.topics, start, source.name.replace("-", " "),
@@ -276,8 +294,12 @@ class Worker:
                                               report=worker.metrics.set_stalled,
                                               timeout_s=worker.stall_timeout_s)
                 worker._watch.start()
+                worker._beating = asyncio.ensure_future(_beat(worker.liveness))
 
             async def on_stop(self) -> None:
+                readiness.stopping()
+                if worker._beating is not None:
+                    worker._beating.cancel()
                 if worker._watch is not None:  # a stopping worker takes nothing more
                     worker._watch.close()
                 await intake.stop()
@@ -290,6 +312,14 @@ class Worker:
 
         return fapp
 
+
+
+async def _beat(liveness: Liveness) -> None:
+    """Tell ``liveness`` every second that the event loop runs (``/livez`` fails when it
+    stops hearing this)."""
+    while True:
+        liveness.beat()
+        await asyncio.sleep(1.0)
 
 
 @contextmanager
