@@ -134,14 +134,16 @@ def test_livez_stays_200_while_the_broker_is_down_for_30_s(app_id: str, tmp_path
         apply_topics(kafka(bootstrap), app.topic_specs(), out=lambda line: None)
         port = free_port()
         # A stall timeout shorter than the outage: a liveness clock running while no broker
-        # answers would end the worker (exit 70) as well as fail /livez.
+        # answers would end the worker (exit 70) as well as fail /livez. No instance id: a
+        # lone static member may be fenced by its own rejoin after a broker restart and exit
+        # 70 (docs/operations.md, "Liveness"), which is not what this test is about.
         workers = Workers(bootstrap, app_id, tmp_path, env={"TIDINGS_METRICS_PORT": str(port),
-                                                            "TIDINGS_STALL_TIMEOUT": "20"})
-        worker = workers.start("w1", instance_id=f"{app_id}-w1")
+                                                            "TIDINGS_STALL_TIMEOUT": "25"})
+        worker = workers.start("w1")
         answering(port, "/readyz", 200, 90, workers)
         broker.stop()
         began = time.monotonic()
-        answers: list[tuple[int, str]] = []
+        answers: list[tuple[int, str]] = []  # every half second of the outage
         while time.monotonic() - began < OUTAGE_S:
             answers.append(get(port, "/livez"))
             time.sleep(0.5)
@@ -152,6 +154,7 @@ def test_livez_stays_200_while_the_broker_is_down_for_30_s(app_id: str, tmp_path
         assert broker.start() == bootstrap
         answering(port, "/readyz", 200, 90, workers)
         assert get(port, "/livez")[0] == 200
+        print(f"ready again {time.monotonic() - began - OUTAGE_S:.1f} s after the broker was started again")
     finally:
         if workers is not None:
             workers.kill_all()
