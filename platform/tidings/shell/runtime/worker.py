@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
@@ -255,7 +255,7 @@ class Worker:
                 # /readyz waits for every one of them (readiness.py).
                 done = readiness.recovering(label, partitions)
                 future = asyncio.ensure_future(agent.assign(partitions))
-                future.add_done_callback(lambda _, done=done: done())
+                future.add_done_callback(_call(done))
                 future.add_done_callback(stop_worker_on_failure("recovering assigned partitions"))
 
         def revoked(partitions: list[TopicPartition]) -> None:
@@ -312,6 +312,11 @@ class Worker:
 
         return fapp
 
+
+
+def _call(done: Callable[[], None]) -> Callable[[asyncio.Future[None]], None]:
+    """A done-callback that calls ``done`` however the future ended."""
+    return lambda future: done()
 
 
 async def _beat(liveness: Liveness) -> None:
