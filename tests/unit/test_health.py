@@ -48,8 +48,8 @@ def test_readiness_waits_for_every_recovery_an_assignment_started() -> None:
     readiness = Readiness("bank", clock=clock)
     partitions = [("bank.workflow.x.inbox", 0), ("bank.saga.y.inbox", 0)]
     readiness.assigned(partitions)
-    workflow_done = readiness.recovering("workflow x", partitions)
-    saga_done = readiness.recovering("saga y", partitions)
+    workflow_done = readiness.recovering("workflow x")
+    saga_done = readiness.recovering("saga y")
     clock.now += 7
     verdict = readiness.verdict()
     assert not verdict.ok
@@ -292,3 +292,19 @@ def test_close_stops_serving() -> None:
     server.close()
     with pytest.raises(OSError):
         urllib.request.urlopen(f"http://127.0.0.1:{port}/livez", timeout=1)
+
+
+def test_readiness_waits_for_each_of_overlapping_recoveries_of_one_definition() -> None:
+    clock = Clock()
+    readiness = Readiness("bank", clock=clock)
+    readiness.assigned([("t", 0)])
+    first = readiness.recovering("workflow x")
+    clock.now += 5
+    readiness.assigned([("t", 1)])  # a second assignment while the first recovery runs
+    second = readiness.recovering("workflow x")
+    clock.now += 1
+    assert readiness.verdict().reason == "recovering assigned partitions: workflow x (for 6 s)"
+    first()
+    assert readiness.verdict().reason == "recovering assigned partitions: workflow x (for 1 s)"
+    second()
+    assert readiness.verdict().ok

@@ -60,8 +60,8 @@ class Readiness:
         self._stopping = False
         self._assigned: set[TopicPartition] = set()
         self._ids = itertools.count()
-        # id -> (definition, the assignment it recovers, monotonic start)
-        self._recovering: dict[int, tuple[str, frozenset[TopicPartition], float]] = {}
+        # id -> (definition, monotonic start) of each recovery under way
+        self._recovering: dict[int, tuple[str, float]] = {}
 
     # -- what the worker says ----------------------------------------------------------
 
@@ -88,12 +88,13 @@ class Readiness:
             self._member = False
             self._phase = f"rejoining group {self._group}"
 
-    def recovering(self, definition: str, partitions: Collection[TopicPartition]) -> Callable[[], None]:
-        """A recovery of ``partitions`` by ``definition`` started; call the result when it
+    def recovering(self, definition: str) -> Callable[[], None]:
+        """``definition``'s recovery of the latest assignment started (each agent is handed
+        the whole assignment and recovers its own topics' share); call the result when it
         ended (whether it succeeded or not: a failed one stops the worker)."""
         with self._lock:
             key = next(self._ids)
-            self._recovering[key] = (definition, frozenset(partitions), self._clock())
+            self._recovering[key] = (definition, self._clock())
 
         def done() -> None:
             with self._lock:
@@ -119,12 +120,11 @@ class Readiness:
                 return Verdict(False, "stopping", details)
             if not self._member:
                 return Verdict(False, f"not a member of group {self._group} yet: {self._phase}", details)
-            recovering = sorted(self._recovering.values(), key=lambda item: item[2])
+            recovering = sorted(self._recovering.values(), key=lambda item: item[1])
         if not recovering:
             return Verdict(True, f"ready: {len(self._assigned)} partitions assigned, all recovered", details)
-        # Each agent is handed the whole assignment and recovers its own topics' share.
-        since: dict[str, float] = {}
-        for definition, _, began in recovering:
+        since: dict[str, float] = {}  # each definition's oldest recovery under way
+        for definition, began in recovering:
             since.setdefault(definition, began)
         details["recovering"] = {definition: round(now - began, 3) for definition, began in since.items()}
         parts = [f"{definition} (for {now - began:.0f} s)" for definition, began in since.items()]

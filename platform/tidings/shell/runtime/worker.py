@@ -253,7 +253,7 @@ class Worker:
                 # Not awaited: an agent's recovery reads its journal; the agents make
                 # records of partitions they are recovering wait (PartitionOwner.ensure_ready).
                 # /readyz waits for every one of them (readiness.py).
-                done = readiness.recovering(label, partitions)
+                done = readiness.recovering(label)
                 future = asyncio.ensure_future(agent.assign(partitions))
                 future.add_done_callback(_call(done))
                 future.add_done_callback(stop_worker_on_failure("recovering assigned partitions"))
