@@ -308,15 +308,22 @@ def test_chart_has_headless_service_topics_hook_pdb_and_service_account() -> Non
     assert "kind: ServiceAccount" in (TEMPLATES / "serviceaccount.yaml").read_text(encoding="utf-8")
 
 
-def test_chart_values_document_why_there_is_no_default_liveness_probe() -> None:
+def test_chart_probes_ask_the_workers_livez_and_readyz_by_default_and_say_why() -> None:
+    values = _values()
+    worker = values["worker"]
+    assert values["probes"] == {"enabled": True}
+    for probe, path in (("livenessProbe", "/livez"), ("readinessProbe", "/readyz"), ("startupProbe", "/livez")):
+        assert worker[probe]["httpGet"] == {"path": path, "port": "metrics"}, probe
     values_text = (CHART / "values.yaml").read_text(encoding="utf-8")
-    assert _values()["worker"]["livenessProbe"] == {}
     reason = values_text.split("livenessProbe:", 1)[0].rsplit("# -- Liveness probe", 1)[1]
-    assert "exits non-zero" in reason and "rebalance" in reason
+    assert "broker outage" in reason and "rebalances" in reason
+    startup = values_text.split("startupProbe:", 1)[0].rsplit("# -- Startup probe", 1)[1]
+    assert "Not on /readyz" in startup
 
 
 def test_chart_serves_metrics_on_the_port_its_values_name() -> None:
-    assert _values()["metrics"] == {"enabled": True, "port": 9100}
+    metrics = _values()["metrics"]
+    assert (metrics["enabled"], metrics["port"], metrics["serviceMonitor"]["enabled"]) == (True, 9100, False)
     template = (TEMPLATES / "statefulset.yaml").read_text(encoding="utf-8")
     assert "--metrics-port" in template and "prometheus.io/scrape" in template
 
@@ -374,7 +381,6 @@ def test_helm_statefulset_runs_the_app_with_bootstrap_and_a_state_volume() -> No
     (claim,) = spec["volumeClaimTemplates"]
     mounts = {mount["name"]: mount["mountPath"] for mount in container["volumeMounts"]}
     assert mounts[claim["metadata"]["name"]] == env["TIDINGS_DATA_DIR"]
-    assert "livenessProbe" not in container
     assert spec["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
 
 
@@ -459,13 +465,139 @@ def test_helm_worker_serves_metrics_and_its_pods_carry_the_scrape_annotations() 
 
 
 @needs_helm
-def test_helm_without_metrics_serves_none_and_asks_for_no_scrape() -> None:
-    (statefulset,) = _kind(_render("metrics.enabled=false"), "StatefulSet")
+def test_helm_without_metrics_serves_the_port_for_the_probes_only_and_asks_for_no_scrape() -> None:
+    docs = _render("metrics.enabled=false")
+    (statefulset,) = _kind(docs, "StatefulSet")
+    template = statefulset["spec"]["template"]
+    (container,) = template["spec"]["containers"]
+    assert container["args"][container["args"].index("--metrics-port") + 1] == "9100"
+    assert container["ports"] == [{"name": "metrics", "containerPort": 9100, "protocol": "TCP"}]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert "annotations" not in template["metadata"]
+    (service,) = _kind(docs, "Service")
+    assert "ports" not in service["spec"]
+
+
+@needs_helm
+def test_helm_without_metrics_and_probes_serves_nothing() -> None:
+    docs = _render("metrics.enabled=false", "probes.enabled=false")
+    (statefulset,) = _kind(docs, "StatefulSet")
     template = statefulset["spec"]["template"]
     (container,) = template["spec"]["containers"]
     assert "--metrics-port" not in container["args"]
     assert "ports" not in container
+    assert not {"livenessProbe", "readinessProbe", "startupProbe"} & set(container)
     assert "annotations" not in template["metadata"]
+
+
+@needs_helm
+def test_helm_probes_reach_the_workers_port_and_render_valid_manifests() -> None:
+    docs = _render("metrics.port=9300")
+    for doc in docs:
+        kubernetes_validate.validate(doc, kubernetes_validate.latest_version(), strict=True)
+    (statefulset,) = _kind(docs, "StatefulSet")
+    (container,) = statefulset["spec"]["template"]["spec"]["containers"]
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    assert ports == {"metrics": 9300}
+    probes = {name: container[name] for name in ("livenessProbe", "readinessProbe", "startupProbe")}
+    assert {name: (p["httpGet"]["path"], ports[p["httpGet"]["port"]]) for name, p in probes.items()} == {
+        "livenessProbe": ("/livez", 9300), "readinessProbe": ("/readyz", 9300), "startupProbe": ("/livez", 9300)}
+    # The liveness probe restarts a deaf worker before it would exit 70 by itself (120 s).
+    live = probes["livenessProbe"]
+    assert 15 + live["periodSeconds"] * live["failureThreshold"] < 120
+    # A probe set to null is dropped; the others stay.
+    (statefulset,) = _kind(_render("worker.startupProbe=null"), "StatefulSet")
+    (container,) = statefulset["spec"]["template"]["spec"]["containers"]
+    assert "startupProbe" not in container and "livenessProbe" in container
+    # The headless Service names the metrics port (what a ServiceMonitor scrapes).
+    (service,) = _kind(docs, "Service")
+    assert service["spec"]["ports"] == [{"name": "metrics", "port": 9300, "targetPort": "metrics",
+                                         "protocol": "TCP"}]
+
+
+SERVICE_MONITOR_CRD = REPO / "tests" / "data" / "crds" / "monitoring.coreos.com_servicemonitors.yaml"
+
+
+def _unknown_fields(doc: Any, schema: dict[str, Any], path: str = "") -> list[str]:
+    """Fields of ``doc`` that ``schema`` does not declare (what an API server would prune
+    silently: a misspelt field). A CRD schema leaves additionalProperties unset."""
+    found: list[str] = []
+    if isinstance(doc, dict) and "properties" in schema and "additionalProperties" not in schema:
+        for key, value in doc.items():
+            if key not in schema["properties"]:
+                found.append(f"{path}.{key}")
+            else:
+                found += _unknown_fields(value, schema["properties"][key], f"{path}.{key}")
+    elif isinstance(doc, list) and "items" in schema:
+        for n, item in enumerate(doc):
+            found += _unknown_fields(item, schema["items"], f"{path}[{n}]")
+    return found
+
+
+@needs_helm
+def test_helm_service_monitor_is_valid_against_the_operators_crd_and_scrapes_the_service() -> None:
+    import jsonschema  # kubernetes-validate's own dependency
+
+    assert not [d for d in _render() if d["kind"] == "ServiceMonitor"], "off by default"
+    docs = _render("metrics.serviceMonitor.enabled=true", "metrics.serviceMonitor.labels.release=prom",
+                   "metrics.serviceMonitor.scrapeTimeout=10s")
+    (monitor,) = _kind(docs, "ServiceMonitor")
+    crd = yaml.safe_load(SERVICE_MONITOR_CRD.read_text(encoding="utf-8"))
+    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == monitor["apiVersion"].split("/")[1]]
+    assert monitor["apiVersion"] == f"{crd['spec']['group']}/{version['name']}" and version["served"]
+    assert monitor["kind"] == crd["spec"]["names"]["kind"]
+    schema = version["schema"]["openAPIV3Schema"]
+    jsonschema.Draft7Validator(schema).validate(monitor)
+    assert _unknown_fields(monitor["spec"], schema["properties"]["spec"], "spec") == []
+    kubernetes_validate.validate({"apiVersion": "v1", "kind": "ConfigMap", "metadata": monitor["metadata"]},
+                                 kubernetes_validate.latest_version(), strict=True)  # its metadata is ObjectMeta
+    # It selects the chart's Service, by that Service's labels, and scrapes its named port.
+    (service,) = _kind(docs, "Service")
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["tidings"]}
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint == {"port": "metrics", "path": "/metrics", "interval": "30s", "scrapeTimeout": "10s"}
+    assert endpoint["port"] in {port["name"] for port in service["spec"]["ports"]}
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    # A misspelt field is what the strict check is for.
+    broken = {**monitor["spec"], "endpoint": []}
+    assert _unknown_fields(broken, schema["properties"]["spec"], "spec") == ["spec.endpoint"]
+
+
+@needs_helm
+def test_helm_refuses_a_service_monitor_without_metrics() -> None:
+    result = _helm("template", "bank", str(CHART), "--set", "metrics.serviceMonitor.enabled=true",
+                   "--set", "metrics.enabled=false", check=False)
+    assert result.returncode != 0 and "metrics.serviceMonitor.enabled needs metrics.enabled" in result.stderr
+
+
+def _notes(tmp_path: Path, *set_values: str) -> str:
+    """NOTES.txt as an install prints it: ``helm template`` renders no NOTES, so a copy of
+    the chart holds them as a named template, included in a ConfigMap."""
+    chart = tmp_path / "chart"
+    shutil.copytree(CHART, chart)
+    notes = (chart / "templates" / "NOTES.txt").read_text(encoding="utf-8")
+    (chart / "templates" / "_notes.tpl").write_text('{{- define "test.notes" }}' + notes + "{{- end }}\n")
+    (chart / "templates" / "notes.yaml").write_text(
+        'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\ndata:\n  notes: |\n'
+        '{{- include "test.notes" . | nindent 4 }}\n')
+    args = ["template", "rel", str(chart), "--namespace", "ns", "--show-only", "templates/notes.yaml"]
+    for value in set_values:
+        args += ["--set", value]
+    return str(yaml.safe_load(_helm(*args).stdout)["data"]["notes"])
+
+
+@needs_helm
+def test_helm_notes_print_commands_for_the_app_the_release_runs(tmp_path: Path) -> None:
+    notes = _notes(tmp_path, "app=orders.app:app")
+    assert "orders.app:app" in notes and "examples.bank" not in notes and "tidings send" not in notes
+    assert "tidings offsets show orders.app:app" in notes
+    assert "tidings deadletters --limit 20 orders.app:app" in notes
+    assert "curl -s localhost:9100/readyz" in notes and "port-forward pod/rel-tidings-0 9100:metrics" in notes
+    bank = _notes(tmp_path / "bank", "metrics.enabled=false", "probes.enabled=false")
+    assert "tidings send examples.bank.app:app account alice Open" in bank
+    assert "/readyz" not in bank and "/metrics" not in bank
 
 
 # -- Helm chart: Kafka credentials and certificates (rendered; needs helm on PATH) ------

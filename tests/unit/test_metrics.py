@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -231,20 +230,6 @@ def test_every_metric_is_named_tidings_and_documented_in_operations() -> None:
     exposed = {name + "_total" if family.type == "counter" else name
                for family in metrics.registry.collect() for name in [family.name]}
     assert [name for name in sorted(exposed) if f"`{name}`" not in docs] == []
-
-
-def test_serve_answers_metrics_over_http_until_closed() -> None:
-    metrics = Metrics()
-    metrics.transaction("aborted")
-    server = metrics.serve(0, "127.0.0.1")
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=5) as response:
-            body = response.read().decode()
-    finally:
-        server.close()
-    assert 'tidings_transactions_total{outcome="aborted"} 1.0' in body
-    with pytest.raises(OSError):
-        urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=1)
 
 
 def test_partition_owner_reports_each_catch_up_with_its_duration() -> None:

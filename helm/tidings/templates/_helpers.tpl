@@ -78,6 +78,11 @@ exist, so with serviceAccount.create it gets its own hook-created account.
 {{- atoi $seconds }}
 {{- end }}
 
+{{/* Non-empty when the workers serve their HTTP port: for metrics, or for the probes. */}}
+{{- define "tidings.httpPort" -}}
+{{- if or .Values.metrics.enabled .Values.probes.enabled }}true{{ end }}
+{{- end }}
+
 {{/*
 Environment shared by the workers and the topics Job: the bootstrap servers and the Kafka
 settings of .Values.kafka as TIDINGS_KAFKA_<PROPERTY> (docs/kafka.md: "." is "_", "_" is

@@ -58,8 +58,9 @@ def register(subparsers: Any) -> None:
         # A string default goes through type= too, so a bad $TIDINGS_METRICS_PORT is a usage error.
         default=os.environ.get("TIDINGS_METRICS_PORT") or None,
         metavar="PORT",
-        help="serve Prometheus metrics at http://0.0.0.0:PORT/metrics (default "
-        "$TIDINGS_METRICS_PORT; none when unset). docs/operations.md lists every metric",
+        help="serve Prometheus metrics at http://0.0.0.0:PORT/metrics, and the /livez and "
+        "/readyz probes beside them (default $TIDINGS_METRICS_PORT; none when unset). "
+        "docs/operations.md, \"Metrics\" and \"Health\"",
     )
     parser.add_argument(
         "--stall-timeout",

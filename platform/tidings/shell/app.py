@@ -552,7 +552,8 @@ class App:
         ``instance_id`` (default ``TIDINGS_INSTANCE_ID``) makes it a static member of the
         app's consumer group: give each worker a stable, unique one (a pod name) and a
         restarted worker takes its partitions back without a rebalance wait.
-        ``metrics_port`` serves Prometheus metrics on that port (docs/operations.md).
+        ``metrics_port`` serves Prometheus metrics on that port, with ``/livez`` and ``/readyz``
+        (docs/operations.md).
         ``processing_guarantee`` (default ``TIDINGS_PROCESSING_GUARANTEE``, else the
         app's) overrides ``App(processing_guarantee=...)`` for this worker.
         ``stall_timeout_s`` (default 120): seconds the intake may make no progress with

@@ -77,6 +77,11 @@ class Agent(Protocol):
         Not awaited by the consumer: records of these partitions may arrive meanwhile, and
         the agent must make them wait until it is ready (``PartitionOwner.ensure_ready``
         runs one catch-up per partition; a batch waits for one in progress).
+
+        Returns once what the agent recovers at assignment is recovered (a catch-up, a
+        replay): the worker's ``/readyz`` waits for every agent's ``assign`` to return
+        (``readiness.py``). An agent that catches a partition up at its first record instead
+        returns at once.
         """
         ...
 

@@ -74,6 +74,8 @@ class Intake:
             assigned partition's consumer lag, from librdkafka's statistics.
         liveness: Told what the statistics say (records waiting, brokers up) and of every
             completed batch (``liveness.py``); ``held()`` tells it what the intake holds.
+        on_lost: Called (in the consumer thread, before the lost partitions are dropped)
+            when the worker was out of its group (``Readiness.lost``).
     """
 
     def __init__(
@@ -91,6 +93,7 @@ class Intake:
         on_lag: Callable[[str, int, int], None] | None = None,
         lag_interval_ms: int = 5000,
         liveness: Liveness | None = None,
+        on_lost: Callable[[], None] | None = None,
     ) -> None:
         config: dict[str, Any] = {
             "group.id": group_id,
@@ -118,6 +121,7 @@ class Intake:
         self._connection = connection
         self._config = config
         self._liveness = liveness
+        self._on_lost = on_lost
         self._undispatched = 0  # records handed to the loop, not yet in a feed (under _lock)
         self._on_assigned = on_assigned
         self._on_revoked = on_revoked
@@ -334,6 +338,8 @@ class Intake:
         # Another member may already own them: drop what was not committed.
         pairs = [(tp.topic, tp.partition) for tp in partitions]
         log.warning("lost %d partitions (this worker was out of the group)", len(pairs))
+        if self._on_lost is not None:
+            self._on_lost()  # thread-safe (Readiness.lost)
         # Not waiting for their batches in flight: after a broker restart they may wait long,
         # and this thread is the only one that sees the consumer's errors (the fatal error
         # of a fenced static member often follows a lost session).

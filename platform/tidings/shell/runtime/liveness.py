@@ -16,7 +16,9 @@ rebalances (see the Helm chart's values), so the clock runs only while a broker 
 - **brokers answer**: the statistics show a connection to a broker in state ``UP``.
 
 The detector is a small object with a clear state (``Health``: healthy, or stalled since
-when), so the health endpoint of a later issue can read the same thing.
+when); ``/livez`` (``health.py``) reads the state the watch last computed (``verdict``),
+and also fails when the event loop has not run for ``LOOP_SILENCE_S`` (``beat``: a loop
+wedged by blocking code takes no records either, even with none waiting).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .pipeline import stop_worker
+from .readiness import Verdict
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +40,9 @@ log = logging.getLogger(__name__)
 STALL_TIMEOUT_S = 120.0
 #: A stall is logged and reported once it lasted this long (a batch in flight is not one).
 REPORT_AFTER_S = 15.0
+#: Seconds without a beat of the event loop (one a second) before ``/livez`` fails: far
+#: above the longest step the loop takes (a chunk of a catch-up, a batch decided).
+LOOP_SILENCE_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -129,9 +135,13 @@ class Liveness:
     """
 
     def __init__(self, *, clock: Callable[[], float] = time.monotonic,
-                 report_after_s: float = REPORT_AFTER_S) -> None:
+                 report_after_s: float = REPORT_AFTER_S,
+                 loop_silence_s: float = LOOP_SILENCE_S) -> None:
         self._clock = clock
         self._report_after_s = report_after_s
+        self._loop_silence_s = loop_silence_s
+        self._beat: float | None = None  # the event loop's last beat; None before it runs
+        self._last: Health | None = None  # what the watch last read
         self._lock = threading.Lock()
         self._waiting = 0
         self._brokers_up = True
@@ -150,8 +160,44 @@ class Liveness:
         with self._lock:
             self._last_progress = now
 
+    def beat(self) -> None:
+        """Note that the event loop runs (a task calls this every second)."""
+        now = self._clock()
+        with self._lock:
+            self._beat = now
+
     def health(self, held: int = 0) -> Health:
         """Return the state now; ``held``: records the intake holds that no batch completed."""
+        health = self._health(held)
+        with self._lock:
+            self._last = health
+        return health
+
+    def verdict(self) -> Verdict:
+        """What ``/livez`` answers: alive unless deaf (as the watch last saw) or the event
+        loop is silent. A broker outage alone never fails it: restarting workers then only
+        adds rebalances."""
+        now = self._clock()
+        with self._lock:
+            last, beat = self._last, self._beat
+        details: dict[str, object] = {}
+        if last is not None:
+            details.update(stalled_s=round(last.stalled_for, 3), waiting=last.waiting,
+                           held=last.held, brokers_up=last.brokers_up)
+        if beat is not None:
+            silent = now - beat
+            details["loop_silent_s"] = round(silent, 3)
+            if silent >= self._loop_silence_s:
+                return Verdict(False, f"the event loop has not run for {silent:.0f} s", details)
+        if last is not None and not last.healthy:
+            return Verdict(False, f"deaf: no progress for {last.stalled_for:.0f} s with "
+                           f"{last.waiting} records waiting and {last.held} held while the "
+                           "brokers answer", details)
+        if last is None:
+            return Verdict(True, "alive (starting)", details)
+        return Verdict(True, "alive" if last.brokers_up else "alive (no broker answers)", details)
+
+    def _health(self, held: int) -> Health:
         now = self._clock()
         with self._lock:
             stuck = (self._waiting > 0 or held > 0) and self._brokers_up

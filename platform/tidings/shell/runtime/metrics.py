@@ -16,18 +16,18 @@ partition recovery; their instance gauges are read only when Prometheus scrapes
 path is counted once per batch where the batch allows it, through label children looked up
 once and cached (``labels()`` hashes its arguments and takes a lock on every call).
 
-Every metric is listed in docs/operations.md ("Metrics").
+Every metric is listed in docs/operations.md ("Metrics"). The worker serves the registry on
+its HTTP port beside ``/livez`` and ``/readyz`` (``health.py``).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -171,19 +171,6 @@ class Metrics:
         """Wrap ``publisher`` so every record it is given is counted as out, per topic."""
         return CountingPublisher(publisher, self.records_out)
 
-    def serve(self, port: int, host: str = "0.0.0.0") -> MetricsServer:
-        """Serve ``/metrics`` (any path, in fact) on ``host:port`` from a daemon thread.
-
-        Returns:
-            The server; ``close()`` it when the worker stops.
-
-        Raises:
-            OSError: The port is taken.
-        """
-        server, thread = start_http_server(port, host, registry=self.registry)
-        log.info("serving Prometheus metrics on http://%s:%d/metrics", host, server.server_port)
-        return MetricsServer(server, thread)
-
     # -- what the kinds report ---------------------------------------------------------
 
     def dead_letter(self, kind: str, name: str, error: BaseException) -> None:
@@ -298,25 +285,6 @@ class CountingPublisher:
         if child is None:
             child = self._per_topic[topic] = self._records_out.labels(topic)
         return child
-
-
-class MetricsServer:
-    """The running ``/metrics`` HTTP server of a worker."""
-
-    def __init__(self, server: Any, thread: threading.Thread) -> None:
-        self._server = server
-        self._thread = thread
-
-    @property
-    def port(self) -> int:
-        """The port it listens on (the one chosen when asked for port 0)."""
-        return int(self._server.server_port)
-
-    def close(self) -> None:
-        """Stop serving and close the socket."""
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
 
 
 class _InstancesCollector(Collector):

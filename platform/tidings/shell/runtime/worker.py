@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
@@ -37,10 +37,12 @@ from .connection import KafkaConnection
 from .hosting import Agent, Hosted, Runtime, TopicPartition, Winding
 from .intake import Intake, describe
 from .kafka import ConfluentPublisher
+from .health import HealthServer
 from .liveness import STALL_TIMEOUT_S, Liveness, LivenessWatch
-from .metrics import Metrics, MetricsServer
+from .metrics import Metrics
 from .pipeline import stop_worker, stop_worker_on_failure
 from .reachability import probe_kafka, wait_for_kafka
+from .readiness import Readiness
 from .stopping import DEFAULT_STOP_GRACE_S, STOP_GRACE_ENV, Grace, HardStop, check_stop_grace
 from .topics import TopicSpec, apply_topics, deadletter_topic
 from .transactions import TransactionalPublisher
@@ -124,9 +126,11 @@ class Worker:
         # Static group membership (KIP-345): a worker restarted with the same id gets its
         # partitions back at once instead of waiting for the session timeout.
         self.instance_id = instance_id
-        # Prometheus /metrics on this port while running (None: not served).
+        # /metrics, /livez and /readyz on this port while running (None: not served).
         self.metrics_port = metrics_port
         self.metrics = Metrics()
+        # Member of the group, assigned partitions recovered (readiness.py): /readyz.
+        self.readiness = Readiness(app.name)
         # Deafness (liveness.py): work waiting, no progress, brokers answering; exit 70 past
         # this many seconds (0: never).
         self.stall_timeout_s = STALL_TIMEOUT_S if stall_timeout_s is None else stall_timeout_s
@@ -135,8 +139,9 @@ class Worker:
         self.stop_grace_s = check_stop_grace(DEFAULT_STOP_GRACE_S if stop_grace_s is None else stop_grace_s)
         self._hard_stop: HardStop | None = None
         self._watch: LivenessWatch | None = None
-        self._metrics_server: MetricsServer | None = None
+        self._http: HealthServer | None = None
         self.agents: list[Agent] = []
+        self._beating: asyncio.Future[None] | None = None  # the event loop's beat (liveness.py)
         self._runtime: Runtime | None = None
         # Built by run() once Kafka answers: its publisher connects as it is made.
         self.faust: faust.App | None = None
@@ -145,7 +150,9 @@ class Worker:
         """Wait for Kafka, apply the topics, then run until stopped (SIGTERM/SIGINT stop it
         cleanly)."""
         if self.metrics_port is not None:
-            self._metrics_server = self.metrics.serve(self.metrics_port)
+            # First: the probes answer while the worker waits for Kafka (alive, not ready).
+            self._http = HealthServer(self.metrics.registry, live=self.liveness.verdict,
+                                      ready=self.readiness.verdict, port=self.metrics_port)
         try:
             with _startup_logging(loglevel):
                 self._apply_when_kafka_answers(apply)
@@ -186,9 +193,11 @@ class Worker:
         """A worker is a server: with Kafka away it waits (one line, then a reminder every
         30 s) instead of exiting, and applies the topics once a broker answers."""
         while True:
+            self.readiness.phase(f"waiting for Kafka at {self.bootstrap}")
             wait_for_kafka(self.connection)
             if not apply:
                 return
+            self.readiness.phase("applying the App's topics")
             try:
                 apply_topics(self.connection, self.app.topic_specs(), out=log.info)
                 return
@@ -207,9 +216,9 @@ class Worker:
         for agent in self.agents:
             agent.close()
         self.agents.clear()
-        if self._metrics_server is not None:
-            self._metrics_server.close()
-            self._metrics_server = None
+        if self._http is not None:
+            self._http.close()
+            self._http = None
         if self._runtime is not None:
             self._runtime.close()
             self._runtime = None
@@ -260,33 +269,42 @@ class Worker:
         runtime.on_close(publisher.close)  # closed last: the agents' last writes go out
         self._runtime = runtime
         agents = self.agents
+        labels: list[str] = []  # each agent's definition, as /readyz names it
         worker = self
+        readiness = self.readiness
         joined: list[bool] = []
+        readiness.phase(f"joining group {self.app.name}")
 
         def assigned(partitions: list[TopicPartition]) -> None:
             log.info("partitions assigned: %s", describe(partitions))
             if not joined:  # tests and operators wait for this line
                 joined.append(True)
                 log.info("Worker ready: joined group %s", self.app.name)
-            for agent in agents:
+            readiness.assigned(partitions)
+            for agent, label in zip(agents, labels):
                 # Not awaited: an agent's recovery reads its journal; the agents make
                 # records of partitions they are recovering wait (PartitionOwner.ensure_ready).
-                asyncio.ensure_future(agent.assign(partitions)).add_done_callback(
-                    stop_worker_on_failure("recovering assigned partitions"))
+                # /readyz waits for every one of them (readiness.py).
+                done = readiness.recovering(label)
+                future = asyncio.ensure_future(agent.assign(partitions))
+                future.add_done_callback(_call(done))
+                future.add_done_callback(stop_worker_on_failure("recovering assigned partitions"))
 
         def revoked(partitions: list[TopicPartition]) -> None:
             log.info("partitions revoked: %s", describe(partitions))
+            readiness.revoked(partitions)
             for agent in agents:
                 agent.revoke(partitions)
 
         intake = Intake(self.connection, self.app.name, instance_id=self.instance_id,
                         on_assigned=assigned, on_revoked=revoked, on_lag=self.metrics.set_lag,
-                        liveness=self.liveness,
+                        liveness=self.liveness, on_lost=readiness.lost,
                         on_commit=publisher.commit_offsets
                         if isinstance(publisher, TransactionalPublisher) else None)
         for hosted in self.app.hosted:
             agent = hosted.open(runtime.scoped(hosted.kind, hosted.name))
             agents.append(agent)
+            labels.append(f"{hosted.kind} {hosted.name}")
             for source in agent.inputs:
                 start = self.metrics.instrument(hosted.kind, hosted.name, source.name, source.start)
                 intake.add(source.topics, start, source.name.replace("-", " "),
@@ -308,10 +326,14 @@ class Worker:
                                               report=worker.metrics.set_stalled,
                                               timeout_s=worker.stall_timeout_s)
                 worker._watch.start()
+                worker._beating = asyncio.ensure_future(_beat(worker.liveness))
 
             async def on_stop(self) -> None:
                 grace = Grace(worker.stop_grace_s, time.monotonic())
                 worker._hard_stop = hard = HardStop(grace)
+                readiness.stopping()
+                if worker._beating is not None:
+                    worker._beating.cancel()
                 if worker._watch is not None:  # a stopping worker takes nothing more
                     worker._watch.close()
                 hard.doing = "waiting for activity attempts"
@@ -329,6 +351,19 @@ class Worker:
 
         return fapp
 
+
+
+def _call(done: Callable[[], None]) -> Callable[[asyncio.Future[None]], None]:
+    """A done-callback that calls ``done`` however the future ended."""
+    return lambda future: done()
+
+
+async def _beat(liveness: Liveness) -> None:
+    """Tell ``liveness`` every second that the event loop runs (``/livez`` fails when it
+    stops hearing this)."""
+    while True:
+        liveness.beat()
+        await asyncio.sleep(1.0)
 
 
 @contextmanager

@@ -136,6 +136,9 @@ class ScheduleDispatcher:
         task = asyncio.create_task(self._ready(mine))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        # Returns once caught up: /readyz waits for it (shell/runtime/readiness.py). A
+        # close() cancels the task, and this wait with it.
+        await task
 
     def revoke(self, partitions: Collection[TopicPartition]) -> None:
         mine = [p for topic, p in partitions if topic == self._topics.events]
