@@ -56,6 +56,7 @@ from tests.bank_workers import build as build_bank
 from tests.integration.cluster_apps import build as build_errands
 from tests.integration.workflow_apps import Calls
 from tests.kafka_clients import kafka
+from tests.kafka_cluster import restore
 from tests.workers import AT_LEAST_ONCE, EXACTLY_ONCE, Workers
 
 T = TypeVar("T")
@@ -225,7 +226,12 @@ def _run(cluster: LocalCluster, app_id: str, tmp_path: Path, failure: str, guara
         errands.close()
         bank_workers.kill_all()
         errand_workers.kill_all()
-        _delete_topics(bootstrap, app_id)
+        try:
+            # A failure in the middle of a rolling restart leaves a node down: the session's
+            # later tests (tests/integration/test_cluster_broker.py) need all three in sync.
+            restore(cluster)
+        finally:
+            _delete_topics(bootstrap, app_id)
 
 
 def _delete_topics(bootstrap: str, prefix: str) -> None:
