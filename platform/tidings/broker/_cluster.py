@@ -567,8 +567,9 @@ class LocalCluster:
         2.16.0, and when the lookup goes on (on a broker state change of that client) it frees
         the request's ``enq_once`` and uses it again: the whole process aborts with
         ``rd_kafka_enq_once_del_source_return: Assertion `eonce->refcnt > 0' failed``
-        (confluentinc/librdkafka#4605, open). Reproduced here on a long-lived client and on a
-        fresh one alike; a loaded machine makes the 2 s timeout likely during the first start.
+        (confluentinc/librdkafka#4605). Reproduced on a long-lived client and on a fresh one,
+        and by this start with the old probe's 2 s cut to 0.1 s (it took 0.6 s on an idle
+        machine); see docs/cluster-local.md.
         """
         consumer = KafkaConnection(self.bootstrap).consumer(
             **{"group.id": "tidings-cluster-probe", "log_level": 0})
