@@ -108,7 +108,11 @@ class _Commit:
     journal: list[Outgoing] = field(default_factory=list)
     dead: list[Outgoing] = field(default_factory=list)  # dead letters, forwards: awaited
     links: list[Outgoing] = field(default_factory=list)  # to parents and children: awaited, may be refused
-    after: list[Outgoing] = field(default_factory=list)  # outcomes, statuses, replies
+    # Outcomes and statuses: acknowledged before the store moves past the commit (at least
+    # once), so a worker killed right after its store write cannot lose them: the journal's
+    # catch-up, which would publish them again, starts after that write.
+    kept: list[Outgoing] = field(default_factory=list)
+    after: list[Outgoing] = field(default_factory=list)  # replies: published once durable, may be lost
     write: StoreWrite = field(default_factory=StoreWrite)
     effects: list[tuple[str, Any]] = field(default_factory=list)
     touched: set[str] = field(default_factory=set)
@@ -497,7 +501,7 @@ class WorkflowAgent:
                 outcome_fields(ended) if ended is not None else outcome_fields_of(instance.outcome, self.definition)
             )
             commit.write.running[instance_id] = (partition, False)
-            commit.after.append(self._outcome_record(instance_id, stored["outcome"], now_ms, instance.outcome_json))
+            commit.kept.append(self._outcome_record(instance_id, stored["outcome"], now_ms, instance.outcome_json))
             started = self._started_at.pop(instance_id, None)
             if started is not None:
                 commit.ended.append(started)
@@ -512,7 +516,7 @@ class WorkflowAgent:
             stored["reason"] = reason
             log.warning("workflow %s instance %r is parked: %s", self.definition.name, instance_id, reason)
         commit.write.statuses[instance_id] = stored
-        commit.after.append(self._status_record(instance_id, status.value, now_ms, reason))
+        commit.kept.append(self._status_record(instance_id, status.value, now_ms, reason))
 
     def _replayed(self, instance_id: str, commit: _Commit, now_ms: int) -> WorkflowInstance:
         """Rebuild an instance that is not in memory from its stored journal."""
@@ -741,9 +745,9 @@ class WorkflowAgent:
             # Outcomes, statuses and answers go into the journal's own transaction:
             # it makes them visible together, so they need not wait for it first.
             for pending in waiting:
-                if pending.commit.after:
-                    self._publisher.publish_later(pending.commit.after)
-                    pending.commit.after = []
+                if pending.commit.kept or pending.commit.after:
+                    self._publisher.publish_later([*pending.commit.kept, *pending.commit.after])
+                    pending.commit.kept, pending.commit.after = [], []
             # Acknowledged is not yet durable: the journal records count once their
             # transaction commits. The effects below (the next activity) must not
             # run on a result a crash would still abort. Without effects there is
@@ -751,6 +755,12 @@ class WorkflowAgent:
             if any(pending.commit.effects for pending in waiting):
                 assert self._committed is not None
                 await self._committed()
+        else:
+            kept = [record for pending in waiting for record in pending.commit.kept]
+            if kept:
+                await self._publisher.send(kept)
+            for pending in waiting:
+                pending.commit.kept = []
         for pending in waiting:
             self._store.write(pending.commit.write)
 
