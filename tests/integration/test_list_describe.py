@@ -1,0 +1,128 @@
+"""``tidings list`` and ``tidings describe`` against a real broker and worker.
+
+Each command runs as a child process, as an operator would run it. One worker per test: the
+workflow test runs instances to each status and then lists and describes them; the
+aggregate test stores events and dead letters and lists both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+from tidings import App, Faulted, Finished
+from tidings.testing.eventually import assert_eventually
+from tidings.testing.topics import read_topic
+from tests.integration.apps import Add, Added
+from tests.integration.workflow_apps import Calls
+from tests.kafka_clients import kafka
+from tests.workers import ROOT, Workers, test_app, workers  # noqa: F401 - fixtures
+from tests.workflow_workers import WorkflowWorkers, calls, workflow_app, workflow_workers  # noqa: F401
+
+
+def tidings(bootstrap: str, app_id: str, *args: str, calls: Calls | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "TIDINGS_BOOTSTRAP": bootstrap, "TEST_APP_ID": app_id}
+    if calls is not None:
+        env["TEST_CALLS_DIR"] = str(calls.directory)
+    done = subprocess.run([sys.executable, "-m", "tidings.cli.main", *args],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120, env=env)
+    assert "Traceback" not in done.stderr, done.stderr
+    return done
+
+
+def lines(done: subprocess.CompletedProcess[str]) -> list[dict[str, Any]]:
+    assert done.returncode == 0, done.stderr
+    return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+WORKFLOWS = "tests.integration.workflow_apps:app"
+APP = "tests.integration.apps:app"
+
+
+def test_list_shows_each_instance_with_its_latest_status_and_describe_says_where_it_waits(
+    workflow_app: App, workflow_workers: WorkflowWorkers, kafka_bootstrap: str, calls: Calls
+) -> None:
+    workflow_workers.start()
+    enrich, collector, faulty = (workflow_app.workflow_handle(n) for n in ("enrich", "collector", "faulty"))
+
+    async def run() -> None:
+        await collector.start("c-1", 2)
+        await collector.signal("c-1", "item", 7)
+        for instance_id in ("o-1", "o-2"):
+            await enrich.start(instance_id, "ABC")
+        await faulty.start("f-1", "broken on purpose")
+        assert isinstance(await faulty.result("f-1", timeout=60), Faulted)
+        for instance_id in ("o-1", "o-2"):
+            assert isinstance(await enrich.result(instance_id, timeout=60), Finished)
+
+    asyncio.run(run())
+    app_id = workflow_app.name
+
+    def listed(*args: str) -> subprocess.CompletedProcess[str]:
+        return tidings(kafka_bootstrap, app_id, "list", WORKFLOWS, *args, calls=calls)
+
+    # The collector's status record may trail its signal's answer: wait for it on the topic.
+    assert_eventually(lambda: read_topic(kafka_bootstrap, collector.topics.status), timeout=30, interval=0.3)
+    every = lines(listed("workflow", "--json"))
+    assert {(row["name"], row["id"], row["status"]) for row in every} == {
+        ("collector", "c-1", "RUNNING"), ("enrich", "o-1", "FINISHED"), ("enrich", "o-2", "FINISHED"),
+        ("faulty", "f-1", "FAULTED")}
+    assert all(row["at"].endswith("Z") and row["at_ms"] > 0 for row in every)
+    assert [row["at_ms"] for row in every] == sorted((row["at_ms"] for row in every), reverse=True)
+
+    table = listed("workflow", "enrich")
+    assert table.returncode == 0, table.stderr
+    header, *rows, count = table.stdout.splitlines()
+    assert header.split() == ["NAME", "ID", "STATUS", "SINCE"]
+    assert sorted(row.split()[1] for row in rows) == ["o-1", "o-2"]
+    assert count == "2 instances: FINISHED 2"
+
+    assert [row["id"] for row in lines(listed("workflow", "--status", "running", "--status", "FAULTED",
+                                              "--json")) if row["status"] == "RUNNING"] == ["c-1"]
+    assert len(lines(listed("workflow", "--limit", "1", "--json"))) == 1
+    assert lines(listed("workflow", "--since", "2099-01-01T00:00:00Z", "--json")) == []
+    assert lines(listed("workflow", "--count", "--json")) == [
+        {"total": 4, "counts": {"FAULTED": 1, "FINISHED": 2, "RUNNING": 1}}]
+    assert listed("workflow", "--count").stdout.strip() == "4 instances: RUNNING 1, FINISHED 2, FAULTED 1"
+    assert lines(listed("workflow", "evicted", "--json")) == []  # declared, never started
+
+    bad = listed("workflow", "nope")
+    assert bad.returncode == 2 and "declares no workflow 'nope'" in bad.stderr
+
+
+def test_list_shows_aggregates_with_their_versions_and_the_dead_letters(
+    kafka_bootstrap: str, test_app: App, workers: Workers
+) -> None:
+    workers.start()
+    client = test_app.client(kafka_bootstrap)
+
+    async def send() -> None:
+        for aggregate_id, times in (("t-1", 3), ("t-2", 1)):
+            for _ in range(times):
+                assert await client.send("tally", aggregate_id, Add(amount=1)) == Added(amount=1)
+
+    asyncio.run(send())
+    commands = f"{test_app.name}.aggregate.tally.commands"
+    producer = kafka(kafka_bootstrap).producer(**{"partitioner": "murmur2_random"})
+    producer.produce(commands, b"\x00 not avro", b"t-1")
+    producer.flush(10)
+    assert_eventually(lambda: read_topic(kafka_bootstrap, f"{test_app.name}.deadletter"), timeout=30, interval=0.3)
+
+    listed = lines(tidings(kafka_bootstrap, test_app.name, "list", APP, "aggregate", "tally", "--json"))
+    assert {(row["id"], row["version"], row["events"]) for row in listed} == {("t-1", 3, 3), ("t-2", 1, 1)}
+    table = tidings(kafka_bootstrap, test_app.name, "list", APP, "aggregates")
+    assert table.returncode == 0 and table.stdout.splitlines()[-1] == "2 instances", table.stdout
+    assert "version 3" in table.stdout
+
+    (letter,) = lines(tidings(kafka_bootstrap, test_app.name, "list", APP, "deadletters", "tally", "--json"))
+    assert (letter["status"], letter["name"]) == ("DecodeError", "tally")
+    assert letter["letter"]["origin"]["topic"] == commands
+    assert lines(tidings(kafka_bootstrap, test_app.name, "list", APP, "deadletters", "account", "--json")) == []
+    assert lines(tidings(kafka_bootstrap, test_app.name, "list", APP, "deadletters", "--status", "SchemaError",
+                         "--json")) == []
+    counted = tidings(kafka_bootstrap, test_app.name, "list", APP, "deadletters", "--count")
+    assert counted.stdout.strip() == "1 dead letter: DecodeError 1", counted.stdout
