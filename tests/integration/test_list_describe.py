@@ -47,9 +47,11 @@ def test_list_shows_each_instance_with_its_latest_status_and_describe_says_where
     workflow_app: App, workflow_workers: WorkflowWorkers, kafka_bootstrap: str, calls: Calls
 ) -> None:
     workflow_workers.start()
-    enrich, collector, faulty = (workflow_app.workflow_handle(n) for n in ("enrich", "collector", "faulty"))
+    enrich, collector, faulty, napper = (workflow_app.workflow_handle(n)
+                                         for n in ("enrich", "collector", "faulty", "napper"))
 
     async def run() -> None:
+        await napper.start("n-1", 600.0)
         await collector.start("c-1", 2)
         await collector.signal("c-1", "item", 7)
         for instance_id in ("o-1", "o-2"):
@@ -65,12 +67,13 @@ def test_list_shows_each_instance_with_its_latest_status_and_describe_says_where
     def listed(*args: str) -> subprocess.CompletedProcess[str]:
         return tidings(kafka_bootstrap, app_id, "list", WORKFLOWS, *args, calls=calls)
 
-    # The collector's status record may trail its signal's answer: wait for it on the topic.
-    assert_eventually(lambda: read_topic(kafka_bootstrap, collector.topics.status), timeout=30, interval=0.3)
+    # A status record may trail the answer to a start or signal: wait for them on the topics.
+    assert_eventually(lambda: all(read_topic(kafka_bootstrap, h.topics.status) for h in (collector, napper)),
+                      timeout=30, interval=0.3)
     every = lines(listed("workflow", "--json"))
     assert {(row["name"], row["id"], row["status"]) for row in every} == {
         ("collector", "c-1", "RUNNING"), ("enrich", "o-1", "FINISHED"), ("enrich", "o-2", "FINISHED"),
-        ("faulty", "f-1", "FAULTED")}
+        ("faulty", "f-1", "FAULTED"), ("napper", "n-1", "RUNNING")}
     assert all(row["at"].endswith("Z") and row["at_ms"] > 0 for row in every)
     assert [row["at_ms"] for row in every] == sorted((row["at_ms"] for row in every), reverse=True)
 
@@ -81,17 +84,35 @@ def test_list_shows_each_instance_with_its_latest_status_and_describe_says_where
     assert sorted(row.split()[1] for row in rows) == ["o-1", "o-2"]
     assert count == "2 instances: FINISHED 2"
 
-    assert [row["id"] for row in lines(listed("workflow", "--status", "running", "--status", "FAULTED",
-                                              "--json")) if row["status"] == "RUNNING"] == ["c-1"]
+    assert sorted((row["status"], row["id"]) for row in lines(
+        listed("workflow", "--status", "running", "--status", "FAULTED", "--json"))) == [
+        ("FAULTED", "f-1"), ("RUNNING", "c-1"), ("RUNNING", "n-1")]
     assert len(lines(listed("workflow", "--limit", "1", "--json"))) == 1
     assert lines(listed("workflow", "--since", "2099-01-01T00:00:00Z", "--json")) == []
     assert lines(listed("workflow", "--count", "--json")) == [
-        {"total": 4, "counts": {"FAULTED": 1, "FINISHED": 2, "RUNNING": 1}}]
-    assert listed("workflow", "--count").stdout.strip() == "4 instances: RUNNING 1, FINISHED 2, FAULTED 1"
+        {"total": 5, "counts": {"FAULTED": 1, "FINISHED": 2, "RUNNING": 2}}]
+    assert listed("workflow", "--count").stdout.strip() == "5 instances: RUNNING 2, FINISHED 2, FAULTED 1"
     assert lines(listed("workflow", "evicted", "--json")) == []  # declared, never started
 
     bad = listed("workflow", "nope")
     assert bad.returncode == 2 and "declares no workflow 'nope'" in bad.stderr
+
+    def described(*args: str) -> subprocess.CompletedProcess[str]:
+        return tidings(kafka_bootstrap, app_id, "describe", WORKFLOWS, "workflow", *args, calls=calls)
+
+    (collecting,) = lines(described("collector", "c-1", "--json"))
+    assert collecting["status"]["status"] == "RUNNING" and collecting["started"]["input"] == "2"
+    assert [(w["kind"], w["name"]) for w in collecting["waiting"]] == [("signal", "item")]
+    assert collecting["pending_signals"] == [] and collecting["parent"] is None
+    napping = described("napper", "n-1")
+    assert napping.returncode == 0, napping.stderr
+    assert napping.stdout.startswith("napper n-1: running, waiting on step")
+    assert "waiting on" in napping.stdout and "timer" in napping.stdout and "(in 9 min" in napping.stdout
+    (failed,) = lines(described("faulty", "f-1", "--json"))
+    assert (failed["status"]["status"], failed["ended"]["outcome"], failed["waiting"]) == ("FAULTED", "faulted", [])
+    assert "broken on purpose" in failed["ended"]["error"]
+    never = described("enrich", "o-99")
+    assert never.returncode == 2 and "no enrich instance 'o-99' was started" in never.stderr
 
 
 def test_list_shows_aggregates_with_their_versions_and_the_dead_letters(

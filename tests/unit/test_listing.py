@@ -194,3 +194,57 @@ def test_a_bad_argument_is_one_line_and_exit_2_without_kafka(
     assert main(["list", "examples.shop.app:app", *argv]) == 2
     err = capsys.readouterr().err
     assert says in err and len(err.strip().splitlines()) == 1
+
+
+# -- describe ------------------------------------------------------------------------------
+
+def test_describe_says_where_an_instance_waits_what_failed_and_who_its_parent_and_children_are() -> None:
+    from tidings.cli.describe_text import describe_lines, describe_workflow
+    from tidings.core.workflow.failures import ErrorKind, StepError
+    from tidings.core.workflow.journal import SignalReceived, Started, StepCompleted, StepFailed, StepStarted
+    from tidings.shell.kinds.workflow.index import InstanceStatus
+
+    records = [
+        Started(1, '"ABC"', MS, parent_workflow="order", parent_id="o-1", parent_path="3", parent_token="secret"),
+        StepStarted(2, "1", "activity", "charge", MS + 10),
+        StepFailed(3, "1", StepError(ErrorKind.ATTEMPTS_EXHAUSTED, "card declined"), at=MS + 20, attempt=3),
+        StepStarted(4, "2", "timer", "", MS + 30, due=MS + 60_030),
+        StepStarted(5, "3", "signal", "approval", MS + 30, due=MS + 90_030),
+        StepStarted(6, "4", "child_start", "ship", MS + 40, token="t0ken"),
+        StepCompleted(7, "4", "null", at=MS + 50),
+        StepStarted(8, "5", "activity", "score", MS + 60),
+        SignalReceived(9, "other", '"x"', MS + 70),
+    ]
+    child = InstanceStatus("ship", "c-1:4", "RUNNING", MS + 45)
+    described = describe_workflow("charge", "c-1", records, InstanceStatus("charge", "c-1", "RUNNING", MS),
+                                  {"c-1:4": child}, MS + 1000)
+    assert described["parent"] == {"workflow": "order", "id": "o-1", "step": "3"}
+    assert [(w["step"], w["kind"], w.get("due_in_ms")) for w in described["waiting"]] == [
+        ("2", "timer", 59_030), ("3", "signal", 89_030), ("5", "activity", None)]
+    assert described["waiting"][2]["attempt"] is None and described["waiting"][2]["for_ms"] == 940
+    assert described["last_failure"] == {"step": "1", "name": "charge", "at": "2026-11-30T12:00:00.020Z",
+                                         "attempt": 3, "kind": "attempts_exhausted", "message": "card declined"}
+    assert described["children"] == [{"workflow": "ship", "id": "c-1:4", "step": "4", "reported": None,
+                                      "status": {"status": "RUNNING", "since": "2026-11-30T12:00:00.045Z",
+                                                 "reason": None}}]
+    assert [s["name"] for s in described["pending_signals"]] == ["other"]
+    text = "\n".join(describe_lines(described, records))
+    assert "secret" not in text and "t0ken" not in text
+    assert "waiting on      step 2 timer since" in text and "(in 59.030 s)" in text
+    assert "step 5 activity score" in text and "attempts so far are not journaled" in text
+    assert "last failure    step 1 charge at 2026-11-30T12:00:00.020Z, attempt 3: attempts_exhausted: card declined" in text
+    assert "parent          order o-1 (its step 3)" in text and "children        ship c-1:4: RUNNING" in text
+    assert "journal (last 5 of 9 records; --journal shows all):" in text
+    assert len(describe_lines(described, records, whole_journal=True)) > len(describe_lines(described, records))
+
+
+def test_a_describe_argument_that_is_wrong_is_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TIDINGS_BOOTSTRAP", "127.0.0.1:1")  # never reached
+    for argv, says in [(["saga", "x", "y"], "not there"), (["workflow", "nope", "y"], "declares no workflow"),
+                       (["workflow", "enrich", ""], "must not be empty"),
+                       (["workflow", "enrich", "x" * 10_000], "instance id")]:
+        assert main(["describe", "examples.shop.app:app", *argv]) == 2
+        err = capsys.readouterr().err
+        assert says in err and len(err.strip().splitlines()) == 1, err

@@ -28,7 +28,7 @@ BATCH = 10_000
 
 def read_topics(
     connection: KafkaConnection, takers: Mapping[str, Callable[[Incoming], None]], *,
-    group_prefix: str = DEFAULT_PREFIX, timeout: float = 30.0,
+    group_prefix: str = DEFAULT_PREFIX, timeout: float = 30.0, only: Mapping[str, set[int]] | None = None,
 ) -> int:
     """Hand every record of each topic of ``takers``, up to the ends it had at start, to its function.
 
@@ -40,6 +40,7 @@ def read_topics(
         takers: Each topic to read, and what takes its records.
         group_prefix: The prefix of the reader's group id (never joined).
         timeout: Seconds to wait for Kafka, and for the next record while some are missing.
+        only: Read only these partitions of a topic named here (one instance's, say).
 
     Returns:
         How many records were read.
@@ -61,6 +62,8 @@ def read_topics(
         ranges: dict[tuple[str, int], PartitionRange] = {}
         for topic in takers:
             for partition in topic_partitions(consumer, topic, timeout, connection=connection):
+                if only is not None and topic in only and partition not in only[topic]:
+                    continue
                 low, high = watermarks(consumer, topic, partition, timeout)
                 if high > low:
                     ranges[(topic, partition)] = PartitionRange(topic, partition, low, high, connection)

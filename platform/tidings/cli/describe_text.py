@@ -1,0 +1,164 @@
+"""What ``tidings describe`` says of a workflow instance, from its journal and status: pure.
+
+``describe_workflow`` turns the journal (oldest first), the latest status record and the
+children's statuses into one JSON-ready dict; ``describe_lines`` prints it for a person.
+The steps it waits on are the ``StepStarted`` records no ``StepCompleted``/``StepFailed``
+has ended; a timer's and a timed wait's due time is stored with the step. Signals received
+and not yet consumed by a wait are those whose seq no step end names.
+
+What the journal does not hold is said, not guessed: an activity's attempts before the one
+that ends its step, and their errors, live in the owning worker's memory only (a restart
+begins at attempt 1 again), so a running activity shows since when it runs, not its attempt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..core.workflow.child_records import ChildOutcome
+from ..core.workflow.journal import (
+    CancelRequested,
+    Ended,
+    JournalRecord,
+    SignalReceived,
+    Started,
+    StepCompleted,
+    StepFailed,
+    StepKind,
+    StepStarted,
+)
+from ..core.workflow.paths import child_id
+from ..shell.kinds.workflow.index import InstanceStatus
+from .journal_text import duration, instant, journal_lines, summary, value
+
+#: Journal lines ``describe`` prints under "recent" unless ``--journal`` asks for all.
+RECENT = 5
+
+
+def _iso(ms: int | None) -> str | None:
+    return instant(ms).strip() or None
+
+
+def _status(status: InstanceStatus | None) -> dict[str, Any] | None:
+    if status is None:
+        return None
+    return {"status": status.status, "since": _iso(status.at), "reason": status.reason}
+
+
+def describe_workflow(
+    workflow: str, instance_id: str, records: Sequence[JournalRecord], status: InstanceStatus | None,
+    children: Mapping[str, InstanceStatus | None], now_ms: int,
+) -> dict[str, Any]:
+    """Everything ``describe`` knows of one instance, as JSON-ready values.
+
+    Args:
+        records: The instance's journal, oldest first.
+        status: Its latest status record (None: none on the status topic).
+        children: The latest status of each child id (``{instance_id}:{path}``) its journal started.
+        now_ms: Now, to say how long a wait has lasted and when a timer is due.
+    """
+    started = records[0] if records and isinstance(records[0], Started) else None
+    ended = records[-1] if records and isinstance(records[-1], Ended) else None
+    closed = {r.path for r in records if isinstance(r, (StepCompleted, StepFailed))}
+    reported = {r.path: r for r in records if isinstance(r, ChildOutcome)}
+    consumed = {r.signal for r in records if isinstance(r, (StepCompleted, StepFailed)) and r.signal is not None}
+    waiting = [r for r in records if isinstance(r, StepStarted) and r.path not in closed]
+    failures = [r for r in records if isinstance(r, StepFailed)]
+    steps = {r.path: r for r in records if isinstance(r, StepStarted)}
+    described: dict[str, Any] = {
+        "workflow": workflow,
+        "id": instance_id,
+        "summary": summary(workflow, instance_id, records),
+        "status": _status(status),
+        "records": len(records),
+        "started": None if started is None else {"at": _iso(started.at), "input": started.input},
+        "ended": None if ended is None else {"at": _iso(ended.at), "outcome": ended.outcome,
+                                              "result": ended.result,
+                                              "error": None if ended.error is None else ended.error.message},
+        "parent": None if started is None or not started.parent_workflow else {
+            "workflow": started.parent_workflow, "id": started.parent_id, "step": started.parent_path},
+        "cancel_requested": next((_iso(r.at) for r in records if isinstance(r, CancelRequested)), None),
+        "waiting": [] if ended is not None else [_waiting(step, now_ms) for step in waiting],
+        "pending_signals": [{"name": r.name, "at": _iso(r.at), "payload": r.payload}
+                            for r in records if isinstance(r, SignalReceived) and r.seq not in consumed],
+        "last_failure": None if not failures else {
+            "step": failures[-1].path, "name": steps[failures[-1].path].name if failures[-1].path in steps else None,
+            "at": _iso(failures[-1].at), "attempt": failures[-1].attempt,
+            "kind": failures[-1].error.kind.value if failures[-1].error.kind is not None else None,
+            "message": failures[-1].error.message},
+        "children": [],
+    }
+    for step in (r for r in records if isinstance(r, StepStarted) and r.kind == StepKind.CHILD_START):
+        child = child_id(instance_id, step.path)
+        outcome = reported.get(step.path)
+        described["children"].append({
+            "workflow": step.name, "id": child, "step": step.path,
+            "status": _status(children.get(child)),
+            "reported": None if outcome is None else outcome.outcome,
+        })
+    return described
+
+
+def _waiting(step: StepStarted, now_ms: int) -> dict[str, Any]:
+    wait: dict[str, Any] = {"step": step.path, "kind": step.kind, "name": step.name or None,
+                            "since": _iso(step.at), "for_ms": max(now_ms - step.at, 0)}
+    if step.due is not None:
+        wait["due"] = _iso(step.due)
+        wait["due_in_ms"] = step.due - now_ms
+    if step.kind == StepKind.ACTIVITY:
+        wait["attempt"] = None  # not journaled until the step ends (see the module's docstring)
+    return wait
+
+
+def describe_lines(described: Mapping[str, Any], records: Sequence[JournalRecord], *,
+                   whole_journal: bool = False, full: bool = False) -> list[str]:
+    """``describe_workflow``'s dict for a person: one fact a line, then the journal's last lines."""
+    lines = [str(described["summary"])]
+
+    def fact(label: str, text: str) -> None:
+        lines.append(f"  {label:<16}{text}")
+
+    status = described["status"]
+    if status is not None:
+        reason = f" ({status['reason']})" if status["reason"] else ""
+        fact("status", f"{status['status']} since {status['since']}{reason}")
+    elif records:
+        fact("status", "no status record yet (the worker publishes it after the start is stored)")
+    if described["started"] is not None:
+        fact("started", f"{described['started']['at']} with {value(described['started']['input'], full=full)}")
+    if described["ended"] is not None:
+        fact("ended", f"{described['ended']['at']} {described['ended']['outcome']}")
+    parent = described["parent"]
+    if parent is not None:
+        fact("parent", f"{parent['workflow']} {parent['id']} (its step {parent['step']})")
+    if described["cancel_requested"]:
+        fact("cancel", f"requested at {described['cancel_requested']}")
+    for index, wait in enumerate(described["waiting"]):
+        text = f"step {wait['step']} {wait['kind']}" + (f" {wait['name']}" if wait["name"] else "")
+        text += f" since {wait['since']} ({duration(wait['for_ms'])})"
+        if "due" in wait:
+            left = wait["due_in_ms"]
+            text += f", due {wait['due']} " + (f"(in {duration(left)})" if left >= 0 else f"({duration(-left)} ago)")
+        if wait["kind"] == StepKind.ACTIVITY:
+            text += "; attempts so far are not journaled"
+        fact("waiting on" if index == 0 else "", text)
+    for index, signal in enumerate(described["pending_signals"]):
+        fact("signals waiting" if index == 0 else "",
+             f"{signal['name']} at {signal['at']}: {value(signal['payload'], full=full)}")
+    failure = described["last_failure"]
+    if failure is not None:
+        named = f" {failure['name']}" if failure["name"] else ""
+        attempt = f", attempt {failure['attempt']}" if failure["attempt"] is not None else ""
+        fact("last failure", f"step {failure['step']}{named} at {failure['at'] or '?'}{attempt}: "
+                             f"{failure['kind'] or 'error'}: {value(failure['message'], full=full)}")
+    for index, child in enumerate(described["children"]):
+        status_text = child["status"]["status"] if child["status"] else (child["reported"] or "no status yet")
+        fact("children" if index == 0 else "", f"{child['workflow']} {child['id']}: {status_text}")
+    journal = journal_lines(records, full=full)
+    if journal:
+        shown = journal if whole_journal or len(journal) <= RECENT else journal[-RECENT:]
+        lines.append("journal:" if len(shown) == len(journal)
+                     else f"journal (last {len(shown)} of {len(journal)} records; --journal shows all):")
+        lines.extend(f"  {line}" for line in shown)
+    return lines
