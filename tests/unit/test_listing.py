@@ -163,7 +163,8 @@ def test_arguments_are_checked_before_kafka_is_asked() -> None:
     assert parse(letters, _App())[3].statuses == {"DecodeError"}
     for kind, option, value, says in [
         ("bogus", None, None, "unknown kind"),
-        ("saga", None, None, "not there yet"),
+        ("schedule", None, None, "not there yet"),
+        ("saga", "status", ["PARKED"], "unknown status"),
         ("workflow", "name", "nope", "declares no workflow 'nope'"),
         ("workflow", "status", ["DONE"], "unknown status"),
         ("aggregate", "status", ["RUNNING"], "no status"),
@@ -242,9 +243,57 @@ def test_a_describe_argument_that_is_wrong_is_one_line_and_exit_2(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("TIDINGS_BOOTSTRAP", "127.0.0.1:1")  # never reached
-    for argv, says in [(["saga", "x", "y"], "not there"), (["workflow", "nope", "y"], "declares no workflow"),
+    for argv, says in [(["schedule", "x", "y"], "not there"), (["saga", "x", "y"], "declares no saga"),
+                       (["workflow", "nope", "y"], "declares no workflow"),
                        (["workflow", "enrich", ""], "must not be empty"),
-                       (["workflow", "enrich", "x" * 10_000], "instance id")]:
+                       (["workflow", "enrich", "x" * 10_000], "the limit is")]:
         assert main(["describe", "examples.shop.app:app", *argv]) == 2
         err = capsys.readouterr().err
         assert says in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_the_saga_index_decodes_only_each_sagas_last_record() -> None:
+    from tidings.cli.list import SagaIndex
+    from tidings.core.saga_records import SagaJournalEntry
+
+    def entry(saga_id: str, seq: int, transition: str = "handle", ended: bool = False, saga: str = "transfer",
+              reason: str | None = None) -> Incoming:
+        value = avro.encode(SagaJournalEntry(saga, saga_id, seq, MS + seq, transition, b'{"phase": "x"}', ended,
+                                             reason=reason))
+        return Incoming("j", partition_for(saga_id, 4), 0, f"{saga_id}/{seq}".encode(), value)
+
+    index = SagaIndex("transfer", 4)
+    for record in [entry("t-1", 1, "start"), entry("t-1", 2), entry("t-1", 3, "stop", ended=True),
+                   entry("t-2", 1, "start"), entry("t-2", 1, "handle", ended=True),  # a zombie's second seq 1
+                   entry("t-3", 1, "start"), entry("t-3", 2, "fault", ended=True, reason="endless Goto"),
+                   entry("t-4", 1, saga="other"), Incoming("j", 0, 0, b"junk", b"x")]:
+        index.take(record)
+    rows = {row.id: row for row in index.rows()}
+    assert {i: (r.status, r.at, r.extra["seq"]) for i, r in rows.items()} == {
+        "t-1": ("ENDED", MS + 3, 3), "t-2": ("RUNNING", MS + 1, 1), "t-3": ("FAULTED", MS + 2, 2)}
+    assert rows["t-3"].detail == "fault: endless Goto" and rows["t-1"].detail == 'stop {"phase": "x"}'
+    assert index.skipped == 2
+
+
+def test_describe_a_saga_shows_its_state_the_commands_sent_and_the_replies_it_expects() -> None:
+    from tidings.cli.describe_text import describe_saga, saga_lines
+    from tidings.core.saga_records import SagaCommandRecord, SagaJournalEntry
+
+    take = SagaCommandRecord("vault", "v-1", "c-1", "Take", b'{"amount": 30}', expect_within_ms=12_000,
+                             resend_every_ms=500)
+    note = SagaCommandRecord("ledger", "l-1", "c-2", "Note", b'{}')
+    entries = [SagaJournalEntry("transfer", "t-1", 1, MS, "start", b'{"phase": "taking"}', cause="e-1",
+                                commands=(take, note))]
+    described = describe_saga("transfer", "t-1", entries, MS + 2000)
+    assert (described["status"], described["since"], described["state"]) == (
+        "RUNNING", "2026-11-30T12:00:00.000Z", '{"phase": "taking"}')
+    assert described["expectations"] == [{"aggregate": "vault", "aggregate_id": "v-1", "command_id": "c-1",
+                                          "type": "Take", "due": "2026-11-30T12:00:12.000Z", "due_in_ms": 10_000,
+                                          "resend_every_ms": 500}]
+    text = "\n".join(saga_lines(described, entries))
+    assert "expecting       a reply from vault v-1 to Take by 2026-11-30T12:00:12.000Z (in 10.000 s), resent every 500 ms" in text
+    assert "sent            Take to vault v-1 (command c-1)" in text
+    assert "#1  start {\"phase\": \"taking\"}, sent Take to vault v-1, Note to ledger l-1" in text
+    done = [*entries, SagaJournalEntry("transfer", "t-1", 2, MS + 5, "stop", b'{"phase": "done"}', True)]
+    ended = describe_saga("transfer", "t-1", done, MS + 2000)
+    assert (ended["status"], ended["expectations"], ended["transition"]) == ("ENDED", [], "stop")

@@ -1,4 +1,4 @@
-"""``tidings describe MODULE:APP workflow NAME ID``: how one instance stands, and where it waits.
+"""``tidings describe MODULE:APP workflow|saga NAME ID``: how one instance stands, and where it waits.
 
 Read from the topics, no worker asked: the instance's journal (``read_journal``), its latest
 status and its children's (the status topics, only the partitions their ids live on). What
@@ -8,6 +8,7 @@ is said and what the journal cannot say: ``describe_text.py``.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 import time
@@ -21,10 +22,11 @@ from ..errors import LimitError
 from ..shell.client.scan import read_topics
 from ..shell.kinds.workflow.index import InstanceStatus, StatusIndex
 from ..shell.kinds.workflow.journal import read_journal
-from .describe_text import describe_lines, describe_workflow
+from .describe_text import describe_lines, describe_saga, describe_workflow, saga_lines
 from .journal import shown
 from .kafka import EXIT_STATUS_EPILOG, add_kafka_arguments, connection, reach_kafka
 from .loading import load_app
+from .saga import record_json
 
 _DESCRIPTION = """\
 Describe the instance ID of the workflow NAME: its status and since when, its start and
@@ -46,12 +48,17 @@ shows since when the step runs. --json prints one JSON object instead. For examp
 
   tidings describe examples.shop.app:app workflow enrich order-17
   tidings describe examples.shop.app:app workflow approve order-9 --json | jq .waiting
+  tidings describe examples.bank.app:app saga transfer t-1
+
+A saga (KIND saga) shows its status (RUNNING, ENDED, FAULTED) and since when, its state,
+the commands its state sent and the replies it expects with their due times, then one
+line per journal record.
 
 Exit status: 0 described; 1 a topic is missing or Kafka failed; 2 a usage error (an unknown
 kind or name, an instance never started, an id breaking the id limits).
 """
 
-KINDS = ("workflow",)
+KINDS = ("workflow", "saga")
 
 
 def register(subparsers: Any) -> None:
@@ -61,7 +68,7 @@ def register(subparsers: Any) -> None:
         description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXIT_STATUS_EPILOG,
     )
     parser.add_argument("app", metavar="MODULE:APP", help="where the App is, e.g. examples.shop.app:app")
-    parser.add_argument("kind", metavar="KIND", help="workflow")
+    parser.add_argument("kind", metavar="KIND", help="workflow or saga")
     parser.add_argument("name", metavar="NAME", help="the definition's name, e.g. enrich")
     parser.add_argument("instance_id", metavar="ID", help="the instance id, e.g. order-17")
     parser.add_argument("--json", action="store_true", help="one JSON object instead of lines for people")
@@ -82,12 +89,12 @@ def run(args: argparse.Namespace) -> int:
     kind = args.kind.lower().rstrip("s")
     if kind not in KINDS:
         return _usage(f"describing {args.kind!r} is not there; kinds: {', '.join(KINDS)}")
-    handles = {handle.name: handle for handle in app.declared("workflow")}
+    handles = {handle.name: handle for handle in app.declared(kind)}
     handle = handles.get(args.name)
     if handle is None:
-        return _usage(f"{app.name} declares no workflow {args.name!r} (it declares: {', '.join(handles) or 'none'})")
+        return _usage(f"{app.name} declares no {kind} {args.name!r} (it declares: {', '.join(handles) or 'none'})")
     try:
-        check_id(args.instance_id, "instance id")
+        check_id(args.instance_id, f"{kind} id")
     except LimitError as exc:
         return _usage(str(exc))
     if args.timeout is not None and not args.timeout > 0:
@@ -95,6 +102,8 @@ def run(args: argparse.Namespace) -> int:
     timeout = args.timeout or 30.0
     kafka = connection(args, app)
     reach_kafka(kafka, timeout)
+    if kind == "saga":
+        return _saga(args, handle, kafka, timeout)
     prefix = f"{app.name}."
     records = read_journal(kafka, handle.topics.journal, app.partitions, args.instance_id,
                            timeout=timeout, group_prefix=prefix)
@@ -111,6 +120,19 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(shown(described)))
         return 0
     for line in describe_lines(described, records, whole_journal=args.journal, full=args.full):
+        print(line)
+    return 0
+
+
+def _saga(args: argparse.Namespace, handle: Any, kafka: Any, timeout: float) -> int:
+    entries = asyncio.run(handle.journal(args.instance_id, bootstrap=kafka, timeout=timeout))
+    if not entries:
+        return _usage(f"no {args.name} saga {args.instance_id!r} was started (its journal is empty)")
+    described = describe_saga(args.name, args.instance_id, entries, int(time.time() * 1000))
+    if args.json:
+        print(json.dumps({**described, "journal": [record_json(entry) for entry in entries]}))
+        return 0
+    for line in saga_lines(described, entries, full=args.full):
         print(line)
     return 0
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..core.saga_records import SagaJournalEntry
 from ..core.workflow.child_records import ChildOutcome
 from ..core.workflow.journal import (
     CancelRequested,
@@ -161,4 +162,75 @@ def describe_lines(described: Mapping[str, Any], records: Sequence[JournalRecord
         lines.append("journal:" if len(shown) == len(journal)
                      else f"journal (last {len(shown)} of {len(journal)} records; --journal shows all):")
         lines.extend(f"  {line}" for line in shown)
+    return lines
+
+
+# -- sagas ---------------------------------------------------------------------------------
+
+
+def _text(data: bytes | None) -> str | None:
+    return None if data is None else data.decode("utf-8", "replace")
+
+
+def describe_saga(name: str, saga_id: str, entries: Sequence[SagaJournalEntry], now_ms: int) -> dict[str, Any]:
+    """Where a saga stands from its journal (oldest first): status, state, and what it expects.
+
+    The expectations are the commands of the last state entered that carry ``Expect``: each
+    is due ``within`` after the state's entry (the journal stores when), and is resent every
+    ``resend_every`` until its reply comes or it is due; whether a reply came already is
+    the owning worker's (it cancels the timer), not the journal's: a saga that moved on has
+    none of its old state's expectations left.
+    """
+    last = entries[-1]
+    status = "FAULTED" if last.transition == "fault" else "ENDED" if last.ended else "RUNNING"
+    current = next((e for e in reversed(entries) if not e.ended), last)
+    expectations = [] if last.ended else [
+        {"aggregate": c.aggregate, "aggregate_id": c.aggregate_id, "command_id": c.command_id, "type": c.type,
+         "due": _iso(current.entered_at_ms + c.expect_within_ms),
+         "due_in_ms": current.entered_at_ms + c.expect_within_ms - now_ms,
+         "resend_every_ms": c.resend_every_ms}
+        for c in current.commands if c.expect_within_ms is not None
+    ]
+    return {
+        "saga": name, "id": saga_id, "status": status, "since": _iso(current.entered_at_ms),
+        "transition": last.transition, "cause": last.cause, "reason": last.reason,
+        "state": _text(last.state), "records": len(entries),
+        "started": _iso(entries[0].entered_at_ms),
+        "commands": [{"aggregate": c.aggregate, "aggregate_id": c.aggregate_id, "command_id": c.command_id,
+                      "type": c.type, "command": _text(c.payload)} for c in current.commands],
+        "expectations": expectations,
+    }
+
+
+def saga_lines(described: Mapping[str, Any], entries: Sequence[SagaJournalEntry], *, full: bool = False) -> list[str]:
+    """``describe_saga``'s dict for a person, then one line per journal record."""
+    lines = [f"{described['saga']} {described['id']}: {described['status'].lower()}, "
+             f"{described['records']} records since {described['started']}"]
+
+    def fact(label: str, text: str) -> None:
+        lines.append(f"  {label:<16}{text}")
+
+    fact("status", f"{described['status']} since {described['since']} (by {described['transition']}"
+                   + (f", cause {described['cause']}" if described["cause"] else "") + ")")
+    if described["reason"]:
+        fact("reason", value(described["reason"], full=full))
+    fact("state", value(described["state"], full=full))
+    for index, command in enumerate(described["commands"]):
+        fact("sent" if index == 0 else "", f"{command['type']} to {command['aggregate']} {command['aggregate_id']} "
+                                           f"(command {command['command_id']}): {value(command['command'], full=full)}")
+    for index, expect in enumerate(described["expectations"]):
+        left = expect["due_in_ms"]
+        when = f"in {duration(left)}" if left >= 0 else f"{duration(-left)} ago"
+        every = f", resent every {duration(expect['resend_every_ms'])}" if expect["resend_every_ms"] else ""
+        fact("expecting" if index == 0 else "",
+             f"a reply from {expect['aggregate']} {expect['aggregate_id']} to {expect['type']} "
+             f"by {expect['due']} ({when}){every}")
+    lines.append("journal:")
+    width = len(str(entries[-1].seq))
+    for entry in entries:
+        sent = f", sent {', '.join(f'{c.type} to {c.aggregate} {c.aggregate_id}' for c in entry.commands)}" \
+            if entry.commands else ""
+        ended = " (ended)" if entry.ended else ""
+        why = f": {value(entry.reason, full=full)}" if entry.reason else f" {value(_text(entry.state), full=full)}"
+        lines.append(f"  {instant(entry.entered_at_ms)}  #{entry.seq:<{width}}  {entry.transition}{ended}{why}{sent}")
     return lines

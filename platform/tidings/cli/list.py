@@ -15,7 +15,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from ..codec import avro
 from ..core.partitioning import partition_for
+from ..core.saga_records import SagaJournalEntry
+from ..errors import RecordError
 from ..shell.client.scan import read_topics
 from ..shell.kinds.workflow.index import STATUSES, StatusIndex
 from ..shell.runtime.connection import KafkaConnection
@@ -39,6 +42,9 @@ KIND is one of:
   workflow     instances and their latest status (RUNNING, FINISHED, FAULTED, CANCELLED,
                PARKED), from each workflow's compacted status topic; SINCE is when it took
                that status: its start while RUNNING, its end once ended
+  saga         sagas and where each stands (RUNNING, ENDED, FAULTED) from the saga's
+               journal: the last record of each (keys {id}/{seq}; only that one is
+               decoded); SINCE is when it entered its state, DETAIL the transition and state
   aggregate    instances with their version (the number of events stored), from the
                events topic's keys; SINCE is when its last event was stored
   deadletters  the app's dead letters (NAME: only those from that definition's topics);
@@ -53,6 +59,7 @@ needs to run. For example:
   tidings list examples.shop.app:app workflow
   tidings list examples.shop.app:app workflow enrich --status RUNNING --status PARKED --since 1h
   tidings list examples.bank.app:app aggregate account --limit 20
+  tidings list examples.bank.app:app saga transfer --status RUNNING
   tidings list examples.bank.app:app deadletters --json | jq -r .detail
   tidings list examples.shop.app:app workflow --count --json
 
@@ -70,15 +77,19 @@ class Kind:
     noun: str
 
 
+#: A saga's status, from its journal's last record: ended by a fault, ended, or not.
+SAGA_STATUSES: Final = ("RUNNING", "ENDED", "FAULTED")
+
 KINDS: Final = {
     "workflow": Kind("workflow", STATUSES, "instance"),
+    "saga": Kind("saga", SAGA_STATUSES, "saga"),
     "aggregate": Kind("aggregate", None, "instance"),
     "deadletters": Kind(None, None, "dead letter"),
 }
-ALIASES: Final = {"workflows": "workflow", "aggregates": "aggregate", "deadletter": "deadletters",
+ALIASES: Final = {"workflows": "workflow", "aggregates": "aggregate", "sagas": "saga", "deadletter": "deadletters",
                   "dead-letters": "deadletters"}
 #: Kinds ``tidings list`` will read once they have an index (docs/operations.md).
-NOT_YET: Final = ("saga", "schedule", "orchestration", "flow")
+NOT_YET: Final = ("schedule", "orchestration", "flow")
 
 
 def register(subparsers: Any) -> None:
@@ -88,7 +99,7 @@ def register(subparsers: Any) -> None:
         description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXIT_STATUS_EPILOG,
     )
     parser.add_argument("app", metavar="MODULE:APP", help="where the App is, e.g. examples.shop.app:app")
-    parser.add_argument("kind", metavar="KIND", help="workflow, aggregate or deadletters")
+    parser.add_argument("kind", metavar="KIND", help="workflow, saga, aggregate or deadletters")
     parser.add_argument("name", metavar="NAME", nargs="?", help="only this definition (default: every one)")
     parser.add_argument("--status", action="append", default=[], metavar="STATUS",
                         help="only rows with this status (repeat for several; case does not matter)")
@@ -287,8 +298,68 @@ def deadletter_rows(app: Any, kafka: KafkaConnection, names: Sequence[str], name
     return rows, {}
 
 
+class SagaIndex:
+    """Where each saga stands, from its journal (keys ``{saga_id}/{seq}``): its last record.
+
+    Only the highest seq's value is kept while reading, and decoded at the end, so a saga
+    of ten records costs one decode. A second record at a seq (a zombie's) is ignored, the
+    first in offset order kept, as a worker does. A key that is not ``{id}/{seq}``, on
+    another partition than its id's, or whose value does not decode or names another saga,
+    id or seq, is skipped.
+    """
+
+    def __init__(self, name: str, partitions: int) -> None:
+        self.name = name
+        self.partitions = partitions
+        self.last: dict[str, tuple[int, bytes]] = {}
+        self.skipped = 0
+
+    def take(self, record: Incoming) -> None:
+        try:
+            saga_id, slash, number = (record.key or b"").decode("utf-8").rpartition("/")
+            seq = int(number) if slash and number.isdigit() else -1
+        except UnicodeDecodeError:
+            seq = -1
+        if seq < 1 or not saga_id or partition_for(saga_id, self.partitions) != record.partition:
+            self.skipped += 1
+            return
+        if record.value is None:
+            return
+        kept = self.last.get(saga_id)
+        if kept is None or seq > kept[0]:
+            self.last[saga_id] = (seq, record.value)
+
+    def rows(self) -> list[Row]:
+        rows = []
+        for saga_id, (seq, value) in self.last.items():
+            try:
+                entry = avro.decode_as(value, SagaJournalEntry)
+            except RecordError:
+                entry = None
+            if entry is None or (entry.saga, entry.saga_id, entry.seq) != (self.name, saga_id, seq):
+                self.skipped += 1
+                continue
+            status = "FAULTED" if entry.transition == "fault" else "ENDED" if entry.ended else "RUNNING"
+            state = entry.state.decode("utf-8", "replace") if entry.state is not None else None
+            detail = f"{entry.transition}: {entry.reason}" if entry.reason else f"{entry.transition} {state or ''}"
+            rows.append(Row("saga", self.name, saga_id, status, entry.entered_at_ms, detail.strip(),
+                            {"seq": seq, "transition": entry.transition, "state": state, "reason": entry.reason}))
+        return rows
+
+
+def saga_rows(app: Any, kafka: KafkaConnection, names: Sequence[str], named: bool = False, *,
+              timeout: float = 30.0) -> tuple[list[Row], dict[str, int]]:
+    handles = [handle for handle in app.declared("saga") if handle.name in names]
+    indexes = [SagaIndex(handle.name, app.partitions) for handle in handles]
+    read_topics(kafka, {handle.topics.journal: index.take for handle, index in zip(handles, indexes)},
+                group_prefix=f"{app.name}.", timeout=timeout)
+    rows = [row for index in indexes for row in index.rows()]
+    return rows, {handle.topics.journal: index.skipped for handle, index in zip(handles, indexes)}
+
+
 READERS: Final[dict[str, Reader]] = {
     "workflow": workflow_rows,
+    "saga": saga_rows,
     "aggregate": aggregate_rows,
     "deadletters": deadletter_rows,
 }
