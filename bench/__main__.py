@@ -24,7 +24,7 @@ from types import FrameType
 
 from tidings.broker import KAFKA_VERSION, LocalBroker
 
-from . import aggregates, cluster, dedup, faust_stream, raw_kafka, sagas, schedules, workflows
+from . import aggregates, cluster, dedup, faust_stream, listing, raw_kafka, sagas, schedules, workflows
 from .report import Progress, Row, latency, machine, rate, table
 
 #: (raw confluent records, raw aiokafka records, aggregate workload) per mode.
@@ -52,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-sagas", action="store_true", help="skip the saga transfers row")
     parser.add_argument("--no-schedules", action="store_true",
                         help="skip the schedule dispatch lag and memory rows")
+    parser.add_argument("--no-listing", action="store_true",
+                        help="skip the tidings list rows (10,000 instances, no worker)")
     parser.add_argument("--no-dedup", action="store_true",
                         help="skip the command-id rows (issue 16: 1,000,000 first verdicts held)")
     parser.add_argument("--profile", type=Path, metavar="FILE",
@@ -152,6 +154,7 @@ def _measure(
     dd = None if args.no_dedup else dedup.run(
         bootstrap, dedup.QUICK if args.quick else dedup.DEFAULT, workdir=workdir, stack=stack,
         progress=progress)
+    listed = None if args.no_listing else listing.run(bootstrap, listing.DEFAULT_INSTANCES, progress=progress)
     # Last: its three JVMs would share the cores with every row above.
     three = None if args.no_cluster else cluster.run(
         workload, wf_workload, workdir=workdir, progress=progress)
@@ -193,6 +196,8 @@ def _measure(
         rows += schedules.rows(sched)
     if dd is not None:
         rows += dedup.rows(dd)
+    if listed is not None:
+        rows += listing.rows(listed)
     if three is not None:
         rows += cluster.rows(three, agg, wf)
     notes = ["", *aggregates.notes(agg, raw.round_trips_s)]
@@ -214,6 +219,8 @@ def _measure(
         notes += schedules.notes(sched)
     if dd is not None:
         notes += dedup.notes(dd)
+    if listed is not None:
+        notes += listing.notes(listed)
     if three is not None:
         notes.append("three-node rows: a local three-node KRaft cluster (three JVMs on this "
                      "machine) started after every other row, topics with replication 3 and "

@@ -1,0 +1,365 @@
+"""``tidings list MODULE:APP KIND [NAME]``: the instances of a kind, their status, a count per status.
+
+Each kind's index is a topic the app already has (docs/operations.md, "Listing and
+describing"): a workflow's compacted status topic (latest status per instance), an
+aggregate's events topic (its keys ``{id}/{version}``: instances and versions, no value
+decoded), the dead-letter topic. Filtering, counting and printing are in ``listing.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from ..codec import avro
+from ..core.partitioning import partition_for
+from ..core.saga_records import SagaJournalEntry
+from ..errors import RecordError
+from ..shell.client.scan import read_topics
+from ..shell.kinds.workflow.index import STATUSES, StatusIndex
+from ..shell.runtime.connection import KafkaConnection
+from ..shell.runtime.io import Incoming
+from ..shell.runtime.topics import deadletter_topic
+from .deadletters import dead_letter_line
+from .kafka import EXIT_STATUS_EPILOG, add_kafka_arguments, connection, reach_kafka
+from .listing import Filters, Row, Selection, counts_json, counts_line, parse_limit, parse_when, row_json, select, table
+from .loading import load_app
+
+_DESCRIPTION = """\
+List the instances of KIND in the App at MODULE:APP (every one of that kind, or only
+NAME's), newest first, with their status and since when, then a count per status:
+
+  NAME    ID        STATUS    SINCE
+  enrich  order-18  RUNNING   2026-11-30T00:13:50.352Z
+  enrich  order-17  FINISHED  2026-11-30T00:13:53.357Z
+  2 instances: RUNNING 1, FINISHED 1
+
+KIND is one of:
+  workflow     instances and their latest status (RUNNING, FINISHED, FAULTED, CANCELLED,
+               PARKED), from each workflow's compacted status topic; SINCE is when it took
+               that status: its start while RUNNING, its end once ended
+  saga         sagas and where each stands (RUNNING, ENDED, FAULTED) from the saga's
+               journal: the last record of each (keys {id}/{seq}; only that one is
+               decoded); SINCE is when it entered its state, DETAIL the transition and state
+  aggregate    instances with their version (the number of events stored), from the
+               events topic's keys; SINCE is when its last event was stored
+  deadletters  the app's dead letters (NAME: only those from that definition's topics);
+               STATUS is the error type, DETAIL the reason (tidings deadletters prints them whole)
+
+--since and --until keep rows whose SINCE is in [since, until): a duration back from now
+(90s, 30m, 2h, 7d) or an ISO 8601 time (UTC when it names no zone). --limit keeps the N
+newest; the count line counts all that matched. --json prints one JSON line per row
+instead; --count prints only the counts. It reads the topics as they are now: no worker
+needs to run. For example:
+
+  tidings list examples.shop.app:app workflow
+  tidings list examples.shop.app:app workflow enrich --status RUNNING --status PARKED --since 1h
+  tidings list examples.bank.app:app aggregate account --limit 20
+  tidings list examples.bank.app:app saga transfer --status RUNNING
+  tidings list examples.bank.app:app deadletters --json | jq -r .detail
+  tidings list examples.shop.app:app workflow --count --json
+
+Exit status: 0 listed (even if nothing); 1 a topic is missing or Kafka failed; 2 a usage
+error (an unknown kind or name, a --status the kind has not, a bad --since or --limit).
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """How ``tidings list`` reads one kind: its declared name, statuses, and what a row is called."""
+
+    declared: str | None  # App.declared(kind); None: not declared per name (dead letters)
+    statuses: tuple[str, ...] | None  # None: --status does not apply
+    noun: str
+
+
+#: A saga's status, from its journal's last record: ended by a fault, ended, or not.
+SAGA_STATUSES: Final = ("RUNNING", "ENDED", "FAULTED")
+
+KINDS: Final = {
+    "workflow": Kind("workflow", STATUSES, "instance"),
+    "saga": Kind("saga", SAGA_STATUSES, "saga"),
+    "aggregate": Kind("aggregate", None, "instance"),
+    "deadletters": Kind(None, None, "dead letter"),
+}
+ALIASES: Final = {"workflows": "workflow", "aggregates": "aggregate", "sagas": "saga", "deadletter": "deadletters",
+                  "dead-letters": "deadletters"}
+#: Kinds ``tidings list`` will read once they have an index (docs/operations.md).
+NOT_YET: Final = ("schedule", "orchestration", "flow")
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``list`` command."""
+    parser = subparsers.add_parser(
+        "list", help="list the instances of a kind with their status and a count per status",
+        description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXIT_STATUS_EPILOG,
+    )
+    parser.add_argument("app", metavar="MODULE:APP", help="where the App is, e.g. examples.shop.app:app")
+    parser.add_argument("kind", metavar="KIND", help="workflow, saga, aggregate or deadletters")
+    parser.add_argument("name", metavar="NAME", nargs="?", help="only this definition (default: every one)")
+    parser.add_argument("--status", action="append", default=[], metavar="STATUS",
+                        help="only rows with this status (repeat for several; case does not matter)")
+    parser.add_argument("--since", metavar="WHEN", help="only rows whose time is WHEN or later")
+    parser.add_argument("--until", metavar="WHEN", help="only rows whose time is before WHEN")
+    parser.add_argument("--limit", metavar="N", help="print the N newest rows (the counts count all)")
+    parser.add_argument("--json", action="store_true", help="one JSON line per row (with --count: one object)")
+    parser.add_argument("--count", action="store_true", help="print only the count per status")
+    parser.add_argument("--timeout", type=float, help="seconds to wait for Kafka (default 10)")
+    add_kafka_arguments(parser)
+    parser.set_defaults(run=run)
+
+
+class UsageError(Exception):
+    """A bad argument: ``run`` prints it in one line and exits 2."""
+
+
+def run(args: argparse.Namespace) -> int:
+    app = load_app(args.app)
+    try:
+        kind_name, kind, names, filters = parse(args, app)
+    except UsageError as exc:
+        print(f"tidings list: {exc}", file=sys.stderr)
+        return 2
+    kafka = connection(args, app)
+    reach_kafka(kafka, args.timeout)
+    rows, skipped = READERS[kind_name](app, kafka, names, args.name is not None, timeout=args.timeout or 30.0)
+    for topic, count in skipped.items():
+        if count:
+            print(f"tidings list: skipped {count:,} unreadable records of {topic}", file=sys.stderr)
+    print_selection(select(rows, filters), kind, args.json, args.count)
+    return 0
+
+
+def parse(args: argparse.Namespace, app: Any) -> tuple[str, Kind, list[str], Filters]:
+    """Check every argument before Kafka is asked; return the kind, the names and the filters.
+
+    Raises:
+        UsageError: one of them is wrong (the message says which and what is accepted).
+    """
+    kind_name = ALIASES.get(args.kind.lower(), args.kind.lower())
+    if kind_name in NOT_YET or kind_name.rstrip("s") in NOT_YET:
+        raise UsageError(f"listing {args.kind} is not there yet; kinds: {', '.join(KINDS)}")
+    kind = KINDS.get(kind_name)
+    if kind is None:
+        raise UsageError(f"unknown kind {args.kind!r}; kinds: {', '.join(KINDS)}")
+    names = declared_names(app, kind_name, kind)
+    if args.name is not None:
+        if args.name not in names:
+            known = ", ".join(names) or "none"
+            raise UsageError(f"{app.name} declares no {kind.declared or 'definition'} {args.name!r} (it declares: {known})")
+        names = [args.name]
+    statuses: set[str] = set()
+    for status in args.status:
+        if kind_name == "deadletters":  # a dead letter's STATUS is its error type, as written
+            statuses.add(status)
+            continue
+        if kind.statuses is None:
+            raise UsageError(f"{kind_name} has no status to filter on")
+        if status.upper() not in kind.statuses:
+            raise UsageError(f"unknown status {status!r}; {kind_name} statuses: {', '.join(kind.statuses)}")
+        statuses.add(status.upper())
+    try:
+        since = None if args.since is None else parse_when(args.since)
+        until = None if args.until is None else parse_when(args.until)
+        limit = None if args.limit is None else parse_limit(args.limit)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if args.timeout is not None and not args.timeout > 0:
+        raise UsageError(f"--timeout {args.timeout:g} is not a number of seconds above 0")
+    return kind_name, kind, names, Filters(frozenset(statuses), since, until, limit)
+
+
+def declared_names(app: Any, kind_name: str, kind: Kind) -> list[str]:
+    """The names NAME may be: the declared definitions of the kind, or (dead letters) every one."""
+    if kind.declared is not None:
+        return [handle.name for handle in app.declared(kind.declared)]
+    return [handle.name for handle in app.hosted]
+
+
+def print_selection(selection: Selection, kind: Kind, as_json: bool, count_only: bool) -> None:
+    order = kind.statuses or ()
+    if count_only:
+        print(json.dumps(counts_json(selection)) if as_json else counts_line(selection, order, kind.noun))
+        return
+    if as_json:
+        for row in selection.shown:
+            print(json.dumps(row_json(row)))
+        return
+    if selection.shown:
+        for line in table(selection.shown):
+            print(line)
+    print(counts_line(selection, order, kind.noun))
+
+
+# -- the readers: one per kind, each returning rows and how many records it skipped per topic --
+
+#: ``(app, kafka, names, named, timeout=)``: ``named`` says NAME was given (so ``names`` is that one).
+Reader = Callable[..., tuple[list[Row], dict[str, int]]]
+
+
+def workflow_rows(app: Any, kafka: KafkaConnection, names: Sequence[str], named: bool = False, *,
+                  timeout: float = 30.0) -> tuple[list[Row], dict[str, int]]:
+    handles = [handle for handle in app.declared("workflow") if handle.name in names]
+    indexes = [StatusIndex(handle.name, app.partitions) for handle in handles]
+    read_topics(kafka, {handle.topics.status: index.take for handle, index in zip(handles, indexes)},
+                group_prefix=f"{app.name}.", timeout=timeout)
+    rows = [Row("workflow", s.workflow, s.instance_id, s.status, s.at, s.reason or "")
+            for index in indexes for s in index.latest.values()]
+    return rows, {handle.topics.status: index.skipped for handle, index in zip(handles, indexes)}
+
+
+@dataclass(slots=True)
+class _Versions:
+    version: int = 0
+    events: int = 0
+    at: int | None = None
+
+
+class AggregateIndex:
+    """Instances and versions of one aggregate from its events topic's keys ``{id}/{version}``.
+
+    No value is decoded: the key says which instance and version a record is, and the
+    record's timestamp when it was stored. A key that is not ``{id}/{whole number}``, or
+    that sits on another partition than its id's, is skipped. A tombstone (an erased
+    event) counts one event less; the version stays what it was.
+    """
+
+    def __init__(self, name: str, partitions: int) -> None:
+        self.name = name
+        self.partitions = partitions
+        self.instances: dict[str, _Versions] = {}
+        self.skipped = 0
+
+    def take(self, record: Incoming) -> None:
+        try:
+            aggregate_id, slash, number = (record.key or b"").decode("utf-8").rpartition("/")
+            version = int(number) if slash and number.isdigit() else -1
+        except UnicodeDecodeError:
+            version = -1
+        if version < 0 or not aggregate_id or partition_for(aggregate_id, self.partitions) != record.partition:
+            self.skipped += 1
+            return
+        seen = self.instances.setdefault(aggregate_id, _Versions())
+        if record.value is None:
+            seen.events = max(seen.events - 1, 0)
+            return
+        seen.events += 1
+        seen.version = max(seen.version, version)
+        if record.timestamp_ms is not None and record.timestamp_ms >= 0:
+            seen.at = max(seen.at or 0, record.timestamp_ms)
+
+    def rows(self) -> list[Row]:
+        return [Row("aggregate", self.name, aggregate_id, None, seen.at, f"version {seen.version}",
+                    {"version": seen.version, "events": seen.events})
+                for aggregate_id, seen in self.instances.items()]
+
+
+def aggregate_rows(app: Any, kafka: KafkaConnection, names: Sequence[str], named: bool = False, *,
+                   timeout: float = 30.0) -> tuple[list[Row], dict[str, int]]:
+    handles = [handle for handle in app.declared("aggregate") if handle.name in names]
+    indexes = [AggregateIndex(handle.name, app.partitions) for handle in handles]
+    read_topics(kafka, {handle.topics.events: index.take for handle, index in zip(handles, indexes)},
+                group_prefix=f"{app.name}.", timeout=timeout)
+    rows = [row for index in indexes for row in index.rows()]
+    return rows, {handle.topics.events: index.skipped for handle, index in zip(handles, indexes)}
+
+
+def origin_name(app_name: str, topic: str | None) -> str | None:
+    """The definition whose topic ``{app}.{kind}.{name}.{role}`` is ``topic``; None for any other."""
+    prefix = f"{app_name}."
+    if not topic or not topic.startswith(prefix):
+        return None
+    parts = topic[len(prefix):].split(".")
+    return parts[1] if len(parts) >= 3 else None
+
+
+def deadletter_rows(app: Any, kafka: KafkaConnection, names: Sequence[str], named: bool = False, *,
+                    timeout: float = 30.0) -> tuple[list[Row], dict[str, int]]:
+    wanted = set(names)
+    rows: list[Row] = []
+
+    def take(record: Incoming) -> None:
+        line, written_ms = dead_letter_line(record)
+        origin = line.get("origin", {}).get("topic")
+        name = origin_name(app.name, origin)
+        if named and name not in wanted:
+            return
+        status = line.get("error_type") or ("unreadable" if "unreadable" in line else None)
+        detail = line.get("reason") or line.get("unreadable") or ""
+        letter = line["letter"]
+        rows.append(Row("deadletter", name or "-", f"{letter['partition']}:{letter['offset']}", status, written_ms,
+                        detail, {"letter": line}))
+
+    read_topics(kafka, {deadletter_topic(app.name): take}, group_prefix=f"{app.name}.", timeout=timeout)
+    return rows, {}
+
+
+class SagaIndex:
+    """Where each saga stands, from its journal (keys ``{saga_id}/{seq}``): its last record.
+
+    Only the highest seq's value is kept while reading, and decoded at the end, so a saga
+    of ten records costs one decode. A second record at a seq (a zombie's) is ignored, the
+    first in offset order kept, as a worker does. A key that is not ``{id}/{seq}``, on
+    another partition than its id's, or whose value does not decode or names another saga,
+    id or seq, is skipped.
+    """
+
+    def __init__(self, name: str, partitions: int) -> None:
+        self.name = name
+        self.partitions = partitions
+        self.last: dict[str, tuple[int, bytes]] = {}
+        self.skipped = 0
+
+    def take(self, record: Incoming) -> None:
+        try:
+            saga_id, slash, number = (record.key or b"").decode("utf-8").rpartition("/")
+            seq = int(number) if slash and number.isdigit() else -1
+        except UnicodeDecodeError:
+            seq = -1
+        if seq < 1 or not saga_id or partition_for(saga_id, self.partitions) != record.partition:
+            self.skipped += 1
+            return
+        if record.value is None:
+            return
+        kept = self.last.get(saga_id)
+        if kept is None or seq > kept[0]:
+            self.last[saga_id] = (seq, record.value)
+
+    def rows(self) -> list[Row]:
+        rows = []
+        for saga_id, (seq, value) in self.last.items():
+            try:
+                entry = avro.decode_as(value, SagaJournalEntry)
+            except RecordError:
+                entry = None
+            if entry is None or (entry.saga, entry.saga_id, entry.seq) != (self.name, saga_id, seq):
+                self.skipped += 1
+                continue
+            status = "FAULTED" if entry.transition == "fault" else "ENDED" if entry.ended else "RUNNING"
+            state = entry.state.decode("utf-8", "replace") if entry.state is not None else None
+            detail = f"{entry.transition}: {entry.reason}" if entry.reason else f"{entry.transition} {state or ''}"
+            rows.append(Row("saga", self.name, saga_id, status, entry.entered_at_ms, detail.strip(),
+                            {"seq": seq, "transition": entry.transition, "state": state, "reason": entry.reason}))
+        return rows
+
+
+def saga_rows(app: Any, kafka: KafkaConnection, names: Sequence[str], named: bool = False, *,
+              timeout: float = 30.0) -> tuple[list[Row], dict[str, int]]:
+    handles = [handle for handle in app.declared("saga") if handle.name in names]
+    indexes = [SagaIndex(handle.name, app.partitions) for handle in handles]
+    read_topics(kafka, {handle.topics.journal: index.take for handle, index in zip(handles, indexes)},
+                group_prefix=f"{app.name}.", timeout=timeout)
+    rows = [row for index in indexes for row in index.rows()]
+    return rows, {handle.topics.journal: index.skipped for handle, index in zip(handles, indexes)}
+
+
+READERS: Final[dict[str, Reader]] = {
+    "workflow": workflow_rows,
+    "saga": saga_rows,
+    "aggregate": aggregate_rows,
+    "deadletters": deadletter_rows,
+}
