@@ -30,6 +30,7 @@ The tree::
     │   ├── TransactionAborted              internal: an exactly-once transaction was aborted
     │   └── Fenced                          internal: Kafka fenced an exactly-once worker
     ├── TokenProviderError (also RuntimeError)  internal: an OAUTHBEARER token provider failed
+    ├── UsageError (also ValueError)    internal: a bad CLI argument (exit 2, one line)
     └── ReplyTimeout (also TimeoutError)    no reply within the timeout
 
 A failure of user code on one record (a handler, ``key_of``, an orchestration) is a
@@ -251,3 +252,7 @@ class ReplyTimeout(TidingsError, TimeoutError):
 
 class TokenProviderError(TidingsError, RuntimeError):
     """The token provider failed or returned something that is not a token (one line)."""
+
+
+class UsageError(TidingsError, ValueError):
+    """A bad command-line argument: the command prints it in one line and exits 2."""

@@ -18,7 +18,7 @@ from typing import Any, Final
 from ..codec import avro
 from ..core.partitioning import partition_for
 from ..core.saga_records import SagaJournalEntry
-from ..errors import RecordError
+from ..errors import RecordError, UsageError
 from ..shell.client.scan import read_topics
 from ..shell.kinds.workflow.index import STATUSES, StatusIndex
 from ..shell.runtime.connection import KafkaConnection
@@ -111,10 +111,6 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--timeout", type=float, help="seconds to wait for Kafka (default 10)")
     add_kafka_arguments(parser)
     parser.set_defaults(run=run)
-
-
-class UsageError(Exception):
-    """A bad argument: ``run`` prints it in one line and exits 2."""
 
 
 def run(args: argparse.Namespace) -> int:
