@@ -147,7 +147,7 @@ def start_step(self: WorkflowInstance, fiber: Fiber, request: ChildStartRequest)
         return None, WorkflowStepFailed(error)
     request.text = text
     _children(self)[path] = _Child(definition.name, text, started.token)  # type: ignore[union-attr]
-    pending = Pending(path, StepKind.CHILD_START, fiber, request, started.at, None)  # type: ignore[union-attr]
+    pending = Pending(path, StepKind.CHILD_START, fiber, request, started.at, None)  # type: ignore[union-attr, arg-type]
     return self._wait(fiber, pending)
 
 
@@ -162,7 +162,7 @@ def await_step(self: WorkflowInstance, fiber: Fiber, request: ChildAwaitRequest)
         )
     path = fiber.next_path()
     started = self._record(StepStarted(self._next_seq, path, StepKind.CHILD_AWAIT, handle.id, self._now))
-    pending = Pending(path, StepKind.CHILD_AWAIT, fiber, request, started.at, None)  # type: ignore[union-attr]
+    pending = Pending(path, StepKind.CHILD_AWAIT, fiber, request, started.at, None)  # type: ignore[union-attr, arg-type]
     if child.outcome is not None:
         return _consume(self, pending, child.outcome)
     child.waiters.append(pending)

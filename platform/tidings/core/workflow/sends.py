@@ -209,7 +209,7 @@ def send_step(self: WorkflowInstance, fiber: Fiber, request: SendRequest[Any]) -
                           f"{MAX_ID_BYTES} bytes: use a shorter instance id", "LimitError")
         self._record(StepFailed(self._next_seq, path, error, at=self._now))
         return None, WorkflowStepFailed(error)
-    return self._wait(fiber, Pending(path, StepKind.SEND, fiber, request, started.at, None))  # type: ignore[union-attr]
+    return self._wait(fiber, Pending(path, StepKind.SEND, fiber, request, started.at, None))  # type: ignore[union-attr, arg-type]
 
 
 def issue_send(self: WorkflowInstance, pending: Pending) -> None:

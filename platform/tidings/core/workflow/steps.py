@@ -74,14 +74,14 @@ def explain_body_error(error: BaseException) -> BaseException:
 def _activity(self: WorkflowInstance, fiber: Fiber, request: ActivityRequest[Any]) -> Any:
     path = fiber.next_path()
     started = self._record(StepStarted(self._next_seq, path, StepKind.ACTIVITY, request.name, self._now))
-    return self._wait(fiber, Pending(path, StepKind.ACTIVITY, fiber, request, started.at, None))  # type: ignore[union-attr]
+    return self._wait(fiber, Pending(path, StepKind.ACTIVITY, fiber, request, started.at, None))  # type: ignore[union-attr, arg-type]
 
 
 def _timer(self: WorkflowInstance, fiber: Fiber, request: TimerRequest) -> Any:
     path = fiber.next_path()
     due = request.due_ms if request.due_ms is not None else self._now + (request.delay_ms or 0)
     started = self._record(StepStarted(self._next_seq, path, StepKind.TIMER, "", self._now, due))
-    return self._wait(fiber, Pending(path, StepKind.TIMER, fiber, request, started.at, started.due))  # type: ignore[union-attr]
+    return self._wait(fiber, Pending(path, StepKind.TIMER, fiber, request, started.at, started.due))  # type: ignore[union-attr, arg-type]
 
 
 def _inline(self: WorkflowInstance, fiber: Fiber, kind: str, produce: Callable[[], str]) -> str:
@@ -117,7 +117,7 @@ def _signal(self: WorkflowInstance, fiber: Fiber, request: SignalRequest[Any]) -
     path = fiber.next_path()
     due = None if request.timeout_ms is None else self._now + request.timeout_ms
     started = self._record(StepStarted(self._next_seq, path, StepKind.SIGNAL, request.name, self._now, due))
-    pending = Pending(path, StepKind.SIGNAL, fiber, request, started.at, started.due)  # type: ignore[union-attr]
+    pending = Pending(path, StepKind.SIGNAL, fiber, request, started.at, started.due)  # type: ignore[union-attr, arg-type]
     queue = self._signals.get(request.name) if self._signals is not None else None
     if queue:
         # Stored signals exist only while nobody waits for them, so this wait is the oldest.
