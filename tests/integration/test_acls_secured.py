@@ -271,7 +271,7 @@ def test_the_worker_principal_with_the_generated_acls_recovers_and_runs_the_oper
         assert second.running, worker.log_tail()
         assert "GROUP_AUTHORIZATION_FAILED" not in worker.log_tail(2000), worker.log_tail()
 
-        journal = ok(tidings(secured, app_id, "worker", "journal", APP_SPEC, "greet", "g-1"))
+        journal = ok(tidings(secured, app_id, "worker", "journal", APP_SPEC, "greet", "g-1", "--json"))
         assert '"type": "started"' in journal and '"type": "ended"' in journal, journal
         letters = ok(tidings(secured, app_id, "worker", "deadletters", APP_SPEC))
         assert "Steal" in letters, letters
