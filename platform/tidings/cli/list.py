@@ -231,12 +231,8 @@ class AggregateIndex:
         self.skipped = 0
 
     def take(self, record: Incoming) -> None:
-        try:
-            aggregate_id, slash, number = (record.key or b"").decode("utf-8").rpartition("/")
-            version = int(number) if slash and number.isdigit() else -1
-        except UnicodeDecodeError:
-            version = -1
-        if version < 0 or not aggregate_id or partition_for(aggregate_id, self.partitions) != record.partition:
+        aggregate_id, version = _numbered_key(record, self.partitions)
+        if version < 0:
             self.skipped += 1
             return
         seen = self.instances.setdefault(aggregate_id, _Versions())
@@ -311,12 +307,8 @@ class SagaIndex:
         self.skipped = 0
 
     def take(self, record: Incoming) -> None:
-        try:
-            saga_id, slash, number = (record.key or b"").decode("utf-8").rpartition("/")
-            seq = int(number) if slash and number.isdigit() else -1
-        except UnicodeDecodeError:
-            seq = -1
-        if seq < 1 or not saga_id or partition_for(saga_id, self.partitions) != record.partition:
+        saga_id, seq = _numbered_key(record, self.partitions)
+        if seq < 1:
             self.skipped += 1
             return
         if record.value is None:
@@ -359,3 +351,15 @@ READERS: Final[dict[str, Reader]] = {
     "aggregate": aggregate_rows,
     "deadletters": deadletter_rows,
 }
+
+
+def _numbered_key(record: Incoming, partitions: int) -> tuple[str, int]:
+    """A journal key ``{id}/{number}`` on its id's partition as (id, number); -1 when it is not one."""
+    try:
+        owner, slash, number = (record.key or b"").decode("utf-8").rpartition("/")
+    except UnicodeDecodeError:
+        return "", -1
+    if not slash or not number.isdigit() or not owner or partition_for(owner, partitions) != record.partition:
+        return "", -1
+    return owner, int(number)
+
