@@ -117,6 +117,16 @@ async def _signal_go(errands: Any, instance_id: str, bootstrap: str) -> None:
         pass
 
 
+async def _warmed_up(load: _Load, *, least: float = 5.0, most: float = 60.0) -> None:
+    """Wait until the load is flowing (the thresholds the verdict needs, reached before the
+    failure, so a slow start on a busy machine is not read as a failure's effect), at least
+    ``least`` seconds and at most ``most``."""
+    began = time.monotonic()
+    await asyncio.sleep(least)
+    while time.monotonic() - began < most and (len(load.confirmed) < 20 or len(load.errands) < 10):
+        await asyncio.sleep(0.5)
+
+
 def _fail(cluster: LocalCluster, failure: str, prefix: str) -> str:
     """Cause ``failure``; return what was done, for the printout."""
     if failure == "leader":
@@ -202,7 +212,7 @@ def _run(cluster: LocalCluster, app_id: str, tmp_path: Path, failure: str, guara
             watching = asyncio.create_task(supervisor.watch(unwatched))
             tasks += [asyncio.create_task(_start_errands(errands, bootstrap, stop, load.errands, n))
                       for n in range(STARTERS)]
-            await asyncio.sleep(5.0)
+            await _warmed_up(load)
             began = time.monotonic()
             done = await asyncio.to_thread(_fail, cluster, failure, app_id)
             await asyncio.to_thread(cluster.wait_in_sync, app_id, timeout=120)
@@ -222,7 +232,8 @@ def _run(cluster: LocalCluster, app_id: str, tmp_path: Path, failure: str, guara
               f"longest gap between two bank replies {gap:.2f} s over {lasted:.0f} s")
         drain(bootstrap, bank, load.confirmed)
         events = journal(bootstrap, bank)
-        assert len(load.confirmed) >= 20 and len(load.errands) >= 10, "too little load to say anything"
+        assert len(load.confirmed) >= 20 and len(load.errands) >= 10, (
+            f"too little load to say anything: {len(load.confirmed)} transfers, {len(load.errands)} errands")
         assert violations(events, load.confirmed) == []
         values = asyncio.run(_values(errands, load.errands, bootstrap))
         assert values == {i: len(f"order-{i}") + 2 for i in load.errands}, "an errand ended wrongly"
