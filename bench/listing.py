@@ -29,7 +29,7 @@ from pathlib import Path
 
 from tidings import App
 from tidings.cli.list import KINDS, saga_rows, workflow_rows
-from tidings.cli.listing import Filters, counts_line, select, table
+from tidings.inspection.listing import Filters, counts_line, select, table
 from tidings.codec import avro
 from tidings.core.partitioning import partition_for
 from tidings.core.saga_records import SagaJournalEntry

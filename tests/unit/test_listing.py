@@ -10,7 +10,7 @@ import pytest
 
 from tidings.codec import avro
 from tidings.cli.list import AggregateIndex, UsageError, origin_name, parse
-from tidings.cli.listing import Filters, Row, counts_json, counts_line, parse_limit, parse_when, printable, row_json, select, table
+from tidings.inspection.listing import Filters, Row, counts_json, counts_line, parse_limit, parse_when, printable, row_json, select, table
 from tidings.cli.main import main
 from tidings.core.partitioning import partition_for
 from tidings.core.workflow_records import WorkflowStatusRecord
@@ -200,7 +200,7 @@ def test_a_bad_argument_is_one_line_and_exit_2_without_kafka(
 # -- describe ------------------------------------------------------------------------------
 
 def test_describe_says_where_an_instance_waits_what_failed_and_who_its_parent_and_children_are() -> None:
-    from tidings.cli.describe_text import describe_lines, describe_workflow
+    from tidings.inspection.describe_text import describe_lines, describe_workflow
     from tidings.core.workflow.failures import ErrorKind, StepError
     from tidings.core.workflow.journal import SignalReceived, Started, StepCompleted, StepFailed, StepStarted
     from tidings.shell.kinds.workflow.index import InstanceStatus
@@ -276,7 +276,7 @@ def test_the_saga_index_decodes_only_each_sagas_last_record() -> None:
 
 
 def test_describe_a_saga_shows_its_state_the_commands_sent_and_the_replies_it_expects() -> None:
-    from tidings.cli.describe_text import describe_saga, saga_lines
+    from tidings.inspection.describe_text import describe_saga, saga_lines
     from tidings.core.saga_records import SagaCommandRecord, SagaJournalEntry
 
     take = SagaCommandRecord("vault", "v-1", "c-1", "Take", b'{"amount": 30}', expect_within_ms=12_000,

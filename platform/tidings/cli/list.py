@@ -11,22 +11,23 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
-from ..codec import avro
-from ..core.partitioning import partition_for
-from ..core.saga_records import SagaJournalEntry
-from ..errors import RecordError, UsageError
-from ..shell.client.scan import read_topics
-from ..shell.kinds.workflow.index import STATUSES, StatusIndex
-from ..shell.runtime.connection import KafkaConnection
-from ..shell.runtime.io import Incoming
-from ..shell.runtime.topics import deadletter_topic
-from .deadletters import dead_letter_line
+from ..errors import UsageError
+from ..inspection.indexes import (  # noqa: F401 - AggregateIndex, SagaIndex, origin_name: tests read them here
+    ALIASES,
+    KINDS,
+    NOT_YET,
+    SAGA_STATUSES,
+    AggregateIndex,
+    Kind,
+    SagaIndex,
+    declared_names,
+    READERS,
+    origin_name,
+)
+from ..inspection.listing import Filters, Selection, counts_json, counts_line, parse_limit, parse_when, row_json, select, table
 from .kafka import EXIT_STATUS_EPILOG, add_kafka_arguments, connection, reach_kafka
-from .listing import Filters, Row, Selection, counts_json, counts_line, parse_limit, parse_when, row_json, select, table
 from .loading import load_app
 
 _DESCRIPTION = """\
@@ -66,30 +67,6 @@ needs to run. For example:
 Exit status: 0 listed (even if nothing); 1 a topic is missing or Kafka failed; 2 a usage
 error (an unknown kind or name, a --status the kind has not, a bad --since or --limit).
 """
-
-
-@dataclass(frozen=True, slots=True)
-class Kind:
-    """How ``tidings list`` reads one kind: its declared name, statuses, and what a row is called."""
-
-    declared: str | None  # App.declared(kind); None: not declared per name (dead letters)
-    statuses: tuple[str, ...] | None  # None: --status does not apply
-    noun: str
-
-
-#: A saga's status, from its journal's last record: ended by a fault, ended, or not.
-SAGA_STATUSES: Final = ("RUNNING", "ENDED", "FAULTED")
-
-KINDS: Final = {
-    "workflow": Kind("workflow", STATUSES, "instance"),
-    "saga": Kind("saga", SAGA_STATUSES, "saga"),
-    "aggregate": Kind("aggregate", None, "instance"),
-    "deadletters": Kind(None, None, "dead letter"),
-}
-ALIASES: Final = {"workflows": "workflow", "aggregates": "aggregate", "sagas": "saga", "deadletter": "deadletters",
-                  "dead-letters": "deadletters"}
-#: Kinds ``tidings list`` will read once they have an index (docs/operations.md).
-NOT_YET: Final = ("schedule", "orchestration", "flow")
 
 
 def register(subparsers: Any) -> None:
@@ -169,13 +146,6 @@ def parse(args: argparse.Namespace, app: Any) -> tuple[str, Kind, list[str], Fil
     return kind_name, kind, names, Filters(frozenset(statuses), since, until, limit)
 
 
-def declared_names(app: Any, kind_name: str, kind: Kind) -> list[str]:
-    """The names NAME may be: the declared definitions of the kind, or (dead letters) every one."""
-    if kind.declared is not None:
-        return [handle.name for handle in app.declared(kind.declared)]
-    return [handle.name for handle in app.hosted]
-
-
 def print_selection(selection: Selection, kind: Kind, as_json: bool, count_only: bool) -> None:
     order = kind.statuses or ()
     if count_only:
@@ -189,177 +159,3 @@ def print_selection(selection: Selection, kind: Kind, as_json: bool, count_only:
         for line in table(selection.shown):
             print(line)
     print(counts_line(selection, order, kind.noun))
-
-
-# -- the readers: one per kind, each returning rows and how many records it skipped per topic --
-
-#: ``(app, kafka, names, named, timeout=)``: ``named`` says NAME was given (so ``names`` is that one).
-Reader = Callable[..., tuple[list[Row], dict[str, int]]]
-
-
-def workflow_rows(app: Any, kafka: KafkaConnection, names: Sequence[str], named: bool = False, *,
-                  timeout: float = 30.0) -> tuple[list[Row], dict[str, int]]:
-    handles = [handle for handle in app.declared("workflow") if handle.name in names]
-    indexes = [StatusIndex(handle.name, app.partitions) for handle in handles]
-    read_topics(kafka, {handle.topics.status: index.take for handle, index in zip(handles, indexes)},
-                group_prefix=f"{app.name}.", timeout=timeout)
-    rows = [Row("workflow", s.workflow, s.instance_id, s.status, s.at, s.reason or "")
-            for index in indexes for s in index.latest.values()]
-    return rows, {handle.topics.status: index.skipped for handle, index in zip(handles, indexes)}
-
-
-@dataclass(slots=True)
-class _Versions:
-    version: int = 0
-    events: int = 0
-    at: int | None = None
-
-
-class AggregateIndex:
-    """Instances and versions of one aggregate from its events topic's keys ``{id}/{version}``.
-
-    No value is decoded: the key says which instance and version a record is, and the
-    record's timestamp when it was stored. A key that is not ``{id}/{whole number}``, or
-    that sits on another partition than its id's, is skipped. A tombstone (an erased
-    event) counts one event less; the version stays what it was.
-    """
-
-    def __init__(self, name: str, partitions: int) -> None:
-        self.name = name
-        self.partitions = partitions
-        self.instances: dict[str, _Versions] = {}
-        self.skipped = 0
-
-    def take(self, record: Incoming) -> None:
-        aggregate_id, version = _numbered_key(record, self.partitions)
-        if version < 0:
-            self.skipped += 1
-            return
-        seen = self.instances.setdefault(aggregate_id, _Versions())
-        if record.value is None:
-            seen.events = max(seen.events - 1, 0)
-            return
-        seen.events += 1
-        seen.version = max(seen.version, version)
-        if record.timestamp_ms is not None and record.timestamp_ms >= 0:
-            seen.at = max(seen.at or 0, record.timestamp_ms)
-
-    def rows(self) -> list[Row]:
-        return [Row("aggregate", self.name, aggregate_id, None, seen.at, f"version {seen.version}",
-                    {"version": seen.version, "events": seen.events})
-                for aggregate_id, seen in self.instances.items()]
-
-
-def aggregate_rows(app: Any, kafka: KafkaConnection, names: Sequence[str], named: bool = False, *,
-                   timeout: float = 30.0) -> tuple[list[Row], dict[str, int]]:
-    handles = [handle for handle in app.declared("aggregate") if handle.name in names]
-    indexes = [AggregateIndex(handle.name, app.partitions) for handle in handles]
-    read_topics(kafka, {handle.topics.events: index.take for handle, index in zip(handles, indexes)},
-                group_prefix=f"{app.name}.", timeout=timeout)
-    rows = [row for index in indexes for row in index.rows()]
-    return rows, {handle.topics.events: index.skipped for handle, index in zip(handles, indexes)}
-
-
-def origin_name(app_name: str, topic: str | None) -> str | None:
-    """The definition whose topic ``{app}.{kind}.{name}.{role}`` is ``topic``; None for any other."""
-    prefix = f"{app_name}."
-    if not topic or not topic.startswith(prefix):
-        return None
-    parts = topic[len(prefix):].split(".")
-    return parts[1] if len(parts) >= 3 else None
-
-
-def deadletter_rows(app: Any, kafka: KafkaConnection, names: Sequence[str], named: bool = False, *,
-                    timeout: float = 30.0) -> tuple[list[Row], dict[str, int]]:
-    wanted = set(names)
-    rows: list[Row] = []
-
-    def take(record: Incoming) -> None:
-        line, written_ms = dead_letter_line(record)
-        origin = line.get("origin", {}).get("topic")
-        name = origin_name(app.name, origin)
-        if named and name not in wanted:
-            return
-        status = line.get("error_type") or ("unreadable" if "unreadable" in line else None)
-        detail = line.get("reason") or line.get("unreadable") or ""
-        letter = line["letter"]
-        rows.append(Row("deadletter", name or "-", f"{letter['partition']}:{letter['offset']}", status, written_ms,
-                        detail, {"letter": line}))
-
-    read_topics(kafka, {deadletter_topic(app.name): take}, group_prefix=f"{app.name}.", timeout=timeout)
-    return rows, {}
-
-
-class SagaIndex:
-    """Where each saga stands, from its journal (keys ``{saga_id}/{seq}``): its last record.
-
-    Only the highest seq's value is kept while reading, and decoded at the end, so a saga
-    of ten records costs one decode. A second record at a seq (a zombie's) is ignored, the
-    first in offset order kept, as a worker does. A key that is not ``{id}/{seq}``, on
-    another partition than its id's, or whose value does not decode or names another saga,
-    id or seq, is skipped.
-    """
-
-    def __init__(self, name: str, partitions: int) -> None:
-        self.name = name
-        self.partitions = partitions
-        self.last: dict[str, tuple[int, bytes]] = {}
-        self.skipped = 0
-
-    def take(self, record: Incoming) -> None:
-        saga_id, seq = _numbered_key(record, self.partitions)
-        if seq < 1:
-            self.skipped += 1
-            return
-        if record.value is None:
-            return
-        kept = self.last.get(saga_id)
-        if kept is None or seq > kept[0]:
-            self.last[saga_id] = (seq, record.value)
-
-    def rows(self) -> list[Row]:
-        rows = []
-        for saga_id, (seq, value) in self.last.items():
-            try:
-                entry = avro.decode_as(value, SagaJournalEntry)
-            except RecordError:
-                entry = None
-            if entry is None or (entry.saga, entry.saga_id, entry.seq) != (self.name, saga_id, seq):
-                self.skipped += 1
-                continue
-            status = "FAULTED" if entry.transition == "fault" else "ENDED" if entry.ended else "RUNNING"
-            state = entry.state.decode("utf-8", "replace") if entry.state is not None else None
-            detail = f"{entry.transition}: {entry.reason}" if entry.reason else f"{entry.transition} {state or ''}"
-            rows.append(Row("saga", self.name, saga_id, status, entry.entered_at_ms, detail.strip(),
-                            {"seq": seq, "transition": entry.transition, "state": state, "reason": entry.reason}))
-        return rows
-
-
-def saga_rows(app: Any, kafka: KafkaConnection, names: Sequence[str], named: bool = False, *,
-              timeout: float = 30.0) -> tuple[list[Row], dict[str, int]]:
-    handles = [handle for handle in app.declared("saga") if handle.name in names]
-    indexes = [SagaIndex(handle.name, app.partitions) for handle in handles]
-    read_topics(kafka, {handle.topics.journal: index.take for handle, index in zip(handles, indexes)},
-                group_prefix=f"{app.name}.", timeout=timeout)
-    rows = [row for index in indexes for row in index.rows()]
-    return rows, {handle.topics.journal: index.skipped for handle, index in zip(handles, indexes)}
-
-
-READERS: Final[dict[str, Reader]] = {
-    "workflow": workflow_rows,
-    "saga": saga_rows,
-    "aggregate": aggregate_rows,
-    "deadletters": deadletter_rows,
-}
-
-
-def _numbered_key(record: Incoming, partitions: int) -> tuple[str, int]:
-    """A journal key ``{id}/{number}`` on its id's partition as (id, number); -1 when it is not one."""
-    try:
-        owner, slash, number = (record.key or b"").decode("utf-8").rpartition("/")
-    except UnicodeDecodeError:
-        return "", -1
-    if not slash or not number.isdigit() or not owner or partition_for(owner, partitions) != record.partition:
-        return "", -1
-    return owner, int(number)
-
