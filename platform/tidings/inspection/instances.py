@@ -15,15 +15,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from ..codec import avro
 from ..core.partitioning import partition_for
+from ..core.records import EventEnvelope
 from ..core.saga_records import SagaJournalEntry
 from ..core.workflow.journal import JournalRecord, StepKind, StepStarted
 from ..core.workflow.paths import child_id
+from ..errors import RecordError
 from ..shell.client.scan import read_topics
 from ..shell.kinds.workflow.index import InstanceStatus, StatusIndex
 from ..shell.kinds.workflow.journal import read_journal
 from ..shell.runtime.connection import KafkaConnection
+from ..shell.runtime.io import Incoming
 from .describe_text import describe_saga, describe_workflow
+from .journal_text import instant
 
 HIDDEN: Final = ("token", "parent_token")
 """Fields that are capabilities (``core/workflow/children.py``): shown as "hidden", never as they are."""
@@ -118,3 +123,46 @@ def read_saga(handle: Any, kafka: KafkaConnection, saga_id: str, *, timeout: flo
     if not entries:
         return None
     return SagaRead(entries, describe_saga(handle.name, saga_id, entries, int(time.time() * 1000)))
+
+
+def read_aggregate_events(app: Any, kafka: KafkaConnection, name: str, aggregate_id: str, *,
+                          timeout: float = 30.0) -> list[dict[str, Any]]:
+    """The events of the aggregate instance ``aggregate_id`` of ``name``, by version (empty: none stored).
+
+    Only its home partition of the events topic is read. A record whose key is not
+    ``{aggregate_id}/{version}``, that does not decode, or whose envelope names another
+    instance or version, is skipped: any producer the ACLs let in may have written it. An
+    erased event (a tombstone) is shown as erased.
+    """
+    handle = next(h for h in app.declared("aggregate") if h.name == name)
+    partition = partition_for(aggregate_id, app.partitions)
+    prefix = f"{aggregate_id}/".encode()
+    by_version: dict[int, dict[str, Any]] = {}
+
+    def take(record: Incoming) -> None:
+        key = record.key or b""
+        if record.partition != partition or not key.startswith(prefix) or not key[len(prefix):].isdigit():
+            return
+        version = int(key[len(prefix):])
+        if record.value is None:
+            if version in by_version:
+                by_version[version] = {"version": version, "erased": True}
+            return
+        try:
+            event = avro.decode_as(record.value, EventEnvelope)
+        except RecordError:
+            return
+        if event.aggregate_id != aggregate_id or event.version != version or version in by_version:
+            return
+        try:
+            payload: Any = json.loads(event.payload)
+        except ValueError:
+            payload = event.payload.decode("utf-8", "replace")
+        by_version[version] = {"version": version, "type": event.type, "payload": payload,
+                               "at": instant(event.timestamp_ms).strip() or None, "event_id": event.event_id,
+                               "command_id": event.command_id, "correlation_id": event.correlation_id,
+                               "deferred": event.deferred, "erased": False}
+
+    read_topics(kafka, {handle.topics.events: take}, group_prefix=f"{app.name}.", timeout=timeout,
+                only={handle.topics.events: {partition}})
+    return [by_version[v] for v in sorted(by_version)]
