@@ -23,14 +23,15 @@ Endpoints (docs/console.md has each with an example answer):
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ..core.limits import MAX_ID_BYTES, check_id
+from ..core.limits import MAX_ID_BYTES, MAX_PAYLOAD_BYTES, check_id
 from ..core.schedule import format_due, run_id
-from ..core.workflow.journal import record_to_json
+from ..core.workflow.journal import Ended, record_to_json
 from ..errors import (
     BrokerError,
     LimitError,
@@ -45,6 +46,7 @@ from ..inspection.instances import read_aggregate_events, read_saga, read_workfl
 from ..inspection.listing import Filters, Row, counts_json, row_json, select
 from ..inspection.schedules import read_schedules, schedule_aggregate
 from ..shell.client.scan import read_topics
+from ..shell.kinds.workflow.journal import read_journal
 from ..shell.runtime.connection import KafkaConnection
 from ..shell.runtime.io import Incoming
 from ..shell.runtime.topics import deadletter_topic
@@ -343,6 +345,17 @@ class ConsoleApi:
             raise ApiError(403, "the console is read-only: start it with --allow-actions to act")
         return self.actions
 
+    def _running(self, name: str, instance_id: str, doing: str) -> None:
+        """Refuse (404, 409) before anything is sent when the journal says the instance never
+        started or has ended: a refused action writes nothing, not even a request."""
+        handle = self._workflow_handle(name)
+        records = read_journal(self.kafka, handle.topics.journal, self.app.partitions, instance_id,
+                               timeout=self.timeout, group_prefix=f"{self.app.name}.")
+        if not records:
+            raise ApiError(404, f"no {name} instance {instance_id[:100]!r} was started (its journal is empty)")
+        if isinstance(records[-1], Ended):
+            raise ApiError(409, f"{name} {instance_id[:100]!r} has ended ({records[-1].outcome}): nothing to {doing}")
+
     def signal(self, name: str, instance_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
         actions = self._actions()
         self._workflow_handle(name)
@@ -350,6 +363,10 @@ class ConsoleApi:
         if set(body) - {"signal", "payload"}:
             raise ApiError(400, "a signal's body is {\"signal\": NAME, \"payload\": JSON}; nothing else")
         signal = _id(body.get("signal"), "signal name")
+        payload_bytes = len(json.dumps(body.get("payload")).encode())
+        if payload_bytes > MAX_PAYLOAD_BYTES:
+            raise ApiError(413, f"the payload is {payload_bytes} bytes of JSON; a signal's is at most {MAX_PAYLOAD_BYTES}")
+        self._running(name, instance_id, "signal")
         try:
             actions.signal(name, instance_id, signal, body.get("payload"))
         except WorkflowNotFound as exc:
@@ -368,6 +385,7 @@ class ConsoleApi:
         actions = self._actions()
         self._workflow_handle(name)
         instance_id = _id(instance_id, "workflow id")
+        self._running(name, instance_id, "cancel")
         try:
             actions.cancel(name, instance_id)
         except WorkflowNotFound as exc:
@@ -417,6 +435,12 @@ class ConsoleApi:
         except LookupError:
             raise ApiError(404, f"{self.app.name} declares no schedules (app.schedules([...]))") from None
         schedule_id = _id(schedule_id, "schedule id")
+        # The journal first: an absent schedule, or one the action would not change, is refused unsent.
+        known = asyncio.run(read_schedules(schedule_aggregate(self.app), self.kafka)).get(schedule_id)
+        if known is None or known.status == "absent":
+            raise ApiError(404, f"schedule {schedule_id[:100]!r} does not exist")
+        if (action, known.status) not in (("pause", "active"), ("resume", "paused")):
+            raise ApiError(409, f"schedule {schedule_id[:100]!r} is {known.status}: {action} changes nothing")
         try:
             done, status = actions.schedule(action, schedule_id)
         except ReplyTimeout as exc:
