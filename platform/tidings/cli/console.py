@@ -31,9 +31,10 @@ input topic it came from, after a confirmation.
 
 It binds to 127.0.0.1 unless --host says otherwise; bound beyond loopback it needs a token
 (--token or TIDINGS_CONSOLE_TOKEN, at least 16 characters), which a browser gives once
-at /login?token=TOKEN and a program as Authorization: Bearer TOKEN. For example:
+at /login?token=TOKEN and a program as Authorization: Bearer TOKEN. It serves
+http://127.0.0.1:8470/ unless told otherwise. For example:
 
-  tidings console examples.shop.app:app                       # http://127.0.0.1:8470/
+  tidings console examples.shop.app:app
   tidings console examples.shop.app:app --port 9000 --allow-actions
   TIDINGS_CONSOLE_TOKEN=$(openssl rand -hex 16) tidings console examples.shop.app:app --host 0.0.0.0 --allow-host console.internal
 

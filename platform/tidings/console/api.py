@@ -103,6 +103,15 @@ def _id(value: Any, what: str) -> str:
         raise ApiError(400, str(exc)) from None
 
 
+def _listed(row: Row) -> dict[str, Any]:
+    """A row as a list shows it: a dead letter without its key and value (its own page has them)."""
+    line = row_json(row)
+    letter = line.get("letter")
+    if isinstance(letter, dict):
+        line["letter"] = {k: v for k, v in letter.items() if k not in ("key", "value", "headers")}
+    return line
+
+
 class ConsoleApi:
     """The JSON API of one app.
 
@@ -260,7 +269,7 @@ class ConsoleApi:
         selection = select(rows, Filters(frozenset(statuses)))
         pages = max((selection.matched + per_page - 1) // per_page, 1)
         shown_rows = selection.shown[(page - 1) * per_page: page * per_page]
-        return {"kind": kind, "rows": [row_json(r) for r in shown_rows], "page": page, "pages": pages,
+        return {"kind": kind, "rows": [_listed(r) for r in shown_rows], "page": page, "pages": pages,
                 "per_page": per_page, **counts_json(selection)}
 
     def workflow(self, name: str, instance_id: str) -> dict[str, Any]:
