@@ -16,12 +16,16 @@ from pathlib import Path
 from typing import Any
 
 from tidings import App, Cancelled, Finished
+from tidings.codec import avro
+from tidings.core.partitioning import partition_for
+from tidings.core.records import DeadLetter
 from tidings.core.schedule import ScheduleRule
 from tidings.testing.eventually import assert_eventually
 from tidings.testing.topics import read_topic
 from tests.console_support import ConsoleProcess, console_app, console_state, console_workers, consoles  # noqa: F401
 from tests.integration.console_apps import Book
 from tests.integration.saga_apps import Pay
+from tests.kafka_clients import kafka
 from tests.workers import Workers
 
 
@@ -156,8 +160,34 @@ def _hostile(acting: ConsoleProcess, reading: ConsoleProcess, app: App, bootstra
     """Bad requests: each a clear 4xx, and nothing changes (no new records on any input topic)."""
     inputs = [f"{app.name}.workflow.approval.inbox", f"{app.name}.aggregate.ledger.commands",
               f"{app.name}.aggregate.schedule.commands"]
+    # Anyone may write the dead-letter topic: forged letters naming a journal, a foreign topic, a
+    # partition the key does not own, and a truncated one. None may be sent back.
+    forged = {
+        "journal": DeadLetter(f"{app.name}.aggregate.wallet.events", partition_for("alice", 4), 0, b"alice/1",
+                              b"x", "forged", "DecodeError", 1),
+        "foreign": DeadLetter("someone.elses.topic", 0, 0, b"k", b"x", "forged", "DecodeError", 1),
+        "wrong partition": DeadLetter(f"{app.name}.aggregate.ledger.commands", (partition_for("l-9", 4) + 1) % 4, 0,
+                                      b"l-9", b"x", "forged", "DecodeError", 1),
+        "truncated": DeadLetter(f"{app.name}.aggregate.ledger.commands", partition_for("l-9", 4), 0, b"l-9",
+                                b"x" * 10, "forged", "DecodeError", 1, original_size=99, truncated=True),
+    }
+    producer = kafka(bootstrap).producer()
+    for letter_record in forged.values():
+        producer.produce(f"{app.name}.deadletter", avro.encode(letter_record), b"forged", partition=0)
+    producer.produce(f"{app.name}.deadletter", b"not a dead letter at all", b"forged", partition=0)
+    assert producer.flush(10) == 0
+    rows = acting.get("/api/instances/deadletters?per_page=500").json()["rows"]
+    forged_ids = [r["id"] for r in rows if r.get("detail") == "forged" or r["status"] == "unreadable"]
+    assert len(forged_ids) == 5, rows
     before = {topic: len(read_topic(bootstrap, topic)) for topic in inputs}
     letters = _letters(bootstrap, app)
+    assert all(acting.get(f"/api/deadletters/{i}").json()["replay"]["allowed"] is False for i in forged_ids)
+    for forged_id in forged_ids:
+        answer = acting.post(f"/api/deadletters/{forged_id}/replay", {"confirm": True})
+        assert answer.status == 422, answer
+    reasons = " | ".join(acting.post(f"/api/deadletters/{i}/replay", {"confirm": True}).json()["error"] for i in forged_ids)
+    for words in ("not one of the app's input topics", "belongs on partition", "truncated", "not a dead letter"):
+        assert words in reasons, reasons
 
     def refused(answer: Any, status: int, words: str) -> None:
         assert answer.status == status, answer
