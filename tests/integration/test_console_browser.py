@@ -95,6 +95,11 @@ def test_the_page_lists_shows_and_acts_in_a_real_browser(
               and text('tr[data-kind="workflow"][data-name="approval"] .count[data-status="RUNNING"] b') == "2"
               and text('tr[data-kind="saga"][data-name="transfer"] .count[data-status="ENDED"] b') == "1",
               timeout=60, what="the overview to count 2 running workflows and 1 ended saga")
+        # The saga's page: each transition, and the command its first state sent.
+        driver.get(console.url + "/#/saga/transfer/t-1")
+        until(lambda: len(driver.find_elements(By.CSS_SELECTOR, "tr.transition")) == 3
+              and css("#status").get_attribute("data-status") == "ENDED", what="the saga's three transitions")
+        assert "Take" in text('tr.transition[data-seq="1"] .command') and "vault bob" in text('tr.transition[data-seq="1"]')
         # The list, then an instance page through its link.
         driver.get(console.url + "/#/list/workflow?name=approval")
         until(lambda: {row.get_attribute("data-id") for row in driver.find_elements(By.CSS_SELECTOR, "tr.row")}

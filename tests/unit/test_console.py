@@ -230,3 +230,14 @@ def test_the_command_refuses_to_bind_beyond_loopback_without_a_token_in_one_line
 def test_the_command_has_help() -> None:
     done = _console("--help")
     assert done.returncode == 0 and "--allow-actions" in done.stdout and "127.0.0.1" in done.stdout
+
+
+def test_the_page_ships_as_package_data_and_loads_nothing_from_elsewhere() -> None:
+    from tidings.console.server import STATIC, static_file
+
+    for name, _ in STATIC.values():
+        assert static_file(name), name
+    page = static_file("index.html").decode()
+    assert 'src="/console.js"' in page and 'href="/console.css"' in page
+    assert "http" not in page and "<script>" not in page  # no inline script, nothing fetched from outside
+    assert "innerHTML" not in static_file("console.js").decode()  # values are set as text
