@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tidings import App
-from tidings.cli.list import KINDS, saga_rows, workflow_rows
+from tidings.inspection.indexes import KINDS, saga_rows, workflow_rows
 from tidings.inspection.listing import Filters, counts_line, select, table
 from tidings.codec import avro
 from tidings.core.partitioning import partition_for

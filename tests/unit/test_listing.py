@@ -9,7 +9,8 @@ from datetime import UTC, datetime
 import pytest
 
 from tidings.codec import avro
-from tidings.cli.list import AggregateIndex, UsageError, origin_name, parse
+from tidings.cli.list import UsageError, parse
+from tidings.inspection.indexes import AggregateIndex, origin_name
 from tidings.inspection.listing import Filters, Row, counts_json, counts_line, parse_limit, parse_when, printable, row_json, select, table
 from tidings.cli.main import main
 from tidings.core.partitioning import partition_for
@@ -253,7 +254,7 @@ def test_a_describe_argument_that_is_wrong_is_one_line_and_exit_2(
 
 
 def test_the_saga_index_decodes_only_each_sagas_last_record() -> None:
-    from tidings.cli.list import SagaIndex
+    from tidings.inspection.indexes import SagaIndex
     from tidings.core.saga_records import SagaJournalEntry
 
     def entry(saga_id: str, seq: int, transition: str = "handle", ended: bool = False, saga: str = "transfer",

@@ -23,7 +23,7 @@ from ..shell.runtime.admin import KafkaAdmin
 from ..shell.client.follower import TopicFollower
 from ..shell.runtime.groups import DEFAULT_PREFIX
 from ..shell.runtime.connection import KafkaConnection
-from ..inspection.deadletters import bytes_field, dead_letter_line  # noqa: F401 - bytes_field: tests read it here
+from ..inspection.deadletters import dead_letter_line
 from ..shell.runtime.topics import deadletter_topic
 from .interrupts import interruptible
 from .kafka import EXIT_STATUS_EPILOG, add_kafka_arguments, connection, reach_kafka

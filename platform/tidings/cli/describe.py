@@ -2,7 +2,7 @@
 
 Read from the topics, no worker asked: the instance's journal (``read_journal``), its latest
 status and its children's (the status topics, only the partitions their ids live on). What
-is said and what the journal cannot say: ``describe_text.py``.
+is said and what the journal cannot say: ``tidings.inspection.describe_text``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from ..inspection.describe_text import describe_lines, saga_lines
 from ..inspection.instances import read_saga, read_workflow, saga_record_json, shown
 from .kafka import EXIT_STATUS_EPILOG, add_kafka_arguments, connection, reach_kafka
 from .loading import load_app
-from .saga import record_json
 
 _DESCRIPTION = """\
 Describe the instance ID of the workflow NAME: its status and since when, its start and

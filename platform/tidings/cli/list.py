@@ -3,7 +3,7 @@
 Each kind's index is a topic the app already has (docs/operations.md, "Listing and
 describing"): a workflow's compacted status topic (latest status per instance), an
 aggregate's events topic (its keys ``{id}/{version}``: instances and versions, no value
-decoded), the dead-letter topic. Filtering, counting and printing are in ``listing.py``.
+decoded), the dead-letter topic. Reading them is ``tidings.inspection.indexes``; filtering and counting ``tidings.inspection.listing``.
 """
 
 from __future__ import annotations
@@ -14,18 +14,7 @@ import sys
 from typing import Any
 
 from ..errors import UsageError
-from ..inspection.indexes import (  # noqa: F401 - AggregateIndex, SagaIndex, origin_name: tests read them here
-    ALIASES,
-    KINDS,
-    NOT_YET,
-    SAGA_STATUSES,
-    AggregateIndex,
-    Kind,
-    SagaIndex,
-    declared_names,
-    READERS,
-    origin_name,
-)
+from ..inspection.indexes import ALIASES, KINDS, NOT_YET, READERS, Kind, declared_names
 from ..inspection.listing import Filters, Selection, counts_json, counts_line, parse_limit, parse_when, row_json, select, table
 from .kafka import EXIT_STATUS_EPILOG, add_kafka_arguments, connection, reach_kafka
 from .loading import load_app

@@ -39,7 +39,7 @@ from ..shell.runtime.connection import KafkaConnection
 from ..shell.kinds.schedule.handle import ScheduleHandle
 from .kafka import EXIT_STATUS_EPILOG, add_kafka_arguments, connection, reach_kafka
 from ..inspection import schedules
-from ..inspection.schedules import fold_journal, read_schedules  # noqa: F401 - tests read them here
+from ..inspection.schedules import read_schedules
 from .loading import load_app
 
 # -- the rule syntax (pure) -------------------------------------------------------------------
