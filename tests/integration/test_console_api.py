@@ -223,6 +223,8 @@ def _hostile(acting: ConsoleProcess, reading: ConsoleProcess, app: App, bootstra
             "nothing else")
     refused(acting.post("/api/workflows/approval/b-2/signal", raw=json.dumps({"signal": "decision", "payload": "x" * 600_000}).encode()),
             413, "bytes")
+    refused(acting.post("/api/workflows/approval/b-2/signal", {"signal": "decision", "payload": "x" * 525_000}),
+            413, "a signal's is at most")
     refused(acting.post("/api/workflows/approval/a-1/cancel", raw=b"{}", headers={"Content-Length": "99999999"}), 413, "at most")
     refused(acting.post("/api/cancel", {"workflow": "approval", "status": ["FINISHED"], "expect": 1}), 400, "can be cancelled")
     refused(acting.post("/api/cancel", {"workflow": "approval", "expect": True}), 400, "expect")

@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 
 #: Most bytes of a POST body: a signal's largest payload and room for the rest.
 MAX_BODY: Final = MAX_PAYLOAD_BYTES + 4096
+#: Most bytes of a refused body read (and dropped) before the 413; beyond, the connection is just closed.
+MAX_DRAINED: Final = 8 * 1024 * 1024
 #: Most requests read from Kafka at once; more wait for a slot (then 503).
 MAX_READINGS: Final = 4
 #: The page's files and their types.
@@ -62,6 +64,8 @@ class ConsoleServer(ThreadingHTTPServer):
 
 class Handler(BaseHTTPRequestHandler):
     server: ConsoleServer
+    # A client that sends less than its Content-Length (or nothing) loses its thread after this.
+    timeout = 30
     server_version = "tidings-console"
     sys_version = ""
     protocol_version = "HTTP/1.1"
@@ -115,6 +119,9 @@ class Handler(BaseHTTPRequestHandler):
             return
         except BrokerError as exc:
             self._json(502, {"error": f"Kafka: {exc}"})
+            return
+        except TimeoutError:
+            self._json(504, {"error": "no answer in time (is a worker running? `tidings worker MODULE:APP`)"})
             return
         except Exception:  # noqa: BLE001 - one request's failure is its 500, never the server's end
             log.exception("the console failed to answer %s %s", self.command, urlsplit(self.path).path[:200])
@@ -175,6 +182,11 @@ class Handler(BaseHTTPRequestHandler):
             return
         length = int(length_text)
         if length > MAX_BODY:
+            if length <= MAX_DRAINED:
+                # Read and drop it, so a client still sending hears the 413 instead of a broken pipe.
+                left = length
+                while left > 0 and (chunk := self.rfile.read(min(left, 65536))):
+                    left -= len(chunk)
             self._json(413, {"error": f"the body is {length} bytes; at most {MAX_BODY} are taken"})
             return
         raw = self.rfile.read(length)
