@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from tidings import App, Attempt, Persist, Retry, SagaEvent, Send, Stay, Stop, WorkflowContext
+from tidings import App, Attempt, Persist, Retry, SagaEvent, ScheduledRun, Send, Stay, Stop, WorkflowContext
 
 PARTITIONS = 2
 SPANS_ENV = "TIDINGS_TEST_SPANS"
@@ -130,8 +130,19 @@ async def prepare(attempt: Attempt, order: str) -> str:
         return f"prepared {order}"
 
 
+def source_topic(app_id: str) -> str:
+    """The flow stage's source topic (the test creates it: it belongs to its producer)."""
+    return f"{app_id}.names.in"
+
+
+def sink_topic(app_id: str) -> str:
+    return f"{app_id}.names.out"
+
+
 def build(app_id: str) -> App:
-    """Return the tracing test App named ``app_id``."""
+    """Return the tracing test App named ``app_id``: the order workflow, the saga and its
+    aggregates, a parent workflow with a child (``kid``), schedules of ``tick``, and a flow
+    stage of ``kid`` from ``source_topic``."""
     app = App(app_id, partitions=PARTITIONS, command_timeout=20)
     wallets = app.aggregate("wallet", 0, lambda c, s: Persist(Paid(amount=c.amount)),
                             lambda e, s: s - e.amount, command=Pay, event=Paid)
@@ -153,6 +164,22 @@ def build(app_id: str) -> App:
         prepared = await ctx.activity("prepare", Retry.times(3), functools.partial(prepare, order=account), type=str)
         await ctx.send(wallets, account, Pay(amount=5))
         return prepared
+
+    @app.workflow("kid")
+    async def kid(ctx: WorkflowContext, name: str) -> str:
+        return f"kid {name}"
+
+    @app.workflow("parent")
+    async def parent(ctx: WorkflowContext, name: str) -> str:
+        return str(await ctx.child(kid, name, type=str))
+
+    @app.workflow("tick")
+    async def tick(ctx: WorkflowContext, run: ScheduledRun[Any]) -> str:
+        return f"tick {run.input}"
+
+    app.schedules([tick])
+    app.workflow_flow("names", source_topic(app_id), kid, lambda name: f"flow-{name}", sink_topic(app_id),
+                      parallelism=4, timeout=60)
 
     return app
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from datetime import timedelta
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,9 @@ from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
 
-from tidings import App, Finished  # noqa: E402
+from confluent_kafka.admin import NewTopic  # noqa: E402
+
+from tidings import App, CatchUp, Finished, ScheduleRule  # noqa: E402
 from tidings.codec import avro  # noqa: E402
 from tidings.core.records import CommandEnvelope, EventEnvelope  # noqa: E402
 from tidings.core.workflow import Started  # noqa: E402
@@ -34,7 +37,7 @@ from tidings.testing.eventually import assert_eventually  # noqa: E402
 from tidings.testing.topics import read_topic  # noqa: E402
 
 from tests.kafka_clients import kafka  # noqa: E402
-from tests.tracing_app import BLOCK_ENV, CALLS_ENV, SPANS_ENV, build, read_spans  # noqa: E402
+from tests.tracing_app import BLOCK_ENV, CALLS_ENV, SPANS_ENV, build, read_spans, source_topic  # noqa: E402
 from tests.workers import Workers, applied  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
@@ -58,6 +61,9 @@ def client_spans() -> Iterator[InMemorySpanExporter]:
 @pytest.fixture
 def tracing_app(kafka_bootstrap: str, app_id: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[App]:
     monkeypatch.setenv("TIDINGS_BOOTSTRAP", kafka_bootstrap)
+    admin = kafka(kafka_bootstrap).admin()
+    for future in admin.create_topics([NewTopic(source_topic(app_id), num_partitions=2)]).values():
+        future.result(timeout=30)
     yield from applied(kafka_bootstrap, build(app_id))
 
 
@@ -253,3 +259,74 @@ def test_hostile_trace_contexts_are_ignored_the_commands_decided_and_the_worker_
         assert [s for s in spans if s["name"].startswith("deadletter")] == []
     finally:
         workers.kill_all()
+
+
+def test_a_child_workflow_a_schedule_run_a_flow_element_and_a_dead_letter_each_carry_their_trace(
+    kafka_bootstrap: str, app_id: str, tmp_path: Path, tracing_app: App, client_spans: InMemorySpanExporter,
+) -> None:
+    spans_file = tmp_path / "spans.jsonl"
+    workers = Workers(kafka_bootstrap, app_id, tmp_path, app_spec="tests.tracing_app:app",
+                      env={SPANS_ENV: str(spans_file)})
+    producer = kafka(kafka_bootstrap).producer()
+    outside = ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7")
+    bad = ("5bf92f3577b34da6a3ce929d0e0e4737", "10f067aa0ba902b8")
+    try:
+        workers.start("w1")
+        parent = tracing_app.workflow_handle("parent")
+
+        async def scenario() -> None:
+            await parent.start("p-1", "ada")
+            assert await parent.result("p-1", timeout=60) == Finished("kid ada")
+            await tracing_app.schedule_handle().create("every-second", "tick", "x",
+                                                       ScheduleRule.every(timedelta(seconds=1)), CatchUp.NONE)
+
+        asyncio.run(scenario())
+        # A flow element whose source record carries a traceparent header (an outside producer's).
+        producer.produce(source_topic(app_id), b'"bob"', b"bob",
+                         headers=[("traceparent", f"00-{outside[0]}-{outside[1]}-01".encode())])
+        # A command that does not decode, with a trace context in its header: its dead letter's span.
+        producer.produce(f"{app_id}.aggregate.wallet.commands", b"\x00not a command", b"w-1",
+                         headers=[("traceparent", f"00-{bad[0]}-{bad[1]}-01".encode())])
+        producer.flush(10)
+
+        def names() -> set[str]:
+            return {s["name"] for s in read_spans(spans_file)}
+
+        assert_eventually(lambda: {"workflow tick", "flow names", "deadletter aggregate wallet",
+                                   "workflow kid finished"} <= names(),
+                          timeout=90, message="a run of the schedule, the flow element and the dead letter traced")
+        assert_eventually(lambda: sum(s["name"] == "workflow kid" for s in read_spans(spans_file)) >= 2,
+                          timeout=60, message="the flow's kid runs")
+        spans = read_spans(spans_file)
+    finally:
+        workers.kill_all()
+
+    by_id = {s["span_id"]: s for s in spans}
+    # The child's run is a child of its parent's run, in the client's trace.
+    request = next(_hex(s) for s in client_spans.get_finished_spans()
+                   if s.name == f"start {app_id}.workflow.parent.inbox")
+    parent_run = _one(spans, "workflow parent")
+    assert (parent_run["trace_id"], parent_run["parent_id"]) == (request[0], request[1])
+    kid_run = _one(spans, "workflow kid", parent_id=parent_run["span_id"])
+    assert kid_run["trace_id"] == request[0] and kid_run["attributes"]["tidings.parent_id"] == "p-1"
+    assert _one(spans, "workflow kid finished", parent_id=kid_run["span_id"])["trace_id"] == request[0]
+
+    # A schedule's run: its start's producer span is the parent of the run's span.
+    tick = next(s for s in spans if s["name"] == "workflow tick")
+    schedule = by_id[tick["parent_id"]]
+    assert schedule["name"] == "schedule tick" and schedule["kind"] == "PRODUCER"
+    assert schedule["attributes"]["tidings.schedule_id"] == "every-second"
+    assert schedule["attributes"]["tidings.instance_id"] == tick["attributes"]["tidings.instance_id"]
+
+    # A flow element: under its source record's traceparent; the start it produces, then the run.
+    element = _one(spans, "flow names")
+    assert (element["trace_id"], element["parent_id"]) == outside
+    start = _one(spans, f"start {app_id}.workflow.kid.inbox", parent_id=element["span_id"])
+    flow_run = _one(spans, "workflow kid", parent_id=start["span_id"])
+    assert flow_run["attributes"]["tidings.instance_id"] == "flow-bob" and flow_run["trace_id"] == outside[0]
+
+    # A dead letter: its span is in the bad record's trace, failed, with the reason.
+    letter = _one(spans, "deadletter aggregate wallet")
+    assert (letter["trace_id"], letter["parent_id"]) == bad
+    assert letter["status"] == "ERROR" and letter["attributes"]["error.type"] == "DecodeError"
+    assert letter["attributes"]["tidings.deadletter.reason"]
