@@ -202,7 +202,7 @@ class WorkflowAgent:
         # Traces on: each running attempt's span, and when each step started (kind, name,
         # ns) until it ends, for the step's span (docs/tracing.md).
         self._attempt_spans: dict[tuple[str, str], Any] = {}
-        self._step_starts: dict[tuple[str, str], tuple[str, str, int]] = {}
+        self._step_starts: dict[str, dict[str, tuple[str, str, int]]] = {}
         self._sends = WorkflowSends(self, connection=runtime.connection, command_timeout=command_timeout,
                                     group_prefix=runtime.group_prefix, tracing=runtime.tracing)
         # Replies to sends are read outside Faust, in batches (kinds/workflow/replies.py).
@@ -304,6 +304,8 @@ class WorkflowAgent:
             self._busy[key[0]] -= 1
         for instance_id in [i for i in self._waiters if self._partition(i) in gone]:
             del self._waiters[instance_id]
+        for instance_id in [i for i in self._step_starts if self._partition(i) in gone]:
+            del self._step_starts[instance_id]
         self._sends.drop(gone)
         self._busy = +self._busy
 
@@ -442,19 +444,21 @@ class WorkflowAgent:
     def _trace_record(self, tracing: Tracing, instance_id: str, record: Any) -> None:
         """A span for each step that ended and for the run's end, under the run's context."""
         if isinstance(record, StepStarted):
-            self._step_starts[(instance_id, record.path)] = (record.kind, record.name, record.at * 1_000_000)
+            self._step_starts.setdefault(instance_id, {})[record.path] = (record.kind, record.name,
+                                                                           record.at * 1_000_000)
             return
         if isinstance(record, Ended):
             span = tracing.start(f"workflow {self.definition.name} {record.outcome}", self.run_context(instance_id),
                                  attributes={"tidings.workflow": self.definition.name,
                                              "tidings.instance_id": instance_id, "tidings.outcome": record.outcome})
             tracing.end(span, None if record.error is None else record.error.message)
-            for key in [k for k in self._step_starts if k[0] == instance_id]:
-                del self._step_starts[key]
+            self._step_starts.pop(instance_id, None)
             return
         if not isinstance(record, (StepCompleted, StepFailed)):
             return
-        started = self._step_starts.pop((instance_id, record.path), None) or self._stored_start(instance_id, record.path)
+        starts = self._step_starts.get(instance_id)
+        started = (None if starts is None else starts.pop(record.path, None)) or self._stored_start(instance_id,
+                                                                                                    record.path)
         if started is None:
             return
         kind, name, began = started
