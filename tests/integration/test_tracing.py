@@ -40,7 +40,7 @@ from tests.kafka_clients import kafka  # noqa: E402
 from tests.tracing_app import BLOCK_ENV, CALLS_ENV, SPANS_ENV, build, read_spans, source_topic  # noqa: E402
 from tests.workers import Workers, applied  # noqa: E402
 
-pytestmark = [pytest.mark.integration, pytest.mark.chaos]
+pytestmark = pytest.mark.integration
 
 Span = dict[str, Any]
 
@@ -96,6 +96,7 @@ def _unflagged(traceparent: str | None) -> str | None:
     return None if traceparent is None else traceparent.rsplit("-", 1)[0]
 
 
+@pytest.mark.chaos
 def test_one_trace_spans_client_run_attempt_send_decide_saga_and_its_command_across_a_sigkill(
     kafka_bootstrap: str, app_id: str, tmp_path: Path, tracing_app: App, client_spans: InMemorySpanExporter,
 ) -> None:

@@ -158,3 +158,20 @@ def test_a_malformed_context_starts_a_new_trace_and_a_valid_one_is_continued() -
     assert valid[1:3] == ["0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"]
     assert root[2] == "None" and outer[2] == "None"
     assert failing[4] == "ERROR"
+
+
+def test_the_carrier_is_what_the_w3c_propagator_writes() -> None:
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    from tidings.shell.runtime.tracing import Tracing
+
+    found = Tracing(TracerProvider().get_tracer("test"))  # not the process's provider: none is set
+    for parent in ({TRACEPARENT: VALID, TRACESTATE: "a=1,b=2"}, {TRACEPARENT: VALID[:-2] + "00"}, None):
+        span = found.start("s", parent)
+        written: dict[str, str] = {}
+        TraceContextTextMapPropagator().inject(written, context=trace.set_span_in_context(span))
+        assert found.carrier(span) == written
+        found.end(span)
+    assert found.carrier(trace.INVALID_SPAN) == {}

@@ -14,6 +14,7 @@ pure core only ever sees the ``traceparent`` string a workflow journals in its
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 from collections.abc import Iterable, Iterator, Mapping
@@ -38,6 +39,9 @@ TRACESTATE: Final = "tracestate"
 # longer is hostile, and is not parsed (the span starts a trace of its own).
 _MAX_TRACEPARENT: Final = 128
 _MAX_TRACESTATE: Final = 1024
+# A batch span links to at most this many of its records' traces (the SDK keeps 128 by
+# default, OTEL_SPAN_LINK_COUNT_LIMIT): the rest would be parsed to be dropped.
+_MAX_LINKS: Final = 128
 # Attribute values that come from records (reasons, ids) are cut to this many characters.
 _MAX_ATTRIBUTE: Final = 256
 
@@ -110,7 +114,7 @@ class Tracing:
         which outside a span is a new trace). End it with ``end``."""
         context = self._context(parent)
         span_links = []
-        for link in links:
+        for link in itertools.islice(links, _MAX_LINKS):
             linked = _trace.get_current_span(self._propagator.extract(link)).get_span_context()
             if linked.is_valid:
                 span_links.append(_trace.Link(linked))
@@ -158,10 +162,19 @@ class Tracing:
             span.record_exception(error)
             span.set_attribute("error.type", type(error).__name__)
 
-    def carrier(self, span: Any) -> dict[str, str]:
-        """``span``'s context as a carrier: what goes in an envelope's metadata and headers."""
-        carrier: dict[str, str] = {}
-        self._propagator.inject(carrier, context=_trace.set_span_in_context(span))
+    @staticmethod
+    def carrier(span: Any) -> dict[str, str]:
+        """``span``'s context as a carrier: what goes in an envelope's metadata and headers.
+
+        Written as the W3C format spells it (what the propagator's ``inject`` writes, at a
+        third of its cost: it runs once per traced record)."""
+        context = span.get_span_context()
+        if not context.is_valid:
+            return {}
+        carrier = {TRACEPARENT: f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"}
+        state = context.trace_state
+        if state:
+            carrier[TRACESTATE] = state.to_header()
         return carrier
 
     def current(self) -> dict[str, str]:

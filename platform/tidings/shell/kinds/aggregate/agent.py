@@ -231,7 +231,7 @@ class AggregateAgent:
         if tracing is not None:
             # The batch is decided at once: its span links to the trace of each record.
             with tracing.span(f"decide batch {self.definition.name}", None, kind=CONSUMER,
-                              links=[carrier_of(None, record.headers) for record in batch],
+                              links=(carrier_of(None, record.headers) for record in batch),
                               attributes={"tidings.aggregate": self.definition.name,
                                           "messaging.batch.message_count": len(batch)}):
                 return self._decide_all(batch, now_ms, tracing)
