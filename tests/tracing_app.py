@@ -139,6 +139,13 @@ def sink_topic(app_id: str) -> str:
     return f"{app_id}.names.out"
 
 
+def flaky(attempt: Attempt) -> str:
+    """An activity whose first attempt fails (its span records the error), the second works."""
+    if attempt.number == 1:
+        raise RuntimeError("the first attempt fails")
+    return f"attempt {attempt.number}"
+
+
 def build(app_id: str) -> App:
     """Return the tracing test App named ``app_id``: the order workflow, the saga and its
     aggregates, a parent workflow with a child (``kid``), schedules of ``tick``, and a flow
@@ -172,6 +179,10 @@ def build(app_id: str) -> App:
     @app.workflow("parent")
     async def parent(ctx: WorkflowContext, name: str) -> str:
         return str(await ctx.child(kid, name, type=str))
+
+    @app.workflow("flaky")
+    async def flaky_run(ctx: WorkflowContext, name: str) -> str:
+        return str(await ctx.activity("flaky", Retry.times(3), flaky, type=str))
 
     @app.workflow("tick")
     async def tick(ctx: WorkflowContext, run: ScheduledRun[Any]) -> str:

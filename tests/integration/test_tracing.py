@@ -179,10 +179,7 @@ def test_one_trace_spans_client_run_attempt_send_decide_saga_and_its_command_acr
     assert transition["attributes"]["tidings.event_type"] == "Paid"
     take = _one(traced, "decide vault")
     assert take["parent_id"] == transition["span_id"] and take["attributes"]["tidings.command_type"] == "Take"
-    # The batch the wallet's command was decided in links to the command's trace.
-    batches = [s for s in worker_spans if s["name"] == "decide batch wallet"
-               and f"{trace_id}/{send['span_id']}" in s["links"]]
-    assert len(batches) == 1 and batches[0]["trace_id"] != trace_id
+    # (A batch of more than one record links to the traces of its records: the hostile test.)
 
     # -- what travels on Kafka: the metadata and a traceparent header outside consumers see --
     commands = [(avro.decode_as(r.value or b"", CommandEnvelope), r.headers)
@@ -219,7 +216,7 @@ def test_hostile_trace_contexts_are_ignored_the_commands_decided_and_the_worker_
                       env={SPANS_ENV: str(spans_file)})
     producer = kafka(kafka_bootstrap).producer(**{"partitioner": "murmur2_random"})
     try:
-        worker = workers.start("w1")
+        # Everything is in the topic before the worker starts: its first batches hold many records.
         topic = f"{app_id}.aggregate.wallet.commands"
         sent: list[str] = []
         for n, (value, header) in enumerate(HOSTILE_TRACEPARENTS):
@@ -233,30 +230,39 @@ def test_hostile_trace_contexts_are_ignored_the_commands_decided_and_the_worker_
                                       ("tracestate", b"\xff\xfe" * 10)])
             sent.append(command_id)
         # A header alone, with no metadata (another producer's JSON): its context is taken.
-        outside = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-        envelope = {"command_id": "from-outside", "aggregate_id": "h-out", "type": "Pay", "payload": {"amount": 1}}
-        producer.produce(topic, json.dumps(envelope).encode(), b"h-out",
-                         headers=[("content-type", b"application/json"), ("traceparent", outside.encode())])
+        outside = [("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"),
+                   ("6bf92f3577b34da6a3ce929d0e0e4738", "20f067aa0ba902b9")]
+        for n, (trace_id, span_id) in enumerate(outside):
+            envelope = {"command_id": f"from-outside-{n}", "aggregate_id": "h-out", "type": "Pay",
+                        "payload": {"amount": 1}}
+            producer.produce(topic, json.dumps(envelope).encode(), b"h-out",
+                             headers=[("content-type", b"application/json"),
+                                      ("traceparent", f"00-{trace_id}-{span_id}-01".encode())])
         producer.flush(10)
+        worker = workers.start("w1")
 
         def decided() -> set[str]:
             events = [avro.decode_as(r.value or b"", EventEnvelope) for r in read_topic(kafka_bootstrap,
                       f"{app_id}.aggregate.wallet.events")]
             return {e.command_id for e in events}
 
-        assert_eventually(lambda: decided() >= {*sent, "from-outside"}, timeout=90,
+        assert_eventually(lambda: decided() >= {*sent, "from-outside-0", "from-outside-1"}, timeout=90,
                           message="every command with a hostile trace context is decided")
         assert worker.running, workers.log_tail()
         assert_eventually(lambda: len([s for s in read_spans(spans_file) if s["name"] == "decide wallet"])
-                          >= len(sent) + 1, timeout=30, message="each decide has its span")
+                          >= len(sent) + 2, timeout=30, message="each decide has its span")
         spans = read_spans(spans_file)
         decides = {s["attributes"]["tidings.command_id"]: s for s in spans if s["name"] == "decide wallet"}
         batch_ids = {s["span_id"] for s in spans if s["name"] == "decide batch wallet"}
         for command_id in sent:
             # No hostile context was taken: the decide is a new trace's (under its batch's span).
             assert decides[command_id]["parent_id"] in batch_ids | {None}, command_id
-        assert decides["from-outside"]["trace_id"] == "4bf92f3577b34da6a3ce929d0e0e4736"
-        assert decides["from-outside"]["parent_id"] == "00f067aa0ba902b7"
+        for n, context in enumerate(outside):
+            assert (decides[f"from-outside-{n}"]["trace_id"], decides[f"from-outside-{n}"]["parent_id"]) == context
+        # The two came in one batch (one partition, there before the worker): its span links to both.
+        links = {f"{trace_id}/{span_id}" for trace_id, span_id in outside}
+        assert any(links <= set(s["links"]) for s in spans if s["name"] == "decide batch wallet"), \
+            [s["links"] for s in spans if s["name"] == "decide batch wallet"]
         assert [s for s in spans if s["name"].startswith("deadletter")] == []
     finally:
         workers.kill_all()
@@ -278,6 +284,9 @@ def test_a_child_workflow_a_schedule_run_a_flow_element_and_a_dead_letter_each_c
         async def scenario() -> None:
             await parent.start("p-1", "ada")
             assert await parent.result("p-1", timeout=60) == Finished("kid ada")
+            flaky = tracing_app.workflow_handle("flaky")
+            await flaky.start("f-1", "x")
+            assert await flaky.result("f-1", timeout=60) == Finished("attempt 2")
             await tracing_app.schedule_handle().create("every-second", "tick", "x",
                                                        ScheduleRule.every(timedelta(seconds=1)), CatchUp.NONE)
 
@@ -311,6 +320,15 @@ def test_a_child_workflow_a_schedule_run_a_flow_element_and_a_dead_letter_each_c
     kid_run = _one(spans, "workflow kid", parent_id=parent_run["span_id"])
     assert kid_run["trace_id"] == request[0] and kid_run["attributes"]["tidings.parent_id"] == "p-1"
     assert _one(spans, "workflow kid finished", parent_id=kid_run["span_id"])["trace_id"] == request[0]
+
+    # Each attempt has its span, with its number; the one that failed, its error.
+    flaky_run = _one(spans, "workflow flaky")
+    attempts = sorted((s for s in spans if s["name"] == "activity flaky"), key=lambda s: s["attributes"]["tidings.attempt"])
+    assert [(s["attributes"]["tidings.attempt"], s["status"], s["parent_id"]) for s in attempts] == [
+        (1, "ERROR", flaky_run["span_id"]), (2, "UNSET", flaky_run["span_id"])]
+    assert attempts[0]["attributes"]["error.type"] == "RuntimeError"
+    step = _one(spans, "step activity flaky")
+    assert step["attributes"]["tidings.attempt"] == 2 and step["status"] == "UNSET"
 
     # A schedule's run: its start's producer span is the parent of the run's span.
     tick = next(s for s in spans if s["name"] == "workflow tick")

@@ -228,14 +228,15 @@ class AggregateAgent:
         now_ms = int(self._clock() * 1000)
         await self.owner.ensure_ready({record.partition for record in batch})
         tracing = self._runtime.tracing
-        if tracing is not None:
-            # The batch is decided at once: its span links to the trace of each record.
+        if tracing is not None and len(batch) > 1:
+            # The batch is decided at once: its span links to the trace of each record. (A
+            # batch of one has none: the record's decide span is in its trace already.)
             with tracing.span(f"decide batch {self.definition.name}", None, kind=CONSUMER,
                               links=(carrier_of(None, record.headers) for record in batch),
                               attributes={"tidings.aggregate": self.definition.name,
                                           "messaging.batch.message_count": len(batch)}):
                 return self._decide_all(batch, now_ms, tracing)
-        return self._decide_all(batch, now_ms, None)
+        return self._decide_all(batch, now_ms, tracing)
 
     def _decide_all(self, batch: Sequence[Incoming], now_ms: int, tracing: Tracing | None) -> _Decided:
         decided = _Decided()

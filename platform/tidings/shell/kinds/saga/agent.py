@@ -173,6 +173,7 @@ def saga_router(name: str, sources: Mapping[str, str], topics: SagaTopics, runti
     aggregate name) to the inbox partition of its saga (its correlation id)."""
     aggregates = dict(sources)
     partitions = runtime.partitions
+    traced = runtime.tracing is not None
 
     def route(record: Incoming) -> Outgoing | None:
         event = check_event(avro.decode_as(record.value or b"", EventEnvelope))
@@ -180,8 +181,10 @@ def saga_router(name: str, sources: Mapping[str, str], topics: SagaTopics, runti
             return None  # never stored: it starts no saga, and reaches a running one in its reply
         saga_id = event.correlation_id
         value = avro.encode(SagaRouted(name, aggregates[record.topic], event))
+        # The event's trace context in the routed copy's headers too: the saga's batch span links to it.
+        headers = headers_of(carrier_of(event.metadata)) if traced else ()
         return Outgoing(topics.inbox, saga_id.encode("utf-8", "surrogatepass"), value,
-                        partition_for(saga_id, partitions))
+                        partition_for(saga_id, partitions), headers)
 
     return EventRouter(runtime, "saga", name, sources=aggregates, route=route)
 
@@ -270,7 +273,17 @@ class SagaAgent:
                 else:
                     self._reply(record, commit, now_ms)
 
-            self._backstop.each(batch, decide, commit.dead)
+            tracing = self._runtime.tracing
+            if tracing is None or len(batch) == 1:
+                self._backstop.each(batch, decide, commit.dead)
+            else:
+                # The batch is decided at once: its span links to the trace of each record
+                # (a batch of one has none: the transition's span is in its trace already).
+                with tracing.span(f"saga batch {self.name}", None, kind=CONSUMER,
+                                  links=(carrier_of(None, record.headers) for record in batch),
+                                  attributes={"tidings.saga": self.name,
+                                              "messaging.batch.message_count": len(batch)}):
+                    self._backstop.each(batch, decide, commit.dead)
             done = self._submit(commit)
 
         async def finish() -> None:

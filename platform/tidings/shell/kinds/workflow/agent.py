@@ -226,7 +226,17 @@ class WorkflowAgent:
             await self._ready({record.partition for record in batch})
             commit = _Commit()
             now_ms = self._now_ms()
-            self._backstop.each(batch, lambda record: self._inbox_record(record, commit, now_ms), commit.dead)
+            if self._tracing is None or len(batch) == 1:
+                self._backstop.each(batch, lambda record: self._inbox_record(record, commit, now_ms), commit.dead)
+            else:
+                # The batch is decided at once: its span links to the trace of each record
+                # (a batch of one has none: the run's span is in its trace already).
+                with self._tracing.span(f"workflow batch {self.definition.name}", None, kind=CONSUMER,
+                                        links=(carrier_of(None, record.headers) for record in batch),
+                                        attributes={"tidings.workflow": self.definition.name,
+                                                    "messaging.batch.message_count": len(batch)}):
+                    self._backstop.each(batch, lambda record: self._inbox_record(record, commit, now_ms),
+                                        commit.dead)
             for record in batch:
                 offsets = commit.write.inbox_offsets
                 offsets[record.partition] = max(record.offset, offsets.get(record.partition, -1))
