@@ -254,16 +254,20 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="smaller counts")
     parser.add_argument("--profile", type=Path, metavar="FILE",
-                        help="cProfile the worker; write its stats to FILE and print the top")
+                        help="cProfile the worker (with --tracing, the traced one); write its stats to FILE "
+                        "and print the top")
     parser.add_argument("--tracing", action="store_true",
                         help="then run the same transfers again with the worker tracing (OpenTelemetry)")
     args = parser.parse_args(argv)
     workload = QUICK if args.quick else DEFAULT
     traced = None
     with alone("tidings-bench-saga-") as (bootstrap, workdir, stack, progress):
-        figures = run(bootstrap, workload, workdir=workdir, stack=stack, progress=progress, profile=args.profile)
+        # With --tracing, --profile profiles the traced run's worker (where tracing's cost is).
+        figures = run(bootstrap, workload, workdir=workdir, stack=stack, progress=progress,
+                      profile=None if args.tracing else args.profile)
         if args.tracing:
-            traced = run(bootstrap, workload, workdir=workdir, stack=stack, progress=progress, tracing=True)
+            traced = run(bootstrap, workload, workdir=workdir, stack=stack, progress=progress, tracing=True,
+                         profile=args.profile)
     table = rows(figures) + ([] if traced is None else tracing_rows(traced, figures))
     print_report(table, notes(figures) + ([] if traced is None else tracing_notes(traced)), args.profile)
     return 0
