@@ -220,7 +220,8 @@ def tracing_notes(traced: SagaFigures) -> list[str]:
     return [
         "traced saga run: the same workload on a fresh app whose worker sets the OpenTelemetry SDK "
         "(BatchSpanProcessor, an exporter that drops the spans: no collector's network in the figure); "
-        "per transfer 2 decide spans, 2 saga transition spans and the decide batch spans; the client "
+        "per transfer 2 decide spans, 2 saga transition spans and the spans of batches of more than one "
+        "record; the client "
         "does not trace, so each command's decide starts a trace.",
         f"CPU of the traced saga run: {traced.cpu.describe(w.transfers, traced.transfers_s).replace('command', 'transfer')}.",
     ]
