@@ -108,6 +108,7 @@ class WorkflowInstance:
         "_waiters",
         "_cancel_requested",
         "_outcome_json",
+        "_traceparent",
         "_next_seq",
         "_out",
         "_effects",
@@ -141,6 +142,7 @@ class WorkflowInstance:
         self._children: dict[str, Any] | None = None  # path -> children._Child, once one started
         self._parent: Any = None  # a ParentRef when this instance is a child
         self._outcome_json = False  # from Started: write the outcome record as JSON
+        self._traceparent: str | None = None  # from Started: the run's trace context
 
     # ----------------------------------------------------------------------------- public
 
@@ -158,6 +160,11 @@ class WorkflowInstance:
     def outcome_json(self) -> bool:
         """Whether its start came as JSON, so its outcome record is written as JSON."""
         return self._outcome_json
+
+    @property
+    def traceparent(self) -> str | None:
+        """The W3C trace context of the run's span, as its ``Started`` record keeps it."""
+        return self._traceparent
 
     @property
     def pending_paths(self) -> tuple[str, ...]:
@@ -330,10 +337,10 @@ class WorkflowInstance:
         parent = message.parent
         as_json = True if message.outcome_json else None  # null, not false: Avro records stay as they were
         if parent is None:
-            started = Started(self._next_seq, text, self._now, outcome_json=as_json)
+            started = Started(self._next_seq, text, self._now, outcome_json=as_json, traceparent=message.traceparent)
         else:
             started = Started(self._next_seq, text, self._now, parent.workflow, parent.instance_id, parent.path,
-                              as_json, parent.token)
+                              as_json, parent.token, message.traceparent)
         self._apply_stored(self._record(started))
         children.ack_parent(self)
         return None
@@ -447,6 +454,7 @@ class WorkflowInstance:
                 record.parent_workflow, record.parent_id, record.parent_path, record.parent_token  # type: ignore[union-attr]
             )
             self._outcome_json = bool(record.outcome_json)  # type: ignore[union-attr]
+            self._traceparent = record.traceparent  # type: ignore[union-attr]
             self._root = Fiber(ROOT_PREFIX, self.definition.body(_CONTEXT, value))
             self._ready.append((self._root, None, None))
         else:

@@ -47,6 +47,8 @@ class Started:
     JSON for its non-Python sender (None: Avro; since ``workflowjournal.v3``).
     ``parent_token``: a child's copy of the token its parent drew for it, which every
     report to the parent carries (since ``workflowjournal.v4``).
+    ``traceparent``: the W3C trace context of the run's span (docs/tracing.md), so the run's
+    later spans resume under it after a restart (None: not traced; since ``workflowjournal.v5``).
     """
 
     seq: int
@@ -57,6 +59,7 @@ class Started:
     parent_path: str | None = None
     outcome_json: bool | None = None
     parent_token: str | None = None
+    traceparent: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

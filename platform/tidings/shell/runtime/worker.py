@@ -46,6 +46,7 @@ from .reachability import probe_kafka, wait_for_kafka
 from .readiness import Readiness
 from .stopping import DEFAULT_STOP_GRACE_S, STOP_GRACE_ENV, Grace, HardStop, check_stop_grace
 from .topics import TopicSpec, apply_topics, deadletter_topic
+from . import tracing
 from .transactions import TransactionalPublisher
 from .worker_dir import WorkerDir
 
@@ -285,7 +286,12 @@ class Worker:
             committed=publisher.committed if isinstance(publisher, TransactionalPublisher) else None,
             progress=self.liveness.progressed,
             group_prefix=f"{self.app.name}.",  # its readers' groups: under the worker's Group ACL
+            # After the App's module is imported: a provider it set up is the one used.
+            tracing=tracing.from_environment(),
         )
+        if runtime.tracing is not None:
+            runtime.on_close(tracing.shutdown)  # closed after the publisher: the last spans are flushed
+            log.info("traces are on (OpenTelemetry; docs/tracing.md)")
         runtime.on_close(publisher.close)  # closed last: the agents' last writes go out
         self._runtime = runtime
         agents = self.agents

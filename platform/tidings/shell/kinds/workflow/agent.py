@@ -45,7 +45,9 @@ from ....core.workflow import (
     ReportParked,
     RunActivity,
     Started,
+    StepCompleted,
     StepError,
+    StepFailed,
     StepStarted,
     TimerFired,
     WorkflowDefinition,
@@ -67,6 +69,7 @@ from ....errors import RecordError, RecordRejected, SchemaError
 from ...runtime.hosting import Input, Runtime, TopicPartition
 from ...runtime.io import Incoming, Outgoing
 from ...runtime.journaled import Backstop, CommitQueue, Journaled, OwnInputs, Pending
+from ...runtime.tracing import CONSUMER, TRACEPARENT, Carrier, Tracing, carrier_of
 from ....core.workflow.sends import SendCommand, StopSend
 from .activities import DaemonPool, Skippable, ThreadedAttempts, run_attempt, runs_threaded, settle_returned
 from .replies import RepliesReader
@@ -195,8 +198,13 @@ class WorkflowAgent:
         # Queries waiting for the end: (request id, reply_to, answer in JSON).
         self._waiters: dict[str, list[tuple[str, str, bool]]] = {}
         self._inputs: OwnInputs[tuple[str, InboxMessage]] = OwnInputs(self._lock, self._decide_own)
+        self._tracing = runtime.tracing
+        # Traces on: each running attempt's span, and when each step started (kind, name,
+        # ns) until it ends, for the step's span (docs/tracing.md).
+        self._attempt_spans: dict[tuple[str, str], Any] = {}
+        self._step_starts: dict[str, dict[str, tuple[str, str, int]]] = {}
         self._sends = WorkflowSends(self, connection=runtime.connection, command_timeout=command_timeout,
-                                    group_prefix=runtime.group_prefix)
+                                    group_prefix=runtime.group_prefix, tracing=runtime.tracing)
         # Replies to sends are read outside Faust, in batches (kinds/workflow/replies.py).
         self._replies = RepliesReader(runtime.connection, topics.replies, self._replied,
                                       group_prefix=runtime.group_prefix)
@@ -218,7 +226,17 @@ class WorkflowAgent:
             await self._ready({record.partition for record in batch})
             commit = _Commit()
             now_ms = self._now_ms()
-            self._backstop.each(batch, lambda record: self._inbox_record(record, commit, now_ms), commit.dead)
+            if self._tracing is None or len(batch) == 1:
+                self._backstop.each(batch, lambda record: self._inbox_record(record, commit, now_ms), commit.dead)
+            else:
+                # The batch is decided at once: its span links to the trace of each record
+                # (a batch of one has none: the run's span is in its trace already).
+                with self._tracing.span(f"workflow batch {self.definition.name}", None, kind=CONSUMER,
+                                        links=(carrier_of(None, record.headers) for record in batch),
+                                        attributes={"tidings.workflow": self.definition.name,
+                                                    "messaging.batch.message_count": len(batch)}):
+                    self._backstop.each(batch, lambda record: self._inbox_record(record, commit, now_ms),
+                                        commit.dead)
             for record in batch:
                 offsets = commit.write.inbox_offsets
                 offsets[record.partition] = max(record.offset, offsets.get(record.partition, -1))
@@ -284,6 +302,8 @@ class WorkflowAgent:
             self._inbox_applied.pop(partition, None)
         self._forget_cached(*gone)
         for key in [k for k in self._activities if self._partition(k[0]) in gone]:
+            if self._attempt_spans:
+                self._end_attempt(key, None, "revoked")
             self._due.pop(key, None)
             task, attempt = self._activities.pop(key)
             attempt.cancellation.cancel()
@@ -294,6 +314,8 @@ class WorkflowAgent:
             self._busy[key[0]] -= 1
         for instance_id in [i for i in self._waiters if self._partition(i) in gone]:
             del self._waiters[instance_id]
+        for instance_id in [i for i in self._step_starts if self._partition(i) in gone]:
+            del self._step_starts[instance_id]
         self._sends.drop(gone)
         self._busy = +self._busy
 
@@ -382,7 +404,10 @@ class WorkflowAgent:
             message = verdict.message
             if as_json and isinstance(message, Start):
                 message = replace(message, outcome_json=True)  # journaled: its outcome is JSON too
-            decided = self._advance(instance, message, commit, now_ms, record.offset)
+            if self._tracing is not None and isinstance(message, Start) and known is None:
+                decided = self._start_traced(self._tracing, instance, message, request, record, commit, now_ms)
+            else:
+                decided = self._advance(instance, message, commit, now_ms, record.offset)
             verdict = answer_fed(request, instance, None if decided is not None else self._refusal)
         if request.kind == "start" and request.parent_id is not None and known is not None:
             # A parent that restarted mid-start waits for the acknowledgement again.
@@ -396,6 +421,71 @@ class WorkflowAgent:
             error = SchemaError(verdict.reason)
             commit.dead.append(self._runtime.dead_letter(record, error))
         self._reply(commit, request, verdict.reply, as_json)
+
+    def _start_traced(
+        self, tracing: Tracing, instance: WorkflowInstance, message: Start, request: WorkflowInbox,
+        record: Incoming, commit: _Commit, now_ms: int,
+    ) -> Any:
+        """Start an instance inside its run's span, whose context the ``Started`` record
+        journals: every later span of the run is its child, on any worker, after any restart.
+
+        The span ends once the start is decided (a span cannot outlive its process, a run
+        can); the run's steps, attempts, sends and end are its children."""
+        span = tracing.start(
+            f"workflow {self.definition.name}", carrier_of(request.metadata, record.headers), kind=CONSUMER,
+            attributes={"tidings.workflow": self.definition.name, "tidings.instance_id": instance.instance_id,
+                        "tidings.parent_id": request.parent_id},
+        )
+        try:
+            message = replace(message, traceparent=tracing.carrier(span).get(TRACEPARENT))
+            decided = self._advance(instance, message, commit, now_ms, record.offset)
+        except BaseException as exc:
+            tracing.end(span, exc)
+            raise
+        tracing.end(span, None if decided is not None else self._refusal)
+        return decided
+
+    def run_context(self, instance_id: str) -> Carrier | None:
+        """The trace context of the instance's run (its ``Started`` record's), or None."""
+        instance = self._cache.get(instance_id)
+        traceparent = None if instance is None else instance.traceparent
+        return None if traceparent is None else {TRACEPARENT: traceparent}
+
+    def _trace_record(self, tracing: Tracing, instance_id: str, record: Any) -> None:
+        """A span for each step that ended and for the run's end, under the run's context."""
+        if isinstance(record, StepStarted):
+            self._step_starts.setdefault(instance_id, {})[record.path] = (record.kind, record.name,
+                                                                           record.at * 1_000_000)
+            return
+        if isinstance(record, Ended):
+            span = tracing.start(f"workflow {self.definition.name} {record.outcome}", self.run_context(instance_id),
+                                 attributes={"tidings.workflow": self.definition.name,
+                                             "tidings.instance_id": instance_id, "tidings.outcome": record.outcome})
+            tracing.end(span, None if record.error is None else record.error.message)
+            self._step_starts.pop(instance_id, None)
+            return
+        if not isinstance(record, (StepCompleted, StepFailed)):
+            return
+        starts = self._step_starts.get(instance_id)
+        started = (None if starts is None else starts.pop(record.path, None)) or self._stored_start(instance_id,
+                                                                                                    record.path)
+        if started is None:
+            return
+        kind, name, began = started
+        span = tracing.start(
+            f"step {kind} {name}".rstrip(), self.run_context(instance_id), start_ns=began,
+            attributes={"tidings.workflow": self.definition.name, "tidings.instance_id": instance_id,
+                        "tidings.step": record.path, "tidings.step.kind": kind, "tidings.step.name": name or None,
+                        "tidings.attempt": record.attempt},
+        )
+        tracing.end(span, record.error.message if isinstance(record, StepFailed) else None)
+
+    def _stored_start(self, instance_id: str, path: str) -> tuple[str, str, int] | None:
+        """A step started before this worker took the instance: its start from the journal."""
+        for stored in reversed(self._store.journal(instance_id)):
+            if isinstance(stored, StepStarted) and stored.path == path:
+                return stored.kind, stored.name, stored.at * 1_000_000
+        return None
 
     def _decode(self, record: Incoming) -> WorkflowInbox:
         """Decode an inbox record; its ``reply_to`` must be a topic a reply may go to."""
@@ -460,7 +550,8 @@ class WorkflowAgent:
         for effect in effects:
             if isinstance(effect, CHILD_EFFECTS):
                 # Acknowledged before RocksDB is written, like dead letters (kinds/workflow/children.py).
-                commit.links.append(self._children.outgoing(instance_id, effect, self._now_ms()))
+                trace = None if self._tracing is None else self.run_context(instance_id)
+                commit.links.append(self._children.outgoing(instance_id, effect, self._now_ms(), trace))
                 continue
             commit.effects.append((instance_id, effect))
             if isinstance(effect, ArmTimer):
@@ -473,7 +564,10 @@ class WorkflowAgent:
     ) -> None:
         partition = self._partition(instance_id)
         headers = () if inbox_offset is None else ((INBOX_OFFSET_HEADER, b"%d" % inbox_offset),)
+        tracing = self._tracing
         for record in records:
+            if tracing is not None:
+                self._trace_record(tracing, instance_id, record)
             key = f"{instance_id}/{record.seq}".encode()
             value = avro.encode(WorkflowJournalEntry(instance_id, record))
             commit.journal.append(Outgoing(self.topics.journal, key, value, partition, headers))
@@ -617,10 +711,21 @@ class WorkflowAgent:
                 return
             attempt = Attempt(effect.idempotency_key, effect.attempt)
             running: asyncio.Future[None] | Skippable
+            if self._tracing is not None:
+                self._attempt_spans[key] = self._tracing.start(
+                    f"activity {effect.name}", self.run_context(instance_id),
+                    attributes={"tidings.workflow": self.definition.name, "tidings.instance_id": instance_id,
+                                "tidings.step": effect.path, "tidings.activity": effect.name,
+                                "tidings.attempt": effect.attempt, "tidings.idempotency_key": effect.idempotency_key})
             if self._threaded is not None and runs_threaded(effect, self._clock()):
                 running = self._threaded.submit(instance_id, effect, attempt)
             else:
-                running = asyncio.ensure_future(self._call(instance_id, effect, attempt))
+                if self._tracing is not None:
+                    # The task copies the current context: the activity's own spans are the attempt's children.
+                    with self._tracing.within(self._tracing.carrier(self._attempt_spans[key])):
+                        running = asyncio.ensure_future(self._call(instance_id, effect, attempt))
+                else:
+                    running = asyncio.ensure_future(self._call(instance_id, effect, attempt))
                 if effect.not_before > self._now_ms():
                     self._due[key] = effect.not_before
             self._activities[key] = (running, attempt)
@@ -638,7 +743,22 @@ class WorkflowAgent:
         elif isinstance(effect, (SendCommand, StopSend)):
             self._sends.carry_out(instance_id, effect)
 
+    def _end_attempt(self, key: tuple[str, str], result: ActivityResult | None, why: str = "") -> None:
+        """End the span of the attempt at ``key``: with its result, or stopped (``why``)."""
+        span = self._attempt_spans.pop(key, None)
+        if span is None or self._tracing is None:
+            return
+        if result is None:
+            span.set_attribute("tidings.attempt.stopped", why)
+            self._tracing.end(span)
+        elif result.timed_out:
+            self._tracing.end(span, "the attempt timed out")
+        else:
+            self._tracing.end(span, result.error)
+
     def _stop_activity(self, key: tuple[str, str]) -> None:
+        if self._attempt_spans:
+            self._end_attempt(key, None, "cancelled")
         self._due.pop(key, None)
         running = self._activities.pop(key, None)
         if running is not None:
@@ -686,6 +806,8 @@ class WorkflowAgent:
         current = self._activities.get(key)
         if current is None or current[1] is not attempt:
             return  # cancelled or replaced meanwhile: the result would be ignored anyway
+        if self._attempt_spans:
+            self._end_attempt(key, result)
         del self._activities[key]
         self._due.pop(key, None)
         # The instance stays busy (not evictable) until _decide_own has taken the result:
