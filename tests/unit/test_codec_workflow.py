@@ -22,6 +22,7 @@ from tidings.core.workflow.journal import (
     Ended,
     SignalReceived,
     Started,
+    StepAttemptFailed,
     StepCompleted,
     StepFailed,
     StepStarted,
@@ -43,7 +44,10 @@ GOLDEN_V2 = Path(__file__).resolve().parents[1] / "golden" / "avro" / "workflow_
 GOLDEN_V3 = Path(__file__).resolve().parents[1] / "golden" / "avro" / "workflow_records.v3.json"
 # v4: a child's start and reports carry its parent's token (workflowinbox.v3, workflowjournal.v4),
 # and a step's end its time and an activity's attempt (workflowjournal.v4).
-GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "avro" / "workflow_records.v4.json"
+GOLDEN_V4 = Path(__file__).resolve().parents[1] / "golden" / "avro" / "workflow_records.v4.json"
+# v5: a failed attempt that will be retried (workflowjournal.v5), an instance's start time on
+# its status records (workflowstatus.v2).
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "avro" / "workflow_records.v5.json"
 TOKEN = "5f0c4a1e9b7d2c3a8e6f1b0d4c2a9e7f"
 BOOM = StepError(ErrorKind.ATTEMPTS_EXHAUSTED, "RuntimeError: boom", "RuntimeError")
 
@@ -102,8 +106,12 @@ RECORDS: dict[str, object] = {
         "o-1:3", Started(1, '"ABC"', 10, "parent", "o-1", "3", parent_token=TOKEN)),
     "journal completed at, attempt": WorkflowJournalEntry("o-1", StepCompleted(16, "1", "42", at=20, attempt=3)),
     "journal failed at, attempt": WorkflowJournalEntry("o-1", StepFailed(17, "2", BOOM, at=21, attempt=5)),
+    "journal attempt failed": WorkflowJournalEntry(
+        "o-1", StepAttemptFailed(18, "1", 2, StepError(None, "RuntimeError: flaky", "RuntimeError"), 22, 1022)),
+    "status finished with its start": WorkflowStatusRecord("o-1", "enrich", "FINISHED", 42, started_at=10),
 }
-V4_ONLY = 6  # the records with a token, a completion time or an attempt: older goldens hold none
+V5_ONLY = 2  # a failed attempt's record and a status with its start time: older goldens hold none
+V4_ONLY = 6 + V5_ONLY  # the records with a token, a completion time or an attempt: older goldens hold none
 
 
 def golden(path: Path = GOLDEN) -> dict[str, bytes]:
@@ -111,7 +119,7 @@ def golden(path: Path = GOLDEN) -> dict[str, bytes]:
 
 
 def test_every_workflow_record_encodes_to_its_golden_bytes() -> None:
-    # Written with workflowinbox.v3 / workflowjournal.v4 (a child's parent token).
+    # Written with workflowinbox.v3 / workflowjournal.v5 / workflowstatus.v2.
     stored = golden()
     assert stored.keys() == RECORDS.keys()
     for name, record in RECORDS.items():
@@ -120,6 +128,14 @@ def test_every_workflow_record_encodes_to_its_golden_bytes() -> None:
 
 def test_every_golden_workflow_record_decodes_to_its_record() -> None:
     for name, data in golden().items():
+        assert avro.decode_as(data, type(RECORDS[name])) == RECORDS[name], name  # type: ignore[type-var]
+
+
+def test_every_v4_golden_workflow_record_still_decodes_to_its_record() -> None:
+    # Written with workflowjournal.v4 / workflowstatus.v1: the same records, no retry_at or started_at.
+    stored = golden(GOLDEN_V4)
+    assert len(stored) == len(RECORDS) - V5_ONLY
+    for name, data in stored.items():
         assert avro.decode_as(data, type(RECORDS[name])) == RECORDS[name], name  # type: ignore[type-var]
 
 

@@ -142,9 +142,13 @@ class _App:
 
     hosted = [argparse.Namespace(name="enrich")]
 
+    def schedule_handle(self) -> None:
+        raise LookupError("no schedules")
+
 
 def _args(*argv: str) -> argparse.Namespace:
-    defaults = {"status": [], "since": None, "until": None, "limit": None, "timeout": None, "name": None}
+    defaults = {"status": [], "since": None, "until": None, "limit": None, "timeout": None, "name": None,
+                "type": [], "started_after": None, "started_before": None, "ended_after": None, "ended_before": None}
     namespace = argparse.Namespace(**defaults)
     namespace.kind = argv[0]
     if len(argv) > 1:
@@ -163,7 +167,16 @@ def test_arguments_are_checked_before_kafka_is_asked() -> None:
     assert parse(letters, _App())[3].statuses == {"DecodeError"}
     for kind, option, value, says in [
         ("bogus", None, None, "unknown kind"),
-        ("schedule", None, None, "not there yet"),
+        ("schedule", None, None, "declares no schedules"),
+        ("orchestration", "name", "nope", "declares no orchestration 'nope'"),
+        ("flow", "status", ["DONE"], "unknown status"),
+        ("workflow", "type", ["nope"], "declares no workflow 'nope'"),
+        ("workflow", "started_after", "2026-13-01", "--started-after '2026-13-01' is neither"),
+        ("workflow", "started_before", "tomorrow", "--started-before 'tomorrow' is neither"),
+        ("workflow", "ended_after", "2026-11-30T25:00", "--ended-after"),
+        ("workflow", "ended_before", "-5m", "--ended-before"),
+        ("aggregate", "started_after", "1h", "no start or end time"),
+        ("deadletters", "ended_before", "1h", "no start or end time"),
         ("saga", "status", ["PARKED"], "unknown status"),
         ("workflow", "name", "nope", "declares no workflow 'nope'"),
         ("workflow", "status", ["DONE"], "unknown status"),
@@ -222,7 +235,8 @@ def test_describe_says_where_an_instance_waits_what_failed_and_who_its_parent_an
     assert described["parent"] == {"workflow": "order", "id": "o-1", "step": "3"}
     assert [(w["step"], w["kind"], w.get("due_in_ms")) for w in described["waiting"]] == [
         ("2", "timer", 59_030), ("3", "signal", 89_030), ("5", "activity", None)]
-    assert described["waiting"][2]["attempt"] is None and described["waiting"][2]["for_ms"] == 940
+    assert described["waiting"][2]["failed_attempts"] == 0 and described["waiting"][2]["for_ms"] == 940
+    assert described["waiting"][2]["next_attempt"] is None
     assert described["last_failure"] == {"step": "1", "name": "charge", "at": "2026-11-30T12:00:00.020Z",
                                          "attempt": 3, "kind": "attempts_exhausted", "message": "card declined"}
     assert described["children"] == [{"workflow": "ship", "id": "c-1:4", "step": "4", "reported": None,
@@ -232,7 +246,7 @@ def test_describe_says_where_an_instance_waits_what_failed_and_who_its_parent_an
     text = "\n".join(describe_lines(described, records))
     assert "secret" not in text and "t0ken" not in text
     assert "waiting on      step 2 timer since" in text and "(in 59.030 s)" in text
-    assert "step 5 activity score" in text and "attempts so far are not journaled" in text
+    assert "step 5 activity score" in text and "no attempt has failed yet" in text
     assert "last failure    step 1 charge at 2026-11-30T12:00:00.020Z, attempt 3: attempts_exhausted: card declined" in text
     assert "parent          order o-1 (its step 3)" in text and "children        ship c-1:4: RUNNING" in text
     assert "journal (last 5 of 9 records; --journal shows all):" in text
