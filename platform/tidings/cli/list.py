@@ -1,9 +1,11 @@
 """``tidings list MODULE:APP KIND [NAME]``: the instances of a kind, their status, a count per status.
 
 Each kind's index is a topic the app already has (docs/operations.md, "Listing and
-describing"): a workflow's compacted status topic (latest status per instance), an
-aggregate's events topic (its keys ``{id}/{version}``: instances and versions, no value
-decoded), the dead-letter topic. Filtering, counting and printing are in ``listing.py``.
+describing"): a workflow's compacted status topic (latest status per instance), a saga's
+journal (its last record per saga), an aggregate's events topic (its keys
+``{id}/{version}``: instances and versions, no value decoded), the dead-letter topic; the
+orchestration, schedule and flow readers are in ``list_indexes.py``. Filtering, counting
+and printing are in ``listing.py``.
 """
 
 from __future__ import annotations
@@ -56,12 +58,24 @@ KIND is one of:
                decoded); SINCE is when it entered its state, DETAIL the transition and state
   aggregate    instances with their version (the number of events stored), from the
                events topic's keys; SINCE is when its last event was stored
+  orchestration  instances (RUNNING, FINISHED) from the journal's keys {instance}/{seq}
+               and the compacted outcomes topic; SINCE is its last event or its finish
+  schedule     the app's schedules (ACTIVE, PAUSED, DELETED; NAME: the workflow they start)
+               folded from the schedule aggregate's journal; SINCE is its creation or
+               last change, DETAIL its rule and next due time
+  flow         the elements in flight: source records after the app's committed offsets
+               (WAITING: its workflow not started; RUNNING, PARKED; ENDED: outcome not on
+               the sink yet; WRITTEN: on the sink, offset not committed yet); ID is
+               topic/partition@offset, SINCE the record's time
   deadletters  the app's dead letters (NAME: only those from that definition's topics);
                STATUS is the error type, DETAIL the reason (tidings deadletters prints them whole)
 
 --since and --until keep rows whose SINCE is in [since, until): a duration back from now
-(90s, 30m, 2h, 7d) or an ISO 8601 time (UTC when it names no zone). --limit keeps the N
-newest; the count line counts all that matched. --json prints one JSON line per row
+(90s, 30m, 2h, 7d) or an ISO 8601 time (UTC when it names no zone). --started-after,
+--started-before, --ended-after and --ended-before do the same with when an instance
+started and ended (workflow, saga, orchestration; a row not ended never matches --ended-*).
+--type NAME keeps the rows of these definitions (repeat it; NAME keeps one). --limit keeps
+the N newest; the count line counts all that matched. --json prints one JSON line per row
 instead; --count prints only the counts. It reads the topics as they are now: no worker
 needs to run. For example:
 
@@ -71,9 +85,12 @@ needs to run. For example:
   tidings list examples.bank.app:app saga transfer --status RUNNING
   tidings list examples.bank.app:app deadletters --json | jq -r .detail
   tidings list examples.shop.app:app workflow --count --json
+  tidings list examples.shop.app:app workflow --type enrich --type approve --started-after 2026-11-30T08:00Z
+  tidings list examples.shop.app:app workflow --status FINISHED --ended-before 1h
+  tidings list examples.shop.app:app flow score-orders --status WAITING
 
 Exit status: 0 listed (even if nothing); 1 a topic is missing or Kafka failed; 2 a usage
-error (an unknown kind or name, a --status the kind has not, a bad --since or --limit).
+error (an unknown kind or name, a --status the kind has not, a bad time or --limit).
 """
 
 
