@@ -7,7 +7,8 @@ Part of ``python -m bench`` (skip with ``--no-listing``); also runs alone::
 No worker runs: the bench writes what a worker would have written, with the worker's
 encoders, keys and partitions. The workflow's status topic gets a ``RUNNING`` record for
 every instance and then, for four in five, the record of how it ended (``FINISHED``,
-``FAULTED`` or ``CANCELLED``), as an uncompacted topic holds them (compaction only makes
+``FAULTED`` or ``CANCELLED``), each with the instance's ``started_at`` (workflowstatus.v2),
+as an uncompacted topic holds them (compaction only makes
 the read shorter). The saga's journal gets three records per saga (start, handle, stop;
 one saga in five stops at the second). Measured: what ``tidings list`` does after it has
 loaded the app and reached Kafka (read the topic whole, keep each instance's latest,
@@ -89,9 +90,10 @@ def _fill(connection: KafkaConnection, bench_app: App, instances: int) -> tuple[
     for n in range(instances):
         instance_id = f"order-{n:06d}"
         partition = partition_for(instance_id, PARTITIONS)
-        records = [WorkflowStatusRecord(instance_id, "orders", "RUNNING", now + n)]
+        records = [WorkflowStatusRecord(instance_id, "orders", "RUNNING", now + n, started_at=now + n)]
         if n % 5:
-            records.append(WorkflowStatusRecord(instance_id, "orders", ends[n % 4], now + n + 500))
+            records.append(WorkflowStatusRecord(instance_id, "orders", ends[n % 4], now + n + 500,
+                                                started_at=now + n))
         for record in records:
             producer.produce(workflow.topics.status, avro.encode(record), instance_id.encode(), partition=partition)
             statuses += 1
