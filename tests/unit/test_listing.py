@@ -389,6 +389,6 @@ def test_describe_shows_failed_attempts_the_last_failure_and_the_next_attempt() 
                                     "message": "ConnectionError: down (3)"}
     assert wait["next_attempt"] == {"attempt": 2, "due": "2026-11-30T12:00:10.000Z", "due_in_ms": 500}
     text = "\n".join(describe_lines(described, records))
-    assert "3 failed attempts journaled (a worker began the step again at attempt 1 1 time(s): a restart)" in text
+    assert "3 failed attempts journaled (a worker began the step again from attempt 1: 1 restart)" in text
     assert "last failure: attempt 1 at 2026-11-30T12:00:09.000Z: ConnectionError: down (3)" in text
     assert "next attempt: 2 due 2026-11-30T12:00:10.000Z (in 500 ms)" in text

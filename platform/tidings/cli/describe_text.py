@@ -133,8 +133,8 @@ def _attempt_lines(wait: Mapping[str, Any], full: bool) -> list[str]:
     left = due["due_in_ms"]
     when = f"in {duration(left)}" if left >= 0 else f"{duration(-left)} ago: it is running, or its worker restarted"
     return [f"{failed} failed attempt{'s' if failed != 1 else ''} journaled"
-            + (f" (a worker began the step again at attempt 1 {wait['restarts']} time(s): a restart)"
-               if wait["restarts"] else ""),
+            + (f" (a worker began the step again from attempt 1: {wait['restarts']} "
+               f"restart{'s' if wait['restarts'] != 1 else ''})" if wait["restarts"] else ""),
             f"last failure: attempt {last['attempt']} at {last['at']}: {value(last['message'], full=full)}",
             f"next attempt: {due['attempt']} due {due['due']} ({when})"]
 

@@ -120,14 +120,18 @@ class OrchestrationIndex:
             extra: dict[str, Any] = {"events": seen.events, "position": seen.last}
             if outcome is None:
                 rows.append(Row("orchestration", self.name, instance, "RUNNING", seen.last_at,
-                                f"{seen.events} events", extra, started_at=seen.first_at))
+                                _events(seen.events), extra, started_at=seen.first_at))
                 continue
             value = "" if outcome.type is None else f", {outcome.type}"
             extra["outcome_type"] = outcome.type
             rows.append(Row("orchestration", self.name, instance, "FINISHED", outcome.timestamp_ms,
-                            f"{seen.events} events, finished at position {outcome.position}{value}", extra,
+                            f"{_events(seen.events)}, finished at position {outcome.position}{value}", extra,
                             started_at=seen.first_at, ended_at=outcome.timestamp_ms))
         return rows
+
+
+def _events(count: int) -> str:
+    return f"{count} event" if count == 1 else f"{count} events"
 
 
 def orchestration_rows(app: Any, kafka: KafkaConnection, names: Sequence[str], named: bool = False, *,
