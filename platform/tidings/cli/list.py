@@ -178,10 +178,14 @@ def parse(args: argparse.Namespace, app: Any) -> tuple[str, Kind, list[str], Fil
     names = declared_names(app, kind_name, kind)
     if kind_name == "schedule" and not names:
         raise UsageError(f"{app.name} declares no schedules (app.schedules([workflow, ...]))")
-    what = "workflow a schedule may start" if kind_name == "schedule" else kind.declared or "definition"
     for name in [*([args.name] if args.name is not None else []), *args.type]:
-        if name not in names:
-            raise UsageError(f"{app.name} declares no {what} {name!r} (it declares: {', '.join(names) or 'none'})")
+        if name in names:
+            continue
+        if kind_name == "schedule":
+            raise UsageError(f"no schedule of {app.name} may start workflow {name!r} (they may start: "
+                             f"{', '.join(names)})")
+        what = kind.declared or "definition"
+        raise UsageError(f"{app.name} declares no {what} {name!r} (it declares: {', '.join(names) or 'none'})")
     if args.name is not None:
         names = [args.name]
     statuses: set[str] = set()
