@@ -1,9 +1,11 @@
 """``tidings list MODULE:APP KIND [NAME]``: the instances of a kind, their status, a count per status.
 
 Each kind's index is a topic the app already has (docs/operations.md, "Listing and
-describing"): a workflow's compacted status topic (latest status per instance), an
-aggregate's events topic (its keys ``{id}/{version}``: instances and versions, no value
-decoded), the dead-letter topic. Filtering, counting and printing are in ``listing.py``.
+describing"): a workflow's compacted status topic (latest status per instance), a saga's
+journal (its last record per saga), an aggregate's events topic (its keys
+``{id}/{version}``: instances and versions, no value decoded), the dead-letter topic; the
+orchestration, schedule and flow readers are in ``list_indexes.py``. Filtering, counting
+and printing are in ``listing.py``.
 """
 
 from __future__ import annotations
@@ -25,6 +27,15 @@ from ..shell.runtime.connection import KafkaConnection
 from ..shell.runtime.io import Incoming
 from ..shell.runtime.topics import deadletter_topic
 from .deadletters import dead_letter_line
+from .list_indexes import (
+    FLOW_STATUSES,
+    ORCHESTRATION_STATUSES,
+    SCHEDULE_STATUSES,
+    flow_rows,
+    orchestration_rows,
+    schedule_rows,
+    schedule_workflows,
+)
 from .kafka import EXIT_STATUS_EPILOG, add_kafka_arguments, connection, reach_kafka
 from .listing import Filters, Row, Selection, counts_json, counts_line, parse_limit, parse_when, row_json, select, table
 from .loading import load_app
@@ -47,12 +58,24 @@ KIND is one of:
                decoded); SINCE is when it entered its state, DETAIL the transition and state
   aggregate    instances with their version (the number of events stored), from the
                events topic's keys; SINCE is when its last event was stored
+  orchestration  instances (RUNNING, FINISHED) from the journal's keys {instance}/{seq}
+               and the compacted outcomes topic; SINCE is its last event or its finish
+  schedule     the app's schedules (ACTIVE, PAUSED, DELETED; NAME: the workflow they start)
+               folded from the schedule aggregate's journal; SINCE is its creation or
+               last change, DETAIL its rule and next due time
+  flow         the elements in flight: source records after the app's committed offsets
+               (WAITING: its workflow not started; RUNNING, PARKED; ENDED: outcome not on
+               the sink yet; WRITTEN: on the sink, offset not committed yet); ID is
+               topic/partition@offset, SINCE the record's time
   deadletters  the app's dead letters (NAME: only those from that definition's topics);
                STATUS is the error type, DETAIL the reason (tidings deadletters prints them whole)
 
 --since and --until keep rows whose SINCE is in [since, until): a duration back from now
-(90s, 30m, 2h, 7d) or an ISO 8601 time (UTC when it names no zone). --limit keeps the N
-newest; the count line counts all that matched. --json prints one JSON line per row
+(90s, 30m, 2h, 7d) or an ISO 8601 time (UTC when it names no zone). --started-after,
+--started-before, --ended-after and --ended-before do the same with when an instance
+started and ended (workflow, saga, orchestration; a row not ended never matches --ended-*).
+--type NAME keeps the rows of these definitions (repeat it; NAME keeps one). --limit keeps
+the N newest; the count line counts all that matched. --json prints one JSON line per row
 instead; --count prints only the counts. It reads the topics as they are now: no worker
 needs to run. For example:
 
@@ -62,9 +85,12 @@ needs to run. For example:
   tidings list examples.bank.app:app saga transfer --status RUNNING
   tidings list examples.bank.app:app deadletters --json | jq -r .detail
   tidings list examples.shop.app:app workflow --count --json
+  tidings list examples.shop.app:app workflow --type enrich --type approve --started-after 2026-11-30T08:00Z
+  tidings list examples.shop.app:app workflow --status FINISHED --ended-before 1h
+  tidings list examples.shop.app:app flow score-orders --status WAITING
 
 Exit status: 0 listed (even if nothing); 1 a topic is missing or Kafka failed; 2 a usage
-error (an unknown kind or name, a --status the kind has not, a bad --since or --limit).
+error (an unknown kind or name, a --status the kind has not, a bad time or --limit).
 """
 
 
@@ -72,24 +98,27 @@ error (an unknown kind or name, a --status the kind has not, a bad --since or --
 class Kind:
     """How ``tidings list`` reads one kind: its declared name, statuses, and what a row is called."""
 
-    declared: str | None  # App.declared(kind); None: not declared per name (dead letters)
+    declared: str | None  # App.declared(kind); None: not declared per name (dead letters, schedules)
     statuses: tuple[str, ...] | None  # None: --status does not apply
     noun: str
+    times: bool = False  # whether its rows know when each started and ended (--started-*, --ended-*)
 
 
 #: A saga's status, from its journal's last record: ended by a fault, ended, or not.
 SAGA_STATUSES: Final = ("RUNNING", "ENDED", "FAULTED")
 
 KINDS: Final = {
-    "workflow": Kind("workflow", STATUSES, "instance"),
-    "saga": Kind("saga", SAGA_STATUSES, "saga"),
+    "workflow": Kind("workflow", STATUSES, "instance", times=True),
+    "saga": Kind("saga", SAGA_STATUSES, "saga", times=True),
     "aggregate": Kind("aggregate", None, "instance"),
+    "orchestration": Kind("orchestration", ORCHESTRATION_STATUSES, "instance", times=True),
+    "schedule": Kind(None, SCHEDULE_STATUSES, "schedule"),
+    "flow": Kind("flow", FLOW_STATUSES, "element"),
     "deadletters": Kind(None, None, "dead letter"),
 }
 ALIASES: Final = {"workflows": "workflow", "aggregates": "aggregate", "sagas": "saga", "deadletter": "deadletters",
-                  "dead-letters": "deadletters"}
-#: Kinds ``tidings list`` will read once they have an index (docs/operations.md).
-NOT_YET: Final = ("schedule", "orchestration", "flow")
+                  "dead-letters": "deadletters", "orchestrations": "orchestration", "schedules": "schedule",
+                  "flows": "flow"}
 
 
 def register(subparsers: Any) -> None:
@@ -99,12 +128,18 @@ def register(subparsers: Any) -> None:
         description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXIT_STATUS_EPILOG,
     )
     parser.add_argument("app", metavar="MODULE:APP", help="where the App is, e.g. examples.shop.app:app")
-    parser.add_argument("kind", metavar="KIND", help="workflow, saga, aggregate or deadletters")
+    parser.add_argument("kind", metavar="KIND", help=f"one of: {', '.join(KINDS)}")
     parser.add_argument("name", metavar="NAME", nargs="?", help="only this definition (default: every one)")
     parser.add_argument("--status", action="append", default=[], metavar="STATUS",
                         help="only rows with this status (repeat for several; case does not matter)")
     parser.add_argument("--since", metavar="WHEN", help="only rows whose time is WHEN or later")
     parser.add_argument("--until", metavar="WHEN", help="only rows whose time is before WHEN")
+    parser.add_argument("--type", action="append", default=[], metavar="NAME",
+                        help="only rows of this definition (a workflow type, say; repeat for several)")
+    parser.add_argument("--started-after", metavar="WHEN", help="only instances started at WHEN or later")
+    parser.add_argument("--started-before", metavar="WHEN", help="only instances started before WHEN")
+    parser.add_argument("--ended-after", metavar="WHEN", help="only instances ended at WHEN or later")
+    parser.add_argument("--ended-before", metavar="WHEN", help="only instances ended before WHEN")
     parser.add_argument("--limit", metavar="N", help="print the N newest rows (the counts count all)")
     parser.add_argument("--json", action="store_true", help="one JSON line per row (with --count: one object)")
     parser.add_argument("--count", action="store_true", help="print only the count per status")
@@ -137,16 +172,21 @@ def parse(args: argparse.Namespace, app: Any) -> tuple[str, Kind, list[str], Fil
         UsageError: one of them is wrong (the message says which and what is accepted).
     """
     kind_name = ALIASES.get(args.kind.lower(), args.kind.lower())
-    if kind_name in NOT_YET or kind_name.rstrip("s") in NOT_YET:
-        raise UsageError(f"listing {args.kind} is not there yet; kinds: {', '.join(KINDS)}")
     kind = KINDS.get(kind_name)
     if kind is None:
         raise UsageError(f"unknown kind {args.kind!r}; kinds: {', '.join(KINDS)}")
     names = declared_names(app, kind_name, kind)
+    if kind_name == "schedule" and not names:
+        raise UsageError(f"{app.name} declares no schedules (app.schedules([workflow, ...]))")
+    for name in [*([args.name] if args.name is not None else []), *args.type]:
+        if name in names:
+            continue
+        if kind_name == "schedule":
+            raise UsageError(f"no schedule of {app.name} may start workflow {name!r} (they may start: "
+                             f"{', '.join(names)})")
+        what = kind.declared or "definition"
+        raise UsageError(f"{app.name} declares no {what} {name!r} (it declares: {', '.join(names) or 'none'})")
     if args.name is not None:
-        if args.name not in names:
-            known = ", ".join(names) or "none"
-            raise UsageError(f"{app.name} declares no {kind.declared or 'definition'} {args.name!r} (it declares: {known})")
         names = [args.name]
     statuses: set[str] = set()
     for status in args.status:
@@ -158,19 +198,33 @@ def parse(args: argparse.Namespace, app: Any) -> tuple[str, Kind, list[str], Fil
         if status.upper() not in kind.statuses:
             raise UsageError(f"unknown status {status!r}; {kind_name} statuses: {', '.join(kind.statuses)}")
         statuses.add(status.upper())
+    windows = {option: getattr(args, option.replace("-", "_")) for option in
+               ("since", "until", "started-after", "started-before", "ended-after", "ended-before")}
+    if not kind.times:
+        asked = [f"--{option}" for option, text in windows.items() if option.startswith(("started", "ended"))
+                 and text is not None]
+        if asked:
+            raise UsageError(f"{kind_name} rows have no start or end time ({asked[0]}); --since/--until filter "
+                             "on their time")
+    moments: dict[str, int | None] = {}
     try:
-        since = None if args.since is None else parse_when(args.since)
-        until = None if args.until is None else parse_when(args.until)
+        for option, text in windows.items():
+            moments[option] = None if text is None else parse_when(text)
         limit = None if args.limit is None else parse_limit(args.limit)
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        raise UsageError(f"--{option} {exc}" if "--limit" not in str(exc) else str(exc)) from None
     if args.timeout is not None and not args.timeout > 0:
         raise UsageError(f"--timeout {args.timeout:g} is not a number of seconds above 0")
-    return kind_name, kind, names, Filters(frozenset(statuses), since, until, limit)
+    return kind_name, kind, names, Filters(
+        frozenset(statuses), moments["since"], moments["until"], limit, frozenset(args.type),
+        moments["started-after"], moments["started-before"], moments["ended-after"], moments["ended-before"])
 
 
 def declared_names(app: Any, kind_name: str, kind: Kind) -> list[str]:
-    """The names NAME may be: the declared definitions of the kind, or (dead letters) every one."""
+    """The names NAME may be: the declared definitions of the kind, the workflows a schedule may
+    start, or (dead letters) every definition."""
+    if kind_name == "schedule":
+        return schedule_workflows(app)
     if kind.declared is not None:
         return [handle.name for handle in app.declared(kind.declared)]
     return [handle.name for handle in app.hosted]
@@ -203,7 +257,9 @@ def workflow_rows(app: Any, kafka: KafkaConnection, names: Sequence[str], named:
     indexes = [StatusIndex(handle.name, app.partitions) for handle in handles]
     read_topics(kafka, {handle.topics.status: index.take for handle, index in zip(handles, indexes)},
                 group_prefix=f"{app.name}.", timeout=timeout)
-    rows = [Row("workflow", s.workflow, s.instance_id, s.status, s.at, s.reason or "")
+    rows = [Row("workflow", s.workflow, s.instance_id, s.status, s.at, s.reason or "",
+                {"started_at_ms": s.started_at} if s.started_at is not None else {},
+                started_at=s.started_at, ended_at=s.ended_at)
             for index in indexes for s in index.latest.values()]
     return rows, {handle.topics.status: index.skipped for handle, index in zip(handles, indexes)}
 
@@ -304,6 +360,7 @@ class SagaIndex:
         self.name = name
         self.partitions = partitions
         self.last: dict[str, tuple[int, bytes]] = {}
+        self.first_at: dict[str, int] = {}  # the time of seq 1's record: when the saga started
         self.skipped = 0
 
     def take(self, record: Incoming) -> None:
@@ -313,6 +370,8 @@ class SagaIndex:
             return
         if record.value is None:
             return
+        if seq == 1 and record.timestamp_ms is not None and record.timestamp_ms >= 0:
+            self.first_at.setdefault(saga_id, record.timestamp_ms)
         kept = self.last.get(saga_id)
         if kept is None or seq > kept[0]:
             self.last[saga_id] = (seq, record.value)
@@ -331,7 +390,9 @@ class SagaIndex:
             state = entry.state.decode("utf-8", "replace") if entry.state is not None else None
             detail = f"{entry.transition}: {entry.reason}" if entry.reason else f"{entry.transition} {state or ''}"
             rows.append(Row("saga", self.name, saga_id, status, entry.entered_at_ms, detail.strip(),
-                            {"seq": seq, "transition": entry.transition, "state": state, "reason": entry.reason}))
+                            {"seq": seq, "transition": entry.transition, "state": state, "reason": entry.reason},
+                            started_at=self.first_at.get(saga_id),
+                            ended_at=entry.entered_at_ms if entry.ended else None))
         return rows
 
 
@@ -349,6 +410,9 @@ READERS: Final[dict[str, Reader]] = {
     "workflow": workflow_rows,
     "saga": saga_rows,
     "aggregate": aggregate_rows,
+    "orchestration": orchestration_rows,
+    "schedule": schedule_rows,
+    "flow": flow_rows,
     "deadletters": deadletter_rows,
 }
 

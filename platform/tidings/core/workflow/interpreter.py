@@ -43,6 +43,7 @@ from tidings.core.workflow.journal import (
     JournalRecord,
     SignalReceived,
     Started,
+    StepAttemptFailed,
     StepCompleted,
     StepFailed,
     StepKind,
@@ -254,6 +255,10 @@ class WorkflowInstance:
         if not records:
             return instance, instance._decision(None)
         instance._next_seq = records[-1].seq + 1
+        if any(type(record) is StepAttemptFailed for record in records):
+            # A failed attempt's record is for people: the body never produced it and it is
+            # no input, so replay walks the journal as if it were not there.
+            records = [record for record in records if type(record) is not StepAttemptFailed]
         last = records[-1]
         if isinstance(last, Ended):
             # An ended instance is its outcome; its body never runs again.
@@ -391,6 +396,11 @@ class WorkflowInstance:
             error=message.error,
             timed_out=message.timed_out,
         )
+        if isinstance(decision, RetryAt):
+            # For people only (describe, journal): replay skips it, so behaviour is unchanged.
+            cause = message.error if message.error is not None else TimeoutError("the attempt timed out")
+            self._record(StepAttemptFailed(self._next_seq, pending.path, message.attempt,
+                                           StepError.of_exception(None, cause), self._now, decision.at))
         self._follow(pending, decision)
 
     def _follow(self, pending: Pending, decision: RetryAt | GiveUp) -> None:

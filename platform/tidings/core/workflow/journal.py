@@ -114,6 +114,26 @@ class StepFailed:
 
 
 @dataclass(frozen=True, slots=True)
+class StepAttemptFailed:
+    """Attempt ``attempt`` of the activity at step ``path`` failed with ``error`` at ``at`` (ms),
+    and the policy makes another at ``retry_at`` (ms). Since ``workflowjournal.v5``.
+
+    Written for people (``tidings describe``, ``tidings journal``): replay skips it, so a
+    journal with these records replays exactly as one without them, and an attempt after a
+    restart is still counted from 1 (the retry policy's count lives in the owning worker).
+    The attempt that ends the step is not one of these: its ``StepCompleted`` or
+    ``StepFailed`` carries its number.
+    """
+
+    seq: int
+    path: str
+    attempt: int
+    error: StepError
+    at: int
+    retry_at: int
+
+
+@dataclass(frozen=True, slots=True)
 class SignalReceived:
     """A signal ``name`` with ``payload`` (JSON text) arrived at ``at`` (ms).
 
@@ -162,7 +182,7 @@ class Ended:
 
 JournalRecord = (
     Started | StepStarted | StepCompleted | StepFailed | SignalReceived | VersionMarker | CancelRequested | Ended
-    | ChildOutcome
+    | ChildOutcome | StepAttemptFailed
 )
 """Any record of a workflow journal."""
 
@@ -176,6 +196,7 @@ JOURNAL_TYPES: Final[Mapping[str, type[Any]]] = MappingProxyType({
     "cancel_requested": CancelRequested,
     "ended": Ended,
     "child_ended": ChildOutcome,
+    "step_attempt_failed": StepAttemptFailed,
 })
 """Each journal record class by its stored type name (the JSON and Avro ``type``)."""
 _NAMES: dict[type[Any], str] = {cls: name for name, cls in JOURNAL_TYPES.items()}

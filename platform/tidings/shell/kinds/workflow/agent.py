@@ -47,6 +47,7 @@ from ....core.workflow import (
     Started,
     StepCompleted,
     StepError,
+    StepAttemptFailed,
     StepFailed,
     StepStarted,
     TimerFired,
@@ -192,7 +193,7 @@ class WorkflowAgent:
         self._busy: Counter[str] = Counter()  # live activities and timers: not evictable
         self._dirty: Counter[str] = Counter()  # decided, not yet in RocksDB: not evictable
         # Journal records not acknowledged yet that an activity's input could come from
-        # (anything but Started and StepStarted): while an instance has some, its new
+        # (anything but Started, StepStarted and StepAttemptFailed): while an instance has some, its new
         # activities wait for the acks (see _submit).
         self._unsettled: Counter[str] = Counter()
         # Queries waiting for the end: (request id, reply_to, answer in JSON).
@@ -574,7 +575,7 @@ class WorkflowAgent:
             commit.write.records.append((instance_id, record))
             if isinstance(record, Started):
                 self._started_at[instance_id] = record.at
-            if not isinstance(record, (Started, StepStarted)):
+            if not isinstance(record, (Started, StepStarted, StepAttemptFailed)):
                 commit.unsettled[instance_id] += 1
                 self._unsettled[instance_id] += 1
         if instance_id not in commit.touched:
@@ -589,6 +590,9 @@ class WorkflowAgent:
         partition = self._partition(instance_id)
         stored: dict[str, Any] = {"status": status.value}
         reason = next((e.reason for e in decision.effects if isinstance(e, ReportParked)), None)
+        started_at = self._started_at.get(instance_id)
+        if started_at is not None:
+            stored["started_at"] = started_at  # for the status record of a later catch-up's end
         if status in _ENDED and instance.outcome is not None:
             ended = next((r for r in decision.records if isinstance(r, Ended)), None)
             stored["outcome"] = (
@@ -610,7 +614,7 @@ class WorkflowAgent:
             stored["reason"] = reason
             log.warning("workflow %s instance %r is parked: %s", self.definition.name, instance_id, reason)
         commit.write.statuses[instance_id] = stored
-        commit.kept.append(self._status_record(instance_id, status.value, now_ms, reason))
+        commit.kept.append(self._status_record(instance_id, status.value, now_ms, reason, started_at))
 
     def _replayed(self, instance_id: str, commit: _Commit, now_ms: int) -> WorkflowInstance:
         """Rebuild an instance that is not in memory from its stored journal."""
@@ -986,7 +990,7 @@ class WorkflowAgent:
         change.records.append((instance_id, record))
         if isinstance(record, Started):
             change.running[instance_id] = (partition, True)
-            change.statuses[instance_id] = {"status": WorkflowStatus.RUNNING.value}
+            change.statuses[instance_id] = {"status": WorkflowStatus.RUNNING.value, "started_at": record.at}
             if record.outcome_json:
                 change.statuses[instance_id]["outcome_json"] = True
         elif isinstance(record, Ended):
@@ -996,11 +1000,14 @@ class WorkflowAgent:
             # Its Started is in this chunk or stored before: either way the status has the flag.
             before = change.statuses.get(instance_id) or self._store.status(instance_id) or {}
             as_json = bool(before.get("outcome_json"))
+            started_at = before.get("started_at")
             change.statuses[instance_id] = {"status": status, "outcome": fields}
             if as_json:
                 change.statuses[instance_id]["outcome_json"] = True
+            if isinstance(started_at, int):
+                change.statuses[instance_id]["started_at"] = started_at
             after.append(self._outcome_record(instance_id, fields, record.at, as_json))
-            after.append(self._status_record(instance_id, status, record.at))
+            after.append(self._status_record(instance_id, status, record.at, started_at=started_at))
             after.extend(self._children.restored_end(instance_id, record, change.records, self._store, self.definition.name))
 
     # -- small things ------------------------------------------------------------------
@@ -1011,8 +1018,10 @@ class WorkflowAgent:
         return outcome_record(topic, partition, self.definition.name, instance_id, fields, now_ms,
                               as_json=as_json or self._runtime.json_outcomes)
 
-    def _status_record(self, instance_id: str, status: str, at: int, reason: str | None = None) -> Outgoing:
-        record = WorkflowStatusRecord(instance_id, self.definition.name, status, at, reason)
+    def _status_record(self, instance_id: str, status: str, at: int, reason: str | None = None,
+                       started_at: Any = None) -> Outgoing:
+        started = started_at if isinstance(started_at, int) else None
+        record = WorkflowStatusRecord(instance_id, self.definition.name, status, at, reason, started)
         return Outgoing(self.topics.status, instance_id.encode(), avro.encode(record), self._partition(instance_id))
 
     def _remember(self, instance: WorkflowInstance) -> None:
