@@ -5,7 +5,8 @@
 #   docker build -t tidings:dev .
 #   docker run --rm -e TIDINGS_BOOTSTRAP=kafka:9092 tidings:dev worker examples.bank.app:app
 #
-# Two stages: the first installs the project (`pip install .`) into a virtualenv, the second
+# Two stages: the first installs the project with its tracing extra (`pip install
+# '.[tracing]'`: off until OTEL_* says where traces go, docs/tracing.md) into a virtualenv, the second
 # copies only that virtualenv and the examples onto a clean python:3.11-slim, so neither the
 # sources nor pip's build artefacts end up in the image. Every dependency ships manylinux
 # wheels for CPython 3.11, so no compiler is needed.
@@ -23,7 +24,7 @@ WORKDIR /src
 # topics/ and examples/.
 COPY . .
 RUN pip install --upgrade pip setuptools wheel \
-    && pip install . \
+    && pip install '.[tracing]' \
     && tidings --help >/dev/null
 
 FROM ${PYTHON_IMAGE}

@@ -50,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-cluster", action="store_true",
                         help="skip the three-node rows (a local three-node cluster, replication 3)")
     parser.add_argument("--no-sagas", action="store_true", help="skip the saga transfers row")
+    parser.add_argument("--no-tracing", action="store_true",
+                        help="skip the saga transfers row with traces on (OpenTelemetry)")
     parser.add_argument("--no-schedules", action="store_true",
                         help="skip the schedule dispatch lag and memory rows")
     parser.add_argument("--no-listing", action="store_true",
@@ -148,6 +150,9 @@ def _measure(
     saga = None if args.no_sagas else sagas.run(
         bootstrap, sagas.QUICK if args.quick else sagas.DEFAULT, workdir=workdir, stack=stack,
         progress=progress)
+    traced = None if args.no_sagas or args.no_tracing else sagas.run(
+        bootstrap, sagas.QUICK if args.quick else sagas.DEFAULT, workdir=workdir, stack=stack,
+        progress=progress, tracing=True)
     sched = None if args.no_schedules else schedules.run(
         bootstrap, schedules.QUICK if args.quick else schedules.DEFAULT, workdir=workdir, stack=stack,
         progress=progress)
@@ -192,6 +197,8 @@ def _measure(
         rows += workflows.exactly_once_rows(wf_eos, wf, raw.round_trips_s)
     if saga is not None:
         rows += sagas.rows(saga, raw_e2e)
+    if saga is not None and traced is not None:
+        rows += sagas.tracing_rows(traced, saga)
     if sched is not None:
         rows += schedules.rows(sched)
     if dd is not None:
@@ -215,6 +222,8 @@ def _measure(
                      "at-least-once run; clients read read_committed.")
     if saga is not None:
         notes += sagas.notes(saga)
+    if traced is not None:
+        notes += sagas.tracing_notes(traced)
     if sched is not None:
         notes += schedules.notes(sched)
     if dd is not None:

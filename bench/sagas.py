@@ -124,18 +124,22 @@ def run(
     stack: ExitStack,
     progress: Callable[[str], None],
     profile: Path | None = None,
+    tracing: bool = False,
 ) -> SagaFigures:
     """Start a worker, open accounts, time N transfers from first send to last saga end.
 
     With ``profile``, the worker runs under cProfile and writes its stats there on exit.
+    With ``tracing``, the worker traces (``BENCH_TRACING``, see ``bench.saga_apps``).
     """
     app_id = f"benchsaga{uuid.uuid4().hex[:10]}"
     app = saga_apps.build(app_id)
     apply_topics(KafkaConnection.of(bootstrap), app.topic_specs(), out=lambda _: None)
-    worker = WorkerProcess("bench.saga_apps:app", bootstrap=bootstrap, data_dir=workdir / "saga-worker",
-                           log_path=workdir / "saga-worker.log",
+    name = "saga-worker-traced" if tracing else "saga-worker"
+    worker = WorkerProcess("bench.saga_apps:app", bootstrap=bootstrap, data_dir=workdir / name,
+                           log_path=workdir / f"{name}.log",
                            env={"BENCH_SAGA_APP_ID": app_id,
-                                **({"BENCH_PROFILE": str(profile)} if profile else {})},
+                                **({"BENCH_PROFILE": str(profile)} if profile else {}),
+                                **({"BENCH_TRACING": "1"} if tracing else {})},
                            cwd=ROOT)
     stack.callback(worker.stop)
     progress(f"sagas: starting worker for app {app_id} (log: {worker.log_path})")
@@ -199,6 +203,30 @@ async def _drive(client: Client, ends: _Ends, w: Workload, progress: Callable[[s
                        first_end_s=min(ended.values()) - began, cpu=cpu)
 
 
+def tracing_rows(traced: SagaFigures, plain: SagaFigures) -> list[Row]:
+    """The same transfers with the worker tracing, next to the run without (issue 19)."""
+    w = traced.workload
+    cost = plain.transfers_s and traced.transfers_s / plain.transfers_s - 1
+    return [
+        Row(f"saga transfers/s with traces on ({w.transfers:,} transfers; OpenTelemetry SDK, batched, "
+            f"spans dropped; {cost:+.0%} time vs off)",
+            rate(w.transfers, traced.transfers_s), "—", rate(plain.workload.transfers, plain.transfers_s)),
+    ]
+
+
+def tracing_notes(traced: SagaFigures) -> list[str]:
+    """Lines printed under the table about the traced saga run."""
+    w = traced.workload
+    return [
+        "traced saga run: the same workload on a fresh app whose worker sets the OpenTelemetry SDK "
+        "(BatchSpanProcessor, an exporter that drops the spans: no collector's network in the figure); "
+        "per transfer 2 decide spans, 2 saga transition spans and the spans of batches of more than one "
+        "record; the client "
+        "does not trace, so each command's decide starts a trace.",
+        f"CPU of the traced saga run: {traced.cpu.describe(w.transfers, traced.transfers_s).replace('command', 'transfer')}.",
+    ]
+
+
 def rows(f: SagaFigures, raw_e2e: str = "—") -> list[Row]:
     """The saga row of the bench table, against its SPEC §10 target."""
     w = f.workload
@@ -227,12 +255,22 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="smaller counts")
     parser.add_argument("--profile", type=Path, metavar="FILE",
-                        help="cProfile the worker; write its stats to FILE and print the top")
+                        help="cProfile the worker (with --tracing, the traced one); write its stats to FILE "
+                        "and print the top")
+    parser.add_argument("--tracing", action="store_true",
+                        help="then run the same transfers again with the worker tracing (OpenTelemetry)")
     args = parser.parse_args(argv)
+    workload = QUICK if args.quick else DEFAULT
+    traced = None
     with alone("tidings-bench-saga-") as (bootstrap, workdir, stack, progress):
-        figures = run(bootstrap, QUICK if args.quick else DEFAULT, workdir=workdir, stack=stack,
-                      progress=progress, profile=args.profile)
-    print_report(rows(figures), notes(figures), args.profile)
+        # With --tracing, --profile profiles the traced run's worker (where tracing's cost is).
+        figures = run(bootstrap, workload, workdir=workdir, stack=stack, progress=progress,
+                      profile=None if args.tracing else args.profile)
+        if args.tracing:
+            traced = run(bootstrap, workload, workdir=workdir, stack=stack, progress=progress, tracing=True,
+                         profile=args.profile)
+    table = rows(figures) + ([] if traced is None else tracing_rows(traced, figures))
+    print_report(table, notes(figures) + ([] if traced is None else tracing_notes(traced)), args.profile)
     return 0
 
 

@@ -109,8 +109,8 @@ def _one_run_each(scheduled: Scheduled, schedule: str, killed_pid: int | None,
     last (the run id is the due time, so that is one instance each). Every decided run but
     the newest few has its activity call (``consecutive=False``: gaps allowed, for policies that
     skip missed due times), and no call is for a due time never decided. An
-    activity runs at least once: a due time's activity was called twice only if the first
-    call was on the worker that was killed (it ran, and its result was not journaled).
+    activity runs at least once: a due time's activity was called more than once only if all
+    but the last calls were on the worker that was killed (they ran, and their result was not journaled).
     """
     dues = [due for runs in decided(scheduled, schedule) for due in runs]
     if consecutive:
@@ -123,9 +123,15 @@ def _one_run_each(scheduled: Scheduled, schedule: str, killed_pid: int | None,
             calls.setdefault(due, []).append(pid)
     assert set(calls) <= set(dues), sorted(set(calls) - set(dues))
     assert set(sorted(dues)[:-3]) <= set(calls), sorted(set(sorted(dues)[:-3]) - set(calls))
-    repeated = {due: pids for due, pids in calls.items()
-                if len(pids) > 1 and not (len(pids) == 2 and killed_pid is not None and pids[0] == killed_pid)}
+    repeated = {due: pids for due, pids in calls.items() if len(pids) > 1 and not _lost_then_redone(pids, killed_pid)}
     assert not repeated, repeated
+
+
+def _lost_then_redone(pids: list[int], killed_pid: int | None) -> bool:
+    """Whether the calls of one due time are the killed worker's (its results never
+    journaled: one, or more if a transaction of its aborted and it redid the batch), then at
+    most one by the worker that took its partitions over."""
+    return killed_pid is not None and all(pid == killed_pid for pid in pids[:-1])
 
 
 def decided(scheduled: Scheduled, schedule: str) -> list[list[datetime]]:

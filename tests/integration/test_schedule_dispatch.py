@@ -151,10 +151,12 @@ def test_two_workers_share_the_schedules_and_a_sigkill_moves_them_without_a_gap_
             for name in names:
                 await scheduled.schedules.create(name, "remind", name, SECOND, CatchUp.LATEST)
 
-        run(create())
-        # Both dispatch: the journal's partitions are spread over the two workers.
+        # Both dispatch: the journal's partitions are spread over the two workers. Only then
+        # are the schedules made, so no run is in flight while the second worker joins (a
+        # rebalance then aborts its transaction and its activity runs again, as it may).
         assert_eventually(lambda: dispatched_partitions(first.log_path) and dispatched_partitions(second.log_path),
                           timeout=90, message=workers.log_tail())
+        run(create())
         assert_eventually(lambda: all(len(scheduled.dues(n)) >= 3 for n in names), timeout=60,
                           message=workers.log_tail())
         killed_at, killed_pid = datetime.now(UTC), first.pid

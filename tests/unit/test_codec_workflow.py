@@ -22,6 +22,7 @@ from tidings.core.workflow.journal import (
     Ended,
     SignalReceived,
     Started,
+    StepAttemptFailed,
     StepCompleted,
     StepFailed,
     StepStarted,
@@ -43,7 +44,12 @@ GOLDEN_V2 = Path(__file__).resolve().parents[1] / "golden" / "avro" / "workflow_
 GOLDEN_V3 = Path(__file__).resolve().parents[1] / "golden" / "avro" / "workflow_records.v3.json"
 # v4: a child's start and reports carry its parent's token (workflowinbox.v3, workflowjournal.v4),
 # and a step's end its time and an activity's attempt (workflowjournal.v4).
-GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "avro" / "workflow_records.v4.json"
+GOLDEN_V4 = Path(__file__).resolve().parents[1] / "golden" / "avro" / "workflow_records.v4.json"
+# v5: a run's start journals its trace context (Started.traceparent), a failed attempt that will
+# be retried is journaled (StepAttemptFailed; workflowjournal.v5), an instance's start time is on
+# its status records (workflowstatus.v2).
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "avro" / "workflow_records.v5.json"
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 TOKEN = "5f0c4a1e9b7d2c3a8e6f1b0d4c2a9e7f"
 BOOM = StepError(ErrorKind.ATTEMPTS_EXHAUSTED, "RuntimeError: boom", "RuntimeError")
 
@@ -102,8 +108,13 @@ RECORDS: dict[str, object] = {
         "o-1:3", Started(1, '"ABC"', 10, "parent", "o-1", "3", parent_token=TOKEN)),
     "journal completed at, attempt": WorkflowJournalEntry("o-1", StepCompleted(16, "1", "42", at=20, attempt=3)),
     "journal failed at, attempt": WorkflowJournalEntry("o-1", StepFailed(17, "2", BOOM, at=21, attempt=5)),
+    "journal started traced": WorkflowJournalEntry("o-5", Started(1, '"ABC"', 10, traceparent=TRACEPARENT)),
+    "journal attempt failed": WorkflowJournalEntry(
+        "o-1", StepAttemptFailed(18, "1", 2, StepError(None, "RuntimeError: flaky", "RuntimeError"), 22, 1022)),
+    "status finished with its start": WorkflowStatusRecord("o-1", "enrich", "FINISHED", 42, started_at=10),
 }
 V4_ONLY = 6  # the records with a token, a completion time or an attempt: older goldens hold none
+V5_ONLY = 3  # a traced start, a failed attempt's record, a status with its start: older goldens hold none
 
 
 def golden(path: Path = GOLDEN) -> dict[str, bytes]:
@@ -111,7 +122,7 @@ def golden(path: Path = GOLDEN) -> dict[str, bytes]:
 
 
 def test_every_workflow_record_encodes_to_its_golden_bytes() -> None:
-    # Written with workflowinbox.v3 / workflowjournal.v4 (a child's parent token).
+    # Written with workflowinbox.v3 / workflowjournal.v5 / workflowstatus.v2.
     stored = golden()
     assert stored.keys() == RECORDS.keys()
     for name, record in RECORDS.items():
@@ -123,11 +134,19 @@ def test_every_golden_workflow_record_decodes_to_its_record() -> None:
         assert avro.decode_as(data, type(RECORDS[name])) == RECORDS[name], name  # type: ignore[type-var]
 
 
+def test_every_v4_golden_workflow_record_still_decodes_to_its_record() -> None:
+    # Written with workflowjournal.v4 / workflowstatus.v1: the same records, untraced, no retry_at or started_at.
+    stored = golden(GOLDEN_V4)
+    assert len(stored) == len(RECORDS) - V5_ONLY
+    for name, data in stored.items():
+        assert avro.decode_as(data, type(RECORDS[name])) == RECORDS[name], name  # type: ignore[type-var]
+
+
 def test_every_v3_golden_workflow_record_still_decodes_to_its_record() -> None:
     # Written with workflowinbox.v2 / workflowjournal.v3, before parent tokens: a child's
     # records read with no token (its parent checks none).
     stored = golden(GOLDEN_V3)
-    assert len(stored) == len(RECORDS) - V4_ONLY
+    assert len(stored) == len(RECORDS) - V4_ONLY - V5_ONLY
     for name, data in stored.items():
         assert avro.decode_as(data, type(RECORDS[name])) == RECORDS[name], name  # type: ignore[type-var]
 
@@ -136,7 +155,7 @@ def test_every_v2_golden_workflow_record_still_decodes_to_its_record() -> None:
     # Written with workflowjournal.v2, before JSON starts were remembered: a start reads
     # with outcome_json null (its outcome record is Avro).
     stored = golden(GOLDEN_V2)
-    assert len(stored) == len(RECORDS) - 1 - V4_ONLY
+    assert len(stored) == len(RECORDS) - 1 - V4_ONLY - V5_ONLY
     for name, data in stored.items():
         assert avro.decode_as(data, type(RECORDS[name])) == RECORDS[name], name  # type: ignore[type-var]
 

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from tidings.console.replay import Input, Refused, input_topics, replay_of
+from tidings.console.replay import Input, input_topics, replay_of
+from tidings.errors import ReplayRefused
 from tidings.console.security import COOKIE, Guard, cookies, is_loopback
 from tidings.console.timeline import timeline
 from tidings.core.partitioning import partition_for
@@ -157,12 +158,12 @@ def test_a_good_letter_goes_back_to_its_origin_as_it_was() -> None:
     ({"headers": ["h"]}, "not a map"),
 ])
 def test_a_letter_that_may_not_go_back_is_refused_saying_why(changes: dict[str, object], words: str) -> None:
-    with pytest.raises(Refused, match=words):
+    with pytest.raises(ReplayRefused, match=words):
         replay_of(_letter(**changes), INPUTS)
 
 
 def test_an_unreadable_record_of_the_deadletter_topic_is_never_sent() -> None:
-    with pytest.raises(Refused, match="not a dead letter"):
+    with pytest.raises(ReplayRefused, match="not a dead letter"):
         replay_of({"unreadable": "not Avro", "letter": {"partition": 0, "offset": 1}, "value": "x"}, INPUTS)
 
 

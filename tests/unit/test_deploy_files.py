@@ -227,7 +227,7 @@ def test_dockerfile_installs_the_project_on_python_311_slim() -> None:
     assert {base.replace("${PYTHON_IMAGE}", args["PYTHON_IMAGE"]) for base in bases} == {
         "python:3.11-slim"
     }
-    assert any(keyword == "RUN" and "pip install ." in rest for keyword, rest in instructions)
+    assert any(keyword == "RUN" and "pip install '.[tracing]'" in rest for keyword, rest in instructions)
     assert ("COPY", "examples /app/examples") in instructions
 
 

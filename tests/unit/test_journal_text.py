@@ -80,3 +80,20 @@ def test_the_summary_says_how_the_instance_stands() -> None:
         "enrich o-1: running, waiting on step 2 signal approval since 2026-11-30T00:13:50.355Z; 4 records")
     ended = [*running, Ended(5, "cancelled", T0 + 60_000)]
     assert summary("enrich", "o-1", ended) == "enrich o-1: cancelled after 1 min 0 s, 5 records"
+
+
+def test_a_failed_attempt_is_a_line_and_the_steps_end_counts_them() -> None:
+    from tidings.core.workflow import StepAttemptFailed
+
+    error = StepError(None, "ConnectionError: down", "ConnectionError")
+    records = [
+        Started(1, "null", T0),
+        StepStarted(2, "1", "activity", "flaky", T0),
+        StepAttemptFailed(3, "1", 1, error, T0 + 5, T0 + 1005),
+        StepAttemptFailed(4, "1", 2, error, T0 + 1010, T0 + 2010),
+        StepCompleted(5, "1", "3", at=T0 + 2020, attempt=3),
+    ]
+    lines = journal_lines(records)
+    assert lines[2].endswith("#3  step 1 attempt 1 failed, ConnectionError: down; next attempt at "
+                             "2026-11-30T00:13:51.357Z (in 1.000 s)"), lines[2]
+    assert lines[4].endswith("step 1 done: 3  (took 2.020 s, attempt 3, 2 failed attempts journaled before)"), lines[4]

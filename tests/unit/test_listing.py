@@ -143,9 +143,13 @@ class _App:
 
     hosted = [argparse.Namespace(name="enrich")]
 
+    def schedule_handle(self) -> None:
+        raise LookupError("no schedules")
+
 
 def _args(*argv: str) -> argparse.Namespace:
-    defaults = {"status": [], "since": None, "until": None, "limit": None, "timeout": None, "name": None}
+    defaults = {"status": [], "since": None, "until": None, "limit": None, "timeout": None, "name": None,
+                "type": [], "started_after": None, "started_before": None, "ended_after": None, "ended_before": None}
     namespace = argparse.Namespace(**defaults)
     namespace.kind = argv[0]
     if len(argv) > 1:
@@ -164,7 +168,16 @@ def test_arguments_are_checked_before_kafka_is_asked() -> None:
     assert parse(letters, _App())[3].statuses == {"DecodeError"}
     for kind, option, value, says in [
         ("bogus", None, None, "unknown kind"),
-        ("schedule", None, None, "not there yet"),
+        ("schedule", None, None, "declares no schedules"),
+        ("orchestration", "name", "nope", "declares no orchestration 'nope'"),
+        ("flow", "status", ["DONE"], "unknown status"),
+        ("workflow", "type", ["nope"], "declares no workflow 'nope'"),
+        ("workflow", "started_after", "2026-13-01", "--started-after '2026-13-01' is neither"),
+        ("workflow", "started_before", "tomorrow", "--started-before 'tomorrow' is neither"),
+        ("workflow", "ended_after", "2026-11-30T25:00", "--ended-after"),
+        ("workflow", "ended_before", "-5m", "--ended-before"),
+        ("aggregate", "started_after", "1h", "no start or end time"),
+        ("deadletters", "ended_before", "1h", "no start or end time"),
         ("saga", "status", ["PARKED"], "unknown status"),
         ("workflow", "name", "nope", "declares no workflow 'nope'"),
         ("workflow", "status", ["DONE"], "unknown status"),
@@ -223,7 +236,8 @@ def test_describe_says_where_an_instance_waits_what_failed_and_who_its_parent_an
     assert described["parent"] == {"workflow": "order", "id": "o-1", "step": "3"}
     assert [(w["step"], w["kind"], w.get("due_in_ms")) for w in described["waiting"]] == [
         ("2", "timer", 59_030), ("3", "signal", 89_030), ("5", "activity", None)]
-    assert described["waiting"][2]["attempt"] is None and described["waiting"][2]["for_ms"] == 940
+    assert described["waiting"][2]["failed_attempts"] == 0 and described["waiting"][2]["for_ms"] == 940
+    assert described["waiting"][2]["next_attempt"] is None
     assert described["last_failure"] == {"step": "1", "name": "charge", "at": "2026-11-30T12:00:00.020Z",
                                          "attempt": 3, "kind": "attempts_exhausted", "message": "card declined"}
     assert described["children"] == [{"workflow": "ship", "id": "c-1:4", "step": "4", "reported": None,
@@ -233,7 +247,7 @@ def test_describe_says_where_an_instance_waits_what_failed_and_who_its_parent_an
     text = "\n".join(describe_lines(described, records))
     assert "secret" not in text and "t0ken" not in text
     assert "waiting on      step 2 timer since" in text and "(in 59.030 s)" in text
-    assert "step 5 activity score" in text and "attempts so far are not journaled" in text
+    assert "step 5 activity score" in text and "no attempt has failed yet" in text
     assert "last failure    step 1 charge at 2026-11-30T12:00:00.020Z, attempt 3: attempts_exhausted: card declined" in text
     assert "parent          order o-1 (its step 3)" in text and "children        ship c-1:4: RUNNING" in text
     assert "journal (last 5 of 9 records; --journal shows all):" in text
@@ -244,7 +258,9 @@ def test_a_describe_argument_that_is_wrong_is_one_line_and_exit_2(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("TIDINGS_BOOTSTRAP", "127.0.0.1:1")  # never reached
-    for argv, says in [(["schedule", "x", "y"], "not there"), (["saga", "x", "y"], "declares no saga"),
+    for argv, says in [(["schedule", "x", "y"], "declares no schedules"), (["kitchen", "x", "y"], "not there"),
+                       (["saga", "x", "y"], "declares no saga"), (["workflow", "enrich"], "needs NAME and ID"),
+                       (["aggregate", "nope", "y"], "declares no aggregate 'nope'"),
                        (["workflow", "nope", "y"], "declares no workflow"),
                        (["workflow", "enrich", ""], "must not be empty"),
                        (["workflow", "enrich", "x" * 10_000], "the limit is")]:
@@ -298,3 +314,82 @@ def test_describe_a_saga_shows_its_state_the_commands_sent_and_the_replies_it_ex
     done = [*entries, SagaJournalEntry("transfer", "t-1", 2, MS + 5, "stop", b'{"phase": "done"}', True)]
     ended = describe_saga("transfer", "t-1", done, MS + 2000)
     assert (ended["status"], ended["expectations"], ended["transition"]) == ("ENDED", [], "stop")
+
+
+def test_start_and_end_windows_keep_rows_that_know_those_times() -> None:
+    listed = [
+        Row("workflow", "enrich", "early", "FINISHED", MS - 100, started_at=MS - 5000, ended_at=MS - 100),
+        Row("workflow", "enrich", "late", "RUNNING", MS - 1000, started_at=MS - 1000),
+        Row("workflow", "approve", "old", "FINISHED", MS - 50, ended_at=MS - 50),  # a v1 record: no start
+    ]
+    ids = lambda **f: [r.id for r in select(listed, Filters(**f)).shown]  # noqa: E731
+    assert ids(started_after=MS - 2000) == ["late"]
+    assert ids(started_before=MS - 2000) == ["early"]
+    assert ids(started_after=MS - 5000, started_before=MS - 1000) == ["early"]  # [after, before)
+    assert ids(ended_after=MS - 200) == ["old", "early"]  # a running row never matches --ended-*
+    assert ids(ended_before=MS - 60) == ["early"]
+    assert ids(names=frozenset({"approve"})) == ["old"]
+    line = row_json(listed[0])
+    assert (line["started_at"], line["ended_at"]) == ("2026-11-30T11:59:55.000Z", "2026-11-30T11:59:59.900Z")
+    assert "ended_at" not in row_json(listed[1])
+
+
+def test_a_status_record_without_started_at_reads_its_start_from_a_running_record() -> None:
+    index = StatusIndex("enrich", 4)
+    index.take(_status("a", avro.encode(WorkflowStatusRecord("a", "enrich", "RUNNING", 7))))
+    index.take(_status("b", avro.encode(WorkflowStatusRecord("b", "enrich", "FINISHED", 9))))
+    index.take(_status("c", avro.encode(WorkflowStatusRecord("c", "enrich", "FAULTED", 9, started_at=3))))
+    assert {i: (s.started_at, s.ended_at) for i, s in index.latest.items()} == {
+        "a": (7, None), "b": (None, 9), "c": (3, 9)}
+
+
+def test_the_orchestration_index_reads_journal_keys_and_outcomes_and_skips_the_rest() -> None:
+    from tidings.inspection.kind_indexes import OrchestrationIndex
+    from tidings.core.orchestration_records import OrchestrationOutcome
+
+    index = OrchestrationIndex("fulfil", 4)
+
+    def journal(key: str, at: int, partition: int | None = None) -> Incoming:
+        owner = key.rpartition("/")[0] or key
+        return Incoming("j", partition_for(owner, 4) if partition is None else partition, 0, key.encode(), b"x",
+                        timestamp_ms=at)
+
+    for key, at in (("o-1/1", 10), ("o-1/2", 20), ("o-1/3", 30), ("o-2/1", 15)):
+        index.take_journal(journal(key, at))
+    for bad in ("o-3", "o-3/0", "o-3/x", "/1"):
+        index.take_journal(journal(bad, 1))
+    index.take_journal(journal("o-4/1", 1, partition=(partition_for("o-4", 4) + 1) % 4))
+    outcome = lambda o, name="fulfil": avro.encode(OrchestrationOutcome(name, o, 3, 40, "Shipped", b"{}"))  # noqa: E731
+    index.take_outcome(Incoming("o", partition_for("o-1", 4), 0, b"o-1", outcome("o-1")))
+    index.take_outcome(Incoming("o", partition_for("o-2", 4), 0, b"o-2", outcome("o-2", "other")))
+    index.take_outcome(Incoming("o", partition_for("o-2", 4), 0, b"o-2", b"not avro"))
+    rows = {r.id: r for r in index.rows()}
+    assert (rows["o-1"].status, rows["o-1"].at, rows["o-1"].started_at, rows["o-1"].ended_at) == ("FINISHED", 40, 10, 40)
+    assert rows["o-1"].extra["events"] == 3 and rows["o-1"].extra["outcome_type"] == "Shipped"
+    assert (rows["o-2"].status, rows["o-2"].at, rows["o-2"].extra["events"]) == ("RUNNING", 15, 1)
+    assert set(rows) == {"o-1", "o-2"} and index.skipped == 7
+
+
+def test_describe_shows_failed_attempts_the_last_failure_and_the_next_attempt() -> None:
+    from tidings.inspection.describe_text import describe_lines, describe_workflow
+    from tidings.core.workflow import StepAttemptFailed, StepError
+    from tidings.core.workflow.journal import Started, StepStarted
+
+    boom = lambda n: StepError(None, f"ConnectionError: down ({n})", "ConnectionError")  # noqa: E731
+    records = [
+        Started(1, "null", MS), StepStarted(2, "1", "activity", "flaky", MS + 10),
+        StepAttemptFailed(3, "1", 1, boom(1), MS + 20, MS + 1020),
+        StepAttemptFailed(4, "1", 2, boom(2), MS + 1030, MS + 2030),
+        # a restart: the worker began again at 1
+        StepAttemptFailed(5, "1", 1, boom(3), MS + 9000, MS + 10_000),
+    ]
+    described = describe_workflow("retrier", "r-1", records, None, {}, MS + 9500)
+    (wait,) = described["waiting"]
+    assert (wait["failed_attempts"], wait["restarts"]) == (3, 1)
+    assert wait["last_failure"] == {"attempt": 1, "at": "2026-11-30T12:00:09.000Z", "type": "ConnectionError",
+                                    "message": "ConnectionError: down (3)"}
+    assert wait["next_attempt"] == {"attempt": 2, "due": "2026-11-30T12:00:10.000Z", "due_in_ms": 500}
+    text = "\n".join(describe_lines(described, records))
+    assert "3 failed attempts journaled (a worker began the step again from attempt 1: 1 restart)" in text
+    assert "last failure: attempt 1 at 2026-11-30T12:00:09.000Z: ConnectionError: down (3)" in text
+    assert "next attempt: 2 due 2026-11-30T12:00:10.000Z (in 500 ms)" in text

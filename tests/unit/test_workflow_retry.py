@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from tidings.core.workflow import (
     ActivityResult,
     Attempt,
+    Ended,
     ErrorKind,
     Finished,
     GiveUp,
@@ -18,7 +19,9 @@ from tidings.core.workflow import (
     RetryPolicy,
     RunActivity,
     Start,
+    StepAttemptFailed,
     StepCompleted,
+    StepError,
     StepFailed,
     WorkflowContext,
     WorkflowInstance,
@@ -257,3 +260,49 @@ def test_a_steps_end_is_journaled_with_its_time_and_an_activitys_attempt() -> No
     assert (failed.at, failed.attempt) == (1_400, 2)
     replayed, decision = WorkflowInstance.replay(define_workflow("attempts", body), "a-1", records, 2_000)
     assert decision.records == () and replayed.outcome == instance.outcome
+
+
+def test_a_failed_attempt_that_will_be_retried_is_journaled_and_replay_skips_it() -> None:
+    # workflowjournal.v5: for people (tidings describe, journal); replay must not change.
+
+    async def body(ctx: WorkflowContext, _: None) -> int:
+        return await ctx.activity("flaky", RetryPolicy(attempts=3), lambda: 1)
+
+    definition = define_workflow("attempts", body)
+    instance = WorkflowInstance(definition, "a-1")
+    records = list(instance.advance(Start(None), 1_000).records)
+    first = instance.advance(ActivityResult("1", 1, error=RuntimeError("no")), 1_100)
+    [failed] = first.records
+    assert failed == StepAttemptFailed(3, "1", 1, StepError(None, "RuntimeError: no", "RuntimeError"), 1_100, 2_100)
+    [retry] = [e for e in first.effects if isinstance(e, RunActivity)]
+    assert (retry.attempt, retry.not_before) == (2, 2_100)
+    records += first.records
+    timed_out = instance.advance(ActivityResult("1", 2, timed_out=True), 2_200).records
+    assert [(r.attempt, r.error.type, r.retry_at) for r in timed_out] == [(2, "TimeoutError", 4_200)]  # type: ignore[union-attr]
+    records += timed_out
+    # Mid-retry: the replayed instance issues the step again at attempt 1, exactly as one
+    # whose journal holds no attempt records, and adds no record.
+    with_attempts = WorkflowInstance.replay(definition, "a-1", records, 3_000)[1]
+    without = WorkflowInstance.replay(
+        definition, "a-1", [r for r in records if not isinstance(r, StepAttemptFailed)], 3_000)[1]
+    assert with_attempts.records == without.records == ()
+    assert [(e.path, e.attempt) for e in with_attempts.effects if isinstance(e, RunActivity)] == [("1", 1)]
+    assert [type(e) for e in with_attempts.effects] == [type(e) for e in without.effects]
+    # The last attempt ends the step: no attempt record for it, the StepFailed has its number.
+    last = instance.advance(ActivityResult("1", 3, error=RuntimeError("no")), 4_300).records
+    assert [type(r) for r in last] == [StepFailed, Ended]
+    records += last
+    replayed, decision = WorkflowInstance.replay(definition, "a-1", records, 5_000)
+    assert decision.records == () and replayed.outcome == instance.outcome
+    # The next seq counts the attempt records: nothing is written over them.
+    assert records[-1].seq == len(records)
+
+
+def test_a_failure_the_policy_gives_up_on_journals_no_attempt_record() -> None:
+    async def body(ctx: WorkflowContext, _: None) -> int:
+        return await ctx.activity("once", Retry.none, lambda: 1)
+
+    instance = WorkflowInstance(define_workflow("once", body), "o-1")
+    instance.advance(Start(None), 1_000)
+    decided = instance.advance(ActivityResult("1", 1, error=RuntimeError("no")), 1_100).records
+    assert not any(isinstance(r, StepAttemptFailed) for r in decided)

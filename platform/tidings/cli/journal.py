@@ -21,12 +21,15 @@ from .start import add_workflow_parser, workflow_handle
 _DESCRIPTION = """\
 Print the journal of the instance ID, oldest record first: a line that says how it stands,
 then one line per record with its time (ISO-8601 UTC), its seq and what happened, each
-step's end with how long the step took and which attempt of an activity ended it:
+step's end with how long the step took and which attempt of an activity ended it, each
+failed attempt that was retried with its error and when the next was due (journaled
+since workflowjournal.v5; attempts count from 1 again after a worker restart):
 
   enrich order-17: finished after 3.005 s, 8 records
   2026-11-30T00:13:50.352Z  #1  started with "ABC"
   2026-11-30T00:13:50.352Z  #2  step 1 activity score
-  2026-11-30T00:13:50.357Z  #3  step 1 done: 30  (took 5 ms, attempt 1)
+  2026-11-30T00:13:50.357Z  #3  step 1 attempt 1 failed, ConnectionError: down; next attempt at ... (in 1.000 s)
+  2026-11-30T00:13:51.362Z  #4  step 1 done: 30  (took 1.010 s, attempt 2, 1 failed attempt journaled before)
   ...
   2026-11-30T00:13:53.357Z  #8  ended finished: {"points":30,...}  (after 3.005 s)
 

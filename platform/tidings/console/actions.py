@@ -78,7 +78,7 @@ class Actions:
         Raises:
             BrokerError: Kafka did not take it within the timeout.
         """
-        producer = self.kafka.producer(**{"enable.idempotence": True})
+        producer = replay_producer(self.kafka)
         delivered: dict[str, Any] = {}
 
         def report(error: Any, message: Any) -> None:
@@ -99,3 +99,10 @@ class Actions:
             self._loop.call_soon_threadsafe(client.close)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
+
+
+def replay_producer(kafka: KafkaConnection) -> Any:
+    """The producer a dead letter goes back with: idempotent with ``acks=all`` whatever the
+    connection says (as every producer of tidings: a replay must not be lost on a leader
+    failover, nor doubled by a retry)."""
+    return kafka.producer(**{"enable.idempotence": True, "acks": "all"})

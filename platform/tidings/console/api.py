@@ -34,7 +34,9 @@ from ..core.schedule import format_due, run_id
 from ..core.workflow.journal import Ended, record_to_json
 from ..errors import (
     BrokerError,
+    ConsoleRefusal,
     LimitError,
+    ReplayRefused,
     ReplyTimeout,
     SchemaError,
     WorkflowEnded,
@@ -51,7 +53,7 @@ from ..shell.runtime.connection import KafkaConnection
 from ..shell.runtime.io import Incoming
 from ..shell.runtime.topics import deadletter_topic
 from .actions import Actions
-from .replay import Input, Refused, input_topics, replay_of
+from .replay import Input, input_topics, replay_of
 from .timeline import timeline
 
 #: Rows per page unless ``per_page`` says otherwise, and at most.
@@ -66,15 +68,6 @@ SCHEDULE_STATUSES: Final = ("active", "paused", "deleted")
 CANCELLABLE: Final = ("RUNNING", "PARKED")
 
 
-class ApiError(Exception):
-    """A refusal: its HTTP status and one line saying what to do."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
 @dataclass(frozen=True, slots=True)
 class Answer:
     status: int
@@ -84,7 +77,7 @@ class Answer:
 def _one(query: Mapping[str, Sequence[str]], name: str) -> str | None:
     values = query.get(name) or []
     if len(values) > 1:
-        raise ApiError(400, f"give {name} once")
+        raise ConsoleRefusal(400, f"give {name} once")
     return values[0] if values else None
 
 
@@ -92,7 +85,7 @@ def _whole(text: str | None, name: str, default: int, low: int, high: int) -> in
     if text is None or text == "":
         return default
     if not text.isdigit() or not low <= int(text) <= high:
-        raise ApiError(400, f"{name} must be a whole number from {low} to {high}, not {text[:40]!r}")
+        raise ConsoleRefusal(400, f"{name} must be a whole number from {low} to {high}, not {text[:40]!r}")
     return int(text)
 
 
@@ -100,7 +93,7 @@ def _id(value: Any, what: str) -> str:
     try:
         return check_id(value, what)
     except LimitError as exc:
-        raise ApiError(400, str(exc)) from None
+        raise ConsoleRefusal(400, str(exc)) from None
 
 
 def _listed(row: Row) -> dict[str, Any]:
@@ -149,11 +142,11 @@ class ConsoleApi:
                 return Answer(200, self.aggregate(name, aggregate_id))
             case ["deadletters", letter]:
                 return Answer(200, self.deadletter(letter))
-        raise ApiError(404, "no such endpoint; docs/console.md lists the API")
+        raise ConsoleRefusal(404, "no such endpoint; docs/console.md lists the API")
 
     def post(self, parts: Sequence[str], body: Any) -> Answer:
         if not isinstance(body, dict):
-            raise ApiError(400, "the body must be a JSON object")
+            raise ConsoleRefusal(400, "the body must be a JSON object")
         match list(parts):
             case ["workflows", name, instance_id, "signal"]:
                 return Answer(200, self.signal(name, instance_id, body))
@@ -165,7 +158,7 @@ class ConsoleApi:
                 return Answer(200, self.schedule(action, schedule_id))
             case ["deadletters", letter, "replay"]:
                 return Answer(200, self.replay(letter, body))
-        raise ApiError(404, "no such endpoint; docs/console.md lists the API")
+        raise ConsoleRefusal(404, "no such endpoint; docs/console.md lists the API")
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -177,7 +170,7 @@ class ConsoleApi:
     def _workflow_handle(self, name: str) -> Any:
         handles = {h.name: h for h in self.app.declared("workflow")}
         if name not in handles:
-            raise ApiError(404, f"{self.app.name} declares no workflow {name[:100]!r} "
+            raise ConsoleRefusal(404, f"{self.app.name} declares no workflow {name[:100]!r} "
                                 f"(it declares: {', '.join(handles) or 'none'})")
         return handles[name]
 
@@ -226,14 +219,14 @@ class ConsoleApi:
         kind = {"workflows": "workflow", "sagas": "saga", "aggregates": "aggregate", "schedules": "schedule",
                 "deadletter": "deadletters"}.get(kind, kind)
         if kind not in LISTED:
-            raise ApiError(404, f"no list of {kind[:60]!r}; lists: {', '.join(LISTED)}")
+            raise ConsoleRefusal(404, f"no list of {kind[:60]!r}; lists: {', '.join(LISTED)}")
         unknown = set(query) - {"name", "status", "q", "page", "per_page"}
         if unknown:
-            raise ApiError(400, f"unknown parameter {sorted(unknown)[0][:40]!r}; give name, status, q, page, per_page")
+            raise ConsoleRefusal(400, f"unknown parameter {sorted(unknown)[0][:40]!r}; give name, status, q, page, per_page")
         name = _one(query, "name") or None
         q = _one(query, "q") or ""
         if len(q.encode("utf-8")) > MAX_ID_BYTES:
-            raise ApiError(400, f"q is longer than an id can be ({MAX_ID_BYTES} bytes)")
+            raise ConsoleRefusal(400, f"q is longer than an id can be ({MAX_ID_BYTES} bytes)")
         page = _whole(_one(query, "page"), "page", 1, 1, 1_000_000)
         per_page = _whole(_one(query, "per_page"), "per_page", PER_PAGE, 1, MAX_PER_PAGE)
         statuses = set(query.get("status") or [])
@@ -244,23 +237,23 @@ class ConsoleApi:
         else:
             allowed = KINDS[kind].statuses
         if kind == "aggregate" and statuses:
-            raise ApiError(400, "an aggregate has no status to filter on")
+            raise ConsoleRefusal(400, "an aggregate has no status to filter on")
         if allowed is not None:
             statuses = {s.lower() if kind == "schedule" else s.upper() for s in statuses}
             wrong = sorted(statuses - set(allowed))
             if wrong:
-                raise ApiError(400, f"unknown status {wrong[0][:40]!r}; {kind} statuses: {', '.join(allowed)}")
+                raise ConsoleRefusal(400, f"unknown status {wrong[0][:40]!r}; {kind} statuses: {', '.join(allowed)}")
         if kind == "schedule":
             found = self._schedule_rows()
             if found is None:
-                raise ApiError(404, f"{self.app.name} declares no schedules (app.schedules([...]))")
+                raise ConsoleRefusal(404, f"{self.app.name} declares no schedules (app.schedules([...]))")
             rows = found
         else:
             names = None
             if name is not None:
                 known = declared_names(self.app, kind, KINDS[kind])
                 if name not in known:
-                    raise ApiError(404, f"{self.app.name} declares no {kind} {name[:100]!r} "
+                    raise ConsoleRefusal(404, f"{self.app.name} declares no {kind} {name[:100]!r} "
                                         f"(it declares: {', '.join(known) or 'none'})")
                 names = [name]
             rows = self._rows(kind, names)
@@ -277,39 +270,39 @@ class ConsoleApi:
         instance_id = _id(instance_id, "workflow id")
         read = read_workflow(self.app, self.kafka, name, instance_id, timeout=self.timeout)
         if read is None:
-            raise ApiError(404, f"no {name} instance {instance_id[:100]!r} was started (its journal is empty)")
+            raise ConsoleRefusal(404, f"no {name} instance {instance_id[:100]!r} was started (its journal is empty)")
         return {"describe": shown(read.described), "timeline": timeline(read.records, int(time.time() * 1000)),
                 "journal": [shown(record_to_json(r)) for r in read.records]}
 
     def saga(self, name: str, saga_id: str) -> dict[str, Any]:
         handles = {h.name: h for h in self.app.declared("saga")}
         if name not in handles:
-            raise ApiError(404, f"{self.app.name} declares no saga {name[:100]!r} (it declares: {', '.join(handles) or 'none'})")
+            raise ConsoleRefusal(404, f"{self.app.name} declares no saga {name[:100]!r} (it declares: {', '.join(handles) or 'none'})")
         saga_id = _id(saga_id, "saga id")
         read = read_saga(handles[name], self.kafka, saga_id, timeout=self.timeout)
         if read is None:
-            raise ApiError(404, f"no {name} saga {saga_id[:100]!r} was started (its journal is empty)")
+            raise ConsoleRefusal(404, f"no {name} saga {saga_id[:100]!r} was started (its journal is empty)")
         return {"describe": read.described, "transitions": [saga_record_json(e) for e in read.entries]}
 
     def aggregate(self, name: str, aggregate_id: str) -> dict[str, Any]:
         names = [h.name for h in self.app.declared("aggregate")]
         if name not in names:
-            raise ApiError(404, f"{self.app.name} declares no aggregate {name[:100]!r} (it declares: {', '.join(names) or 'none'})")
+            raise ConsoleRefusal(404, f"{self.app.name} declares no aggregate {name[:100]!r} (it declares: {', '.join(names) or 'none'})")
         aggregate_id = _id(aggregate_id, "aggregate id")
         events = read_aggregate_events(self.app, self.kafka, name, aggregate_id, timeout=self.timeout)
         if not events:
-            raise ApiError(404, f"no {name} {aggregate_id[:100]!r} has stored an event")
+            raise ConsoleRefusal(404, f"no {name} {aggregate_id[:100]!r} has stored an event")
         return {"aggregate": name, "id": aggregate_id, "version": events[-1]["version"], "events": events}
 
     def _letter(self, letter: str) -> dict[str, Any]:
         partition_text, colon, offset_text = letter.partition(":")
         if not colon or not partition_text.isdigit() or not offset_text.isdigit() or len(letter) > 40:
-            raise ApiError(400, f"a dead letter is named PARTITION:OFFSET (e.g. 0:17), not {letter[:40]!r}")
+            raise ConsoleRefusal(400, f"a dead letter is named PARTITION:OFFSET (e.g. 0:17), not {letter[:40]!r}")
         partition, offset = int(partition_text), int(offset_text)
         topic = deadletter_topic(self.app.name)
         partitions = self._partitions(topic)
         if partition >= partitions:
-            raise ApiError(404, f"{topic} has no partition {partition} ({partitions} partitions)")
+            raise ConsoleRefusal(404, f"{topic} has no partition {partition} ({partitions} partitions)")
         found: list[dict[str, Any]] = []
 
         def take(record: Incoming) -> None:
@@ -319,7 +312,7 @@ class ConsoleApi:
         read_topics(self.kafka, {topic: take}, group_prefix=f"{self.app.name}.", timeout=self.timeout,
                     only={topic: {partition}})
         if not found:
-            raise ApiError(404, f"no dead letter at {partition}:{offset} of {topic} (gone by retention, or never)")
+            raise ConsoleRefusal(404, f"no dead letter at {partition}:{offset} of {topic} (gone by retention, or never)")
         return found[0]
 
     def _partitions(self, topic: str) -> int:
@@ -343,7 +336,7 @@ class ConsoleApi:
         line = self._letter(letter)
         try:
             replay: dict[str, Any] = {"allowed": True, **replay_of(line, self._inputs()).json()}
-        except Refused as exc:
+        except ReplayRefused as exc:
             replay = {"allowed": False, "reason": str(exc)}
         return {"letter": line, "replay": replay}
 
@@ -351,7 +344,7 @@ class ConsoleApi:
 
     def _actions(self) -> Actions:
         if self.actions is None:
-            raise ApiError(403, "the console is read-only: start it with --allow-actions to act")
+            raise ConsoleRefusal(403, "the console is read-only: start it with --allow-actions to act")
         return self.actions
 
     def _running(self, name: str, instance_id: str, doing: str) -> None:
@@ -361,33 +354,33 @@ class ConsoleApi:
         records = read_journal(self.kafka, handle.topics.journal, self.app.partitions, instance_id,
                                timeout=self.timeout, group_prefix=f"{self.app.name}.")
         if not records:
-            raise ApiError(404, f"no {name} instance {instance_id[:100]!r} was started (its journal is empty)")
+            raise ConsoleRefusal(404, f"no {name} instance {instance_id[:100]!r} was started (its journal is empty)")
         if isinstance(records[-1], Ended):
-            raise ApiError(409, f"{name} {instance_id[:100]!r} has ended ({records[-1].outcome}): nothing to {doing}")
+            raise ConsoleRefusal(409, f"{name} {instance_id[:100]!r} has ended ({records[-1].outcome}): nothing to {doing}")
 
     def signal(self, name: str, instance_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
         actions = self._actions()
         self._workflow_handle(name)
         instance_id = _id(instance_id, "workflow id")
         if set(body) - {"signal", "payload"}:
-            raise ApiError(400, "a signal's body is {\"signal\": NAME, \"payload\": JSON}; nothing else")
+            raise ConsoleRefusal(400, "a signal's body is {\"signal\": NAME, \"payload\": JSON}; nothing else")
         signal = _id(body.get("signal"), "signal name")
         payload_bytes = len(json.dumps(body.get("payload")).encode())
         if payload_bytes > MAX_PAYLOAD_BYTES:
-            raise ApiError(413, f"the payload is {payload_bytes} bytes of JSON; a signal's is at most {MAX_PAYLOAD_BYTES}")
+            raise ConsoleRefusal(413, f"the payload is {payload_bytes} bytes of JSON; a signal's is at most {MAX_PAYLOAD_BYTES}")
         self._running(name, instance_id, "signal")
         try:
             actions.signal(name, instance_id, signal, body.get("payload"))
         except WorkflowNotFound as exc:
-            raise ApiError(404, str(exc)) from None
+            raise ConsoleRefusal(404, str(exc)) from None
         except WorkflowEnded as exc:
-            raise ApiError(409, str(exc)) from None
+            raise ConsoleRefusal(409, str(exc)) from None
         except LimitError as exc:
-            raise ApiError(413 if "bytes" in str(exc) and "payload" in str(exc) else 400, str(exc)) from None
+            raise ConsoleRefusal(413 if "bytes" in str(exc) and "payload" in str(exc) else 400, str(exc)) from None
         except SchemaError as exc:
-            raise ApiError(400, str(exc)) from None
+            raise ConsoleRefusal(400, str(exc)) from None
         except ReplyTimeout as exc:
-            raise ApiError(504, str(exc)) from None
+            raise ConsoleRefusal(504, str(exc)) from None
         return {"signalled": instance_id, "workflow": name, "signal": signal}
 
     def cancel(self, name: str, instance_id: str) -> dict[str, Any]:
@@ -398,35 +391,35 @@ class ConsoleApi:
         try:
             actions.cancel(name, instance_id)
         except WorkflowNotFound as exc:
-            raise ApiError(404, str(exc)) from None
+            raise ConsoleRefusal(404, str(exc)) from None
         except ReplyTimeout as exc:
-            raise ApiError(504, str(exc)) from None
+            raise ConsoleRefusal(504, str(exc)) from None
         return {"cancel_requested": instance_id, "workflow": name}
 
     def cancel_batch(self, body: Mapping[str, Any]) -> dict[str, Any]:
         actions = self._actions()
         if set(body) - {"workflow", "status", "q", "expect"}:
-            raise ApiError(400, "a batch cancel's body is {\"workflow\", \"status\", \"q\", \"expect\"}; nothing else")
+            raise ConsoleRefusal(400, "a batch cancel's body is {\"workflow\", \"status\", \"q\", \"expect\"}; nothing else")
         name = body.get("workflow")
         if name is not None and not isinstance(name, str):
-            raise ApiError(400, "workflow must be a name or null")
+            raise ConsoleRefusal(400, "workflow must be a name or null")
         if name is not None:
             self._workflow_handle(name)
         statuses = body.get("status") or list(CANCELLABLE)
         if not isinstance(statuses, list) or not all(isinstance(s, str) and s.upper() in CANCELLABLE for s in statuses):
-            raise ApiError(400, f"status must be a list of {', '.join(CANCELLABLE)} (only those can be cancelled)")
+            raise ConsoleRefusal(400, f"status must be a list of {', '.join(CANCELLABLE)} (only those can be cancelled)")
         q = body.get("q") or ""
         if not isinstance(q, str) or len(q.encode()) > MAX_ID_BYTES:
-            raise ApiError(400, f"q must be text of at most {MAX_ID_BYTES} bytes")
+            raise ConsoleRefusal(400, f"q must be text of at most {MAX_ID_BYTES} bytes")
         expect = body.get("expect")
         if not isinstance(expect, int) or isinstance(expect, bool) or not 1 <= expect <= MAX_BATCH:
-            raise ApiError(400, f"expect must be the number of instances the filter matches (1 to {MAX_BATCH}), "
+            raise ConsoleRefusal(400, f"expect must be the number of instances the filter matches (1 to {MAX_BATCH}), "
                                 "as the page shows it: a cancel of more than you saw is refused")
         rows = self._rows("workflow", None if name is None else [name])
         wanted = {s.upper() for s in statuses}
         chosen = [r for r in rows if r.status in wanted and q.lower() in r.id.lower()]
         if len(chosen) != expect:
-            raise ApiError(409, f"the filter matches {len(chosen)} instances now, not {expect}: "
+            raise ConsoleRefusal(409, f"the filter matches {len(chosen)} instances now, not {expect}: "
                                 "look again and confirm that number")
         cancelled, failed = [], []
         for row in chosen:
@@ -442,35 +435,35 @@ class ConsoleApi:
         try:
             schedule_aggregate(self.app)
         except LookupError:
-            raise ApiError(404, f"{self.app.name} declares no schedules (app.schedules([...]))") from None
+            raise ConsoleRefusal(404, f"{self.app.name} declares no schedules (app.schedules([...]))") from None
         schedule_id = _id(schedule_id, "schedule id")
         # The journal first: an absent schedule, or one the action would not change, is refused unsent.
         known = asyncio.run(read_schedules(schedule_aggregate(self.app), self.kafka)).get(schedule_id)
         if known is None or known.status == "absent":
-            raise ApiError(404, f"schedule {schedule_id[:100]!r} does not exist")
+            raise ConsoleRefusal(404, f"schedule {schedule_id[:100]!r} does not exist")
         if (action, known.status) not in (("pause", "active"), ("resume", "paused")):
-            raise ApiError(409, f"schedule {schedule_id[:100]!r} is {known.status}: {action} changes nothing")
+            raise ConsoleRefusal(409, f"schedule {schedule_id[:100]!r} is {known.status}: {action} changes nothing")
         try:
             done, status = actions.schedule(action, schedule_id)
         except ReplyTimeout as exc:
-            raise ApiError(504, str(exc)) from None
+            raise ConsoleRefusal(504, str(exc)) from None
         if status == "absent":
-            raise ApiError(404, f"schedule {schedule_id[:100]!r} does not exist")
+            raise ConsoleRefusal(404, f"schedule {schedule_id[:100]!r} does not exist")
         if not done:
-            raise ApiError(409, f"schedule {schedule_id[:100]!r} is {status}: {action} changes nothing")
+            raise ConsoleRefusal(409, f"schedule {schedule_id[:100]!r} is {status}: {action} changes nothing")
         return {f"{action}d": schedule_id, "status": status}
 
     def replay(self, letter: str, body: Mapping[str, Any]) -> dict[str, Any]:
         actions = self._actions()
         if set(body) - {"confirm"}:
-            raise ApiError(400, "a replay's body is {\"confirm\": true}; nothing else")
+            raise ConsoleRefusal(400, "a replay's body is {\"confirm\": true}; nothing else")
         line = self._letter(letter)
         try:
             replay = replay_of(line, self._inputs())
-        except Refused as exc:
-            raise ApiError(422, str(exc)) from None
+        except ReplayRefused as exc:
+            raise ConsoleRefusal(422, str(exc)) from None
         if body.get("confirm") is not True:
-            raise ApiError(400, f"confirm the replay with {{\"confirm\": true}}: it sends {len(replay.value)} bytes "
+            raise ConsoleRefusal(400, f"confirm the replay with {{\"confirm\": true}}: it sends {len(replay.value)} bytes "
                                 f"to {replay.topic} partition {replay.partition}")
         offset = actions.replay(replay)
         return {"replayed": letter, "topic": replay.topic, "partition": replay.partition, "offset": offset}

@@ -18,13 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.partitioning import partition_for
+from ..errors import ReplayRefused
 
 #: The roles of an app's topics a worker reads as input (``{app}.{kind}.{name}.{role}``).
 INPUT_ROLES = ("commands", "inbox")
-
-
-class Refused(ValueError):
-    """The letter may not be sent back; the message says why."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,50 +76,50 @@ def _bytes(line: Mapping[str, Any], name: str) -> bytes | None:
     if data is None:
         return None
     if not isinstance(data, str):
-        raise Refused(f"the letter's {name} is not text")
+        raise ReplayRefused(f"the letter's {name} is not text")
     if encoding == "utf-8":
         return data.encode("utf-8")
     if encoding == "base64":
         try:
             return base64.b64decode(data, validate=True)
         except (binascii.Error, ValueError):
-            raise Refused(f"the letter's {name} is not base64") from None
-    raise Refused(f"the letter's {name} has no known encoding")
+            raise ReplayRefused(f"the letter's {name} is not base64") from None
+    raise ReplayRefused(f"the letter's {name} has no known encoding")
 
 
 def replay_of(line: Mapping[str, Any], inputs: Mapping[str, Input]) -> Replay:
     """What sending the dead letter ``line`` (``dead_letter_line``'s object) back produces.
 
     Raises:
-        Refused: it may not be sent back (unreadable, truncated, no value, not one of the
+        ReplayRefused: it may not be sent back (unreadable, truncated, no value, not one of the
             app's input topics, a partition the topic has not or its key does not own).
     """
     if "unreadable" in line:
-        raise Refused("this record of the dead-letter topic is not a dead letter; nothing to send back")
+        raise ReplayRefused("this record of the dead-letter topic is not a dead letter; nothing to send back")
     if line.get("truncated"):
-        raise Refused("only the first bytes of this record were kept (truncated): send it again from its producer")
+        raise ReplayRefused("only the first bytes of this record were kept (truncated): send it again from its producer")
     origin = line.get("origin") or {}
     topic, partition = origin.get("topic"), origin.get("partition")
     found = inputs.get(topic) if isinstance(topic, str) else None
     if found is None:
-        raise Refused(f"its origin {str(topic)[:200]!r} is not one of the app's input topics (commands, inboxes, "
+        raise ReplayRefused(f"its origin {str(topic)[:200]!r} is not one of the app's input topics (commands, inboxes, "
                       "a flow's source); a letter from a journal or events topic is never sent back")
     if not isinstance(partition, int) or partition < 0 or (found.partitions and partition >= found.partitions):
-        raise Refused(f"its origin partition {partition!r} is not a partition of {topic} "
+        raise ReplayRefused(f"its origin partition {partition!r} is not a partition of {topic} "
                       f"({found.partitions or 'unknown'} partitions)")
     key = _bytes(line, "key")
     value = _bytes(line, "value")
     if value is None:
-        raise Refused("the letter holds no value to send back")
+        raise ReplayRefused("the letter holds no value to send back")
     if found.keyed:
         try:
             owner = partition_for((key or b"").decode("utf-8"), found.partitions)
         except UnicodeDecodeError:
-            raise Refused("its key is not UTF-8, so no worker of the app would read it") from None
+            raise ReplayRefused("its key is not UTF-8, so no worker of the app would read it") from None
         if owner != partition:
-            raise Refused(f"its key belongs on partition {owner} of {topic}, not {partition}: "
+            raise ReplayRefused(f"its key belongs on partition {owner} of {topic}, not {partition}: "
                           "the recorded origin is not where a worker read it")
     headers = line.get("headers") or {}
     if not isinstance(headers, Mapping):
-        raise Refused("the letter's headers are not a map")
+        raise ReplayRefused("the letter's headers are not a map")
     return Replay(found.topic, partition, key, value, [(str(n), str(v).encode("utf-8")) for n, v in headers.items()])

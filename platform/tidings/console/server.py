@@ -19,8 +19,8 @@ from typing import Any, Final
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from ..core.limits import MAX_PAYLOAD_BYTES, check_json_text
-from ..errors import BrokerError, LimitError
-from .api import ApiError, Answer, ConsoleApi
+from ..errors import BrokerError, ConsoleRefusal, LimitError
+from .api import Answer, ConsoleApi
 from .security import COOKIE, Guard, Refusal, lower_keys
 
 log = logging.getLogger(__name__)
@@ -114,7 +114,7 @@ class Handler(BaseHTTPRequestHandler):
             return
         try:
             answer: Answer = call()
-        except ApiError as exc:
+        except ConsoleRefusal as exc:
             self._json(exc.status, {"error": exc.message})
             return
         except BrokerError as exc:

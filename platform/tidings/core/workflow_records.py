@@ -130,10 +130,15 @@ class WorkflowOutcomeRecord:
 
 @dataclass(frozen=True, slots=True)
 class WorkflowStatusRecord:
-    """An instance's status changed to ``status`` at ``at``; ``reason`` for PARKED."""
+    """An instance's status changed to ``status`` at ``at``; ``reason`` for PARKED.
+
+    ``started_at``: when the instance started (ms), so ``tidings list`` filters by start
+    time from this topic alone (since ``workflowstatus.v2``; None in older records).
+    """
 
     instance_id: str
     workflow: str
     status: str
     at: int
     reason: str | None = None
+    started_at: int | None = None

@@ -6,9 +6,11 @@ The steps it waits on are the ``StepStarted`` records no ``StepCompleted``/``Ste
 has ended; a timer's and a timed wait's due time is stored with the step. Signals received
 and not yet consumed by a wait are those whose seq no step end names.
 
-What the journal does not hold is said, not guessed: an activity's attempts before the one
-that ends its step, and their errors, live in the owning worker's memory only (a restart
-begins at attempt 1 again), so a running activity shows since when it runs, not its attempt.
+A running activity shows the attempts that failed and will be retried (``StepAttemptFailed``,
+``workflowjournal.v5``): how many, the last one's error, and when the next is due. What the
+journal does not hold is said, not guessed: the owning worker counts attempts in memory, so
+after a restart it begins at attempt 1 again (the records journaled before stay, and say so)
+and an attempt running now is journaled only when it ends.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from ..core.workflow.journal import (
     JournalRecord,
     SignalReceived,
     Started,
+    StepAttemptFailed,
     StepCompleted,
     StepFailed,
     StepKind,
@@ -80,7 +83,9 @@ def describe_workflow(
         "parent": None if started is None or not started.parent_workflow else {
             "workflow": started.parent_workflow, "id": started.parent_id, "step": started.parent_path},
         "cancel_requested": next((_iso(r.at) for r in records if isinstance(r, CancelRequested)), None),
-        "waiting": [] if ended is not None else [_waiting(step, now_ms) for step in waiting],
+        "waiting": [] if ended is not None else [
+            _waiting(step, [r for r in records if isinstance(r, StepAttemptFailed) and r.path == step.path], now_ms)
+            for step in waiting],
         "pending_signals": [{"name": r.name, "at": _iso(r.at), "payload": r.payload}
                             for r in records if isinstance(r, SignalReceived) and r.seq not in consumed],
         "last_failure": None if not failures else {
@@ -101,15 +106,37 @@ def describe_workflow(
     return described
 
 
-def _waiting(step: StepStarted, now_ms: int) -> dict[str, Any]:
+def _waiting(step: StepStarted, attempts: Sequence[StepAttemptFailed], now_ms: int) -> dict[str, Any]:
     wait: dict[str, Any] = {"step": step.path, "kind": step.kind, "name": step.name or None,
                             "since": _iso(step.at), "for_ms": max(now_ms - step.at, 0)}
     if step.due is not None:
         wait["due"] = _iso(step.due)
         wait["due_in_ms"] = step.due - now_ms
     if step.kind == StepKind.ACTIVITY:
-        wait["attempt"] = None  # not journaled until the step ends (see the module's docstring)
+        wait["failed_attempts"] = len(attempts)
+        last = attempts[-1] if attempts else None
+        # A count that did not go up means a worker began the step again (a restart: from 1).
+        restarts = sum(1 for before, after in zip(attempts, attempts[1:]) if after.attempt <= before.attempt)
+        wait["restarts"] = restarts
+        wait["last_failure"] = None if last is None else {
+            "attempt": last.attempt, "at": _iso(last.at), "type": last.error.type, "message": last.error.message}
+        wait["next_attempt"] = None if last is None else {
+            "attempt": last.attempt + 1, "due": _iso(last.retry_at), "due_in_ms": last.retry_at - now_ms}
     return wait
+
+
+def _attempt_lines(wait: Mapping[str, Any], full: bool) -> list[str]:
+    failed = wait["failed_attempts"]
+    if not failed:
+        return ["no attempt has failed yet (one running now is journaled when it ends)"]
+    last, due = wait["last_failure"], wait["next_attempt"]
+    left = due["due_in_ms"]
+    when = f"in {duration(left)}" if left >= 0 else f"{duration(-left)} ago: it is running, or its worker restarted"
+    return [f"{failed} failed attempt{'s' if failed != 1 else ''} journaled"
+            + (f" (a worker began the step again from attempt 1: {wait['restarts']} "
+               f"restart{'s' if wait['restarts'] != 1 else ''})" if wait["restarts"] else ""),
+            f"last failure: attempt {last['attempt']} at {last['at']}: {value(last['message'], full=full)}",
+            f"next attempt: {due['attempt']} due {due['due']} ({when})"]
 
 
 def describe_lines(described: Mapping[str, Any], records: Sequence[JournalRecord], *,
@@ -141,9 +168,9 @@ def describe_lines(described: Mapping[str, Any], records: Sequence[JournalRecord
         if "due" in wait:
             left = wait["due_in_ms"]
             text += f", due {wait['due']} " + (f"(in {duration(left)})" if left >= 0 else f"({duration(-left)} ago)")
-        if wait["kind"] == StepKind.ACTIVITY:
-            text += "; attempts so far are not journaled"
         fact("waiting on" if index == 0 else "", text)
+        if wait["kind"] == StepKind.ACTIVITY:
+            lines.extend(f"  {'':<16}  {line}" for line in _attempt_lines(wait, full))
     for index, signal in enumerate(described["pending_signals"]):
         fact("signals waiting" if index == 0 else "",
              f"{signal['name']} at {signal['at']}: {value(signal['payload'], full=full)}")

@@ -3,7 +3,8 @@
 Each kind's index is a topic the app already has (docs/operations.md, "Listing and
 describing"): a workflow's compacted status topic (latest status per instance), a saga's
 journal (its last record per saga), an aggregate's events topic (its keys
-``{id}/{version}``: instances and versions, no value decoded), the dead-letter topic.
+``{id}/{version}``: instances and versions, no value decoded), the dead-letter topic; the
+orchestration, schedule and flow readers are in ``kind_indexes.py``.
 Filtering and counting the rows is pure, in ``listing.py``.
 """
 
@@ -23,6 +24,15 @@ from ..shell.runtime.connection import KafkaConnection
 from ..shell.runtime.io import Incoming
 from ..shell.runtime.topics import deadletter_topic
 from .deadletters import dead_letter_line
+from .kind_indexes import (
+    FLOW_STATUSES,
+    ORCHESTRATION_STATUSES,
+    SCHEDULE_STATUSES,
+    flow_rows,
+    orchestration_rows,
+    schedule_rows,
+    schedule_workflows,
+)
 from .listing import Row
 
 
@@ -30,28 +40,34 @@ from .listing import Row
 class Kind:
     """How ``tidings list`` reads one kind: its declared name, statuses, and what a row is called."""
 
-    declared: str | None  # App.declared(kind); None: not declared per name (dead letters)
+    declared: str | None  # App.declared(kind); None: not declared per name (dead letters, schedules)
     statuses: tuple[str, ...] | None  # None: --status does not apply
     noun: str
+    times: bool = False  # whether its rows know when each started and ended (--started-*, --ended-*)
 
 
 #: A saga's status, from its journal's last record: ended by a fault, ended, or not.
 SAGA_STATUSES: Final = ("RUNNING", "ENDED", "FAULTED")
 
 KINDS: Final = {
-    "workflow": Kind("workflow", STATUSES, "instance"),
-    "saga": Kind("saga", SAGA_STATUSES, "saga"),
+    "workflow": Kind("workflow", STATUSES, "instance", times=True),
+    "saga": Kind("saga", SAGA_STATUSES, "saga", times=True),
     "aggregate": Kind("aggregate", None, "instance"),
+    "orchestration": Kind("orchestration", ORCHESTRATION_STATUSES, "instance", times=True),
+    "schedule": Kind(None, SCHEDULE_STATUSES, "schedule"),
+    "flow": Kind("flow", FLOW_STATUSES, "element"),
     "deadletters": Kind(None, None, "dead letter"),
 }
 ALIASES: Final = {"workflows": "workflow", "aggregates": "aggregate", "sagas": "saga", "deadletter": "deadletters",
-                  "dead-letters": "deadletters"}
-#: Kinds ``tidings list`` will read once they have an index (docs/operations.md).
-NOT_YET: Final = ("schedule", "orchestration", "flow")
+                  "dead-letters": "deadletters", "orchestrations": "orchestration", "schedules": "schedule",
+                  "flows": "flow"}
 
 
 def declared_names(app: Any, kind_name: str, kind: Kind) -> list[str]:
-    """The names NAME may be: the declared definitions of the kind, or (dead letters) every one."""
+    """The names NAME may be: the declared definitions of the kind, the workflows a schedule may
+    start, or (dead letters) every definition."""
+    if kind_name == "schedule":
+        return schedule_workflows(app)
     if kind.declared is not None:
         return [handle.name for handle in app.declared(kind.declared)]
     return [handle.name for handle in app.hosted]
@@ -69,7 +85,9 @@ def workflow_rows(app: Any, kafka: KafkaConnection, names: Sequence[str], named:
     indexes = [StatusIndex(handle.name, app.partitions) for handle in handles]
     read_topics(kafka, {handle.topics.status: index.take for handle, index in zip(handles, indexes)},
                 group_prefix=f"{app.name}.", timeout=timeout)
-    rows = [Row("workflow", s.workflow, s.instance_id, s.status, s.at, s.reason or "")
+    rows = [Row("workflow", s.workflow, s.instance_id, s.status, s.at, s.reason or "",
+                {"started_at_ms": s.started_at} if s.started_at is not None else {},
+                started_at=s.started_at, ended_at=s.ended_at)
             for index in indexes for s in index.latest.values()]
     return rows, {handle.topics.status: index.skipped for handle, index in zip(handles, indexes)}
 
@@ -170,6 +188,7 @@ class SagaIndex:
         self.name = name
         self.partitions = partitions
         self.last: dict[str, tuple[int, bytes]] = {}
+        self.first_at: dict[str, int] = {}  # the time of seq 1's record: when the saga started
         self.skipped = 0
 
     def take(self, record: Incoming) -> None:
@@ -179,6 +198,8 @@ class SagaIndex:
             return
         if record.value is None:
             return
+        if seq == 1 and record.timestamp_ms is not None and record.timestamp_ms >= 0:
+            self.first_at.setdefault(saga_id, record.timestamp_ms)
         kept = self.last.get(saga_id)
         if kept is None or seq > kept[0]:
             self.last[saga_id] = (seq, record.value)
@@ -197,7 +218,9 @@ class SagaIndex:
             state = entry.state.decode("utf-8", "replace") if entry.state is not None else None
             detail = f"{entry.transition}: {entry.reason}" if entry.reason else f"{entry.transition} {state or ''}"
             rows.append(Row("saga", self.name, saga_id, status, entry.entered_at_ms, detail.strip(),
-                            {"seq": seq, "transition": entry.transition, "state": state, "reason": entry.reason}))
+                            {"seq": seq, "transition": entry.transition, "state": state, "reason": entry.reason},
+                            started_at=self.first_at.get(saga_id),
+                            ended_at=entry.entered_at_ms if entry.ended else None))
         return rows
 
 
@@ -215,6 +238,9 @@ READERS: Final[dict[str, Reader]] = {
     "workflow": workflow_rows,
     "saga": saga_rows,
     "aggregate": aggregate_rows,
+    "orchestration": orchestration_rows,
+    "schedule": schedule_rows,
+    "flow": flow_rows,
     "deadletters": deadletter_rows,
 }
 

@@ -3,7 +3,9 @@
 ``tidings journal`` prints this unless ``--json`` asks for the journal's own JSON form.
 Each line is the record's time (blank for a record stored without one: a step's end
 before ``workflowjournal.v4``), its seq and what happened; a step's end also says how long
-the step took (from its ``StepStarted``) and, for an activity, which attempt ended it.
+the step took (from its ``StepStarted``) and, for an activity, which attempt ended it and
+how many failed attempts the journal holds before it (``StepAttemptFailed``, since
+``workflowjournal.v5``: one line each, with its error and when the next attempt was due).
 Stored values (input, results, payloads) are printed inline as the JSON they are,
 shortened past ``MAX_SHOWN`` characters unless ``full``. Tokens are never printed.
 
@@ -24,6 +26,7 @@ from ..core.workflow.journal import (
     JournalRecord,
     SignalReceived,
     Started,
+    StepAttemptFailed,
     StepCompleted,
     StepFailed,
     StepStarted,
@@ -69,12 +72,14 @@ def _error(error: StepError | None) -> str:
     return f"{kind}: {value(error.message)}"
 
 
-def _took(started: StepStarted | None, end_at: int | None, attempt: int | None) -> str:
+def _took(started: StepStarted | None, end_at: int | None, attempt: int | None, failed: int = 0) -> str:
     parts = []
     if started is not None and end_at is not None:
         parts.append(f"took {duration(max(end_at - started.at, 0))}")
     if attempt is not None:
         parts.append(f"attempt {attempt}")
+    if failed:
+        parts.append(f"{failed} failed attempt{'s' if failed != 1 else ''} journaled before")
     return f"  ({', '.join(parts)})" if parts else ""
 
 
@@ -87,7 +92,8 @@ def _step(started: StepStarted) -> str:
     return what
 
 
-def _what(record: JournalRecord, steps: dict[str, StepStarted], first: Started | None, full: bool) -> tuple[int | None, str]:
+def _what(record: JournalRecord, steps: dict[str, StepStarted], first: Started | None, full: bool,
+          failed: int = 0) -> tuple[int | None, str]:
     """The record's time and its description."""
     if isinstance(record, Started):
         text = f"started with {value(record.input, full=full)}"
@@ -100,11 +106,17 @@ def _what(record: JournalRecord, steps: dict[str, StepStarted], first: Started |
         started = steps.get(record.path)
         consumed = f" (signal #{record.signal})" if record.signal is not None else ""
         return record.at, (f"step {record.path} done{consumed}: {value(record.result, full=full)}"
-                           + _took(started, record.at, record.attempt))
+                           + _took(started, record.at, record.attempt, failed))
     if isinstance(record, StepFailed):
         started = steps.get(record.path)
         return record.at, (f"step {record.path} failed, {_error(record.error)}"
-                           + _took(started, record.at, record.attempt))
+                           + _took(started, record.at, record.attempt, failed))
+    if isinstance(record, StepAttemptFailed):
+        error = record.error.message if record.error.type is None or record.error.message.startswith(
+            record.error.type) else f"{record.error.type}: {record.error.message}"
+        return record.at, (f"step {record.path} attempt {record.attempt} failed, {value(error)}; "
+                           f"next attempt at {instant(record.retry_at)} "
+                           f"(in {duration(max(record.retry_at - record.at, 0))})")
     if isinstance(record, SignalReceived):
         named = f" (id {record.signal_id})" if record.signal_id is not None else ""
         return record.at, f"signal {record.name}{named}: {value(record.payload, full=full)}"
@@ -134,10 +146,14 @@ def journal_lines(records: Sequence[JournalRecord], *, full: bool = False) -> li
     first = records[0] if records and isinstance(records[0], Started) else None
     lines = []
     width = len(str(records[-1].seq)) if records else 1
+    failed: dict[str, int] = {}
     for record in records:
         if isinstance(record, StepStarted):
             steps[record.path] = record
-        at, text = _what(record, steps, first, full)
+        elif isinstance(record, StepAttemptFailed):
+            failed[record.path] = failed.get(record.path, 0) + 1
+        at, text = _what(record, steps, first, full, failed.get(getattr(record, "path", ""), 0)
+                         if isinstance(record, (StepCompleted, StepFailed)) else 0)
         lines.append(f"{instant(at)}  #{record.seq:<{width}}  {text}")
     return lines
 

@@ -29,7 +29,9 @@ class Row:
 
     ``at`` is the time the row is sorted and filtered by (ms since the epoch): when a
     workflow instance took its latest status, an aggregate's or saga's last record was
-    written, a dead letter was written. ``extra`` goes into the JSON line only.
+    written, a dead letter was written. ``started_at`` and ``ended_at`` (ms) are when the
+    instance started and ended, for the kinds that know (None: unknown, or not ended).
+    ``extra`` goes into the JSON line only.
     """
 
     kind: str
@@ -39,25 +41,44 @@ class Row:
     at: int | None
     detail: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
+    started_at: int | None = None
+    ended_at: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Filters:
-    """What ``--status``, ``--since``, ``--until`` and ``--limit`` ask for (None: anything)."""
+    """What ``--status``, ``--type``, the time windows and ``--limit`` ask for (None: anything).
+
+    Each window is ``[after, before)`` in ms; a row without the time a window asks about
+    (an instance not ended, for ``--ended-*``) does not match it.
+    """
 
     statuses: frozenset[str] = frozenset()
     since: int | None = None
     until: int | None = None
     limit: int | None = None
+    names: frozenset[str] = frozenset()
+    started_after: int | None = None
+    started_before: int | None = None
+    ended_after: int | None = None
+    ended_before: int | None = None
 
     def matches(self, row: Row) -> bool:
         if self.statuses and row.status not in self.statuses:
             return False
-        if self.since is not None and (row.at is None or row.at < self.since):
+        if self.names and row.name not in self.names:
             return False
-        if self.until is not None and (row.at is None or row.at >= self.until):
-            return False
+        return (_within(row.at, self.since, self.until)
+                and _within(row.started_at, self.started_after, self.started_before)
+                and _within(row.ended_at, self.ended_after, self.ended_before))
+
+
+def _within(at: int | None, after: int | None, before: int | None) -> bool:
+    if after is None and before is None:
         return True
+    if at is None:
+        return False
+    return (after is None or at >= after) and (before is None or at < before)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +150,10 @@ def row_json(row: Row) -> dict[str, Any]:
     """One JSON line: the kind, name, id, status, time (ISO-8601 UTC and ms), detail and extras."""
     line: dict[str, Any] = {"kind": row.kind, "name": row.name, "id": row.id, "status": row.status,
                             "at": instant(row.at).strip() or None, "at_ms": row.at}
+    if row.started_at is not None:
+        line["started_at"] = instant(row.started_at).strip()
+    if row.ended_at is not None:
+        line["ended_at"] = instant(row.ended_at).strip()
     if row.detail:
         line["detail"] = row.detail
     line.update(row.extra)

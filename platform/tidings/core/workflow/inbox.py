@@ -20,11 +20,14 @@ class Start:
 
     ``parent`` names the workflow step that started this instance as its child.
     ``outcome_json``: the start came as JSON; its outcome record is to be JSON too.
+    ``traceparent``: the W3C trace context of the run's span, journaled in ``Started`` so the
+    run's later spans go on under it after a restart (None: not traced).
     """
 
     input: Any = None
     parent: ParentRef | None = None
     outcome_json: bool = False
+    traceparent: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,6 +43,7 @@ from tidings.core.workflow.journal import (
     JournalRecord,
     SignalReceived,
     Started,
+    StepAttemptFailed,
     StepCompleted,
     StepFailed,
     StepKind,
@@ -108,6 +109,7 @@ class WorkflowInstance:
         "_waiters",
         "_cancel_requested",
         "_outcome_json",
+        "_traceparent",
         "_next_seq",
         "_out",
         "_effects",
@@ -141,6 +143,7 @@ class WorkflowInstance:
         self._children: dict[str, Any] | None = None  # path -> children._Child, once one started
         self._parent: Any = None  # a ParentRef when this instance is a child
         self._outcome_json = False  # from Started: write the outcome record as JSON
+        self._traceparent: str | None = None  # from Started: the run's trace context
 
     # ----------------------------------------------------------------------------- public
 
@@ -158,6 +161,11 @@ class WorkflowInstance:
     def outcome_json(self) -> bool:
         """Whether its start came as JSON, so its outcome record is written as JSON."""
         return self._outcome_json
+
+    @property
+    def traceparent(self) -> str | None:
+        """The W3C trace context of the run's span, as its ``Started`` record keeps it."""
+        return self._traceparent
 
     @property
     def pending_paths(self) -> tuple[str, ...]:
@@ -247,6 +255,10 @@ class WorkflowInstance:
         if not records:
             return instance, instance._decision(None)
         instance._next_seq = records[-1].seq + 1
+        if any(type(record) is StepAttemptFailed for record in records):
+            # A failed attempt's record is for people: the body never produced it and it is
+            # no input, so replay walks the journal as if it were not there.
+            records = [record for record in records if type(record) is not StepAttemptFailed]
         last = records[-1]
         if isinstance(last, Ended):
             # An ended instance is its outcome; its body never runs again.
@@ -330,10 +342,10 @@ class WorkflowInstance:
         parent = message.parent
         as_json = True if message.outcome_json else None  # null, not false: Avro records stay as they were
         if parent is None:
-            started = Started(self._next_seq, text, self._now, outcome_json=as_json)
+            started = Started(self._next_seq, text, self._now, outcome_json=as_json, traceparent=message.traceparent)
         else:
             started = Started(self._next_seq, text, self._now, parent.workflow, parent.instance_id, parent.path,
-                              as_json, parent.token)
+                              as_json, parent.token, message.traceparent)
         self._apply_stored(self._record(started))
         children.ack_parent(self)
         return None
@@ -384,6 +396,11 @@ class WorkflowInstance:
             error=message.error,
             timed_out=message.timed_out,
         )
+        if isinstance(decision, RetryAt):
+            # For people only (describe, journal): replay skips it, so behaviour is unchanged.
+            cause = message.error if message.error is not None else TimeoutError("the attempt timed out")
+            self._record(StepAttemptFailed(self._next_seq, pending.path, message.attempt,
+                                           StepError.of_exception(None, cause), self._now, decision.at))
         self._follow(pending, decision)
 
     def _follow(self, pending: Pending, decision: RetryAt | GiveUp) -> None:
@@ -447,6 +464,7 @@ class WorkflowInstance:
                 record.parent_workflow, record.parent_id, record.parent_path, record.parent_token  # type: ignore[union-attr]
             )
             self._outcome_json = bool(record.outcome_json)  # type: ignore[union-attr]
+            self._traceparent = record.traceparent  # type: ignore[union-attr]
             self._root = Fiber(ROOT_PREFIX, self.definition.body(_CONTEXT, value))
             self._ready.append((self._root, None, None))
         else:

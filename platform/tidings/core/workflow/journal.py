@@ -47,6 +47,8 @@ class Started:
     JSON for its non-Python sender (None: Avro; since ``workflowjournal.v3``).
     ``parent_token``: a child's copy of the token its parent drew for it, which every
     report to the parent carries (since ``workflowjournal.v4``).
+    ``traceparent``: the W3C trace context of the run's span (docs/tracing.md), so the run's
+    later spans resume under it after a restart (None: not traced; since ``workflowjournal.v5``).
     """
 
     seq: int
@@ -57,6 +59,7 @@ class Started:
     parent_path: str | None = None
     outcome_json: bool | None = None
     parent_token: str | None = None
+    traceparent: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +114,26 @@ class StepFailed:
 
 
 @dataclass(frozen=True, slots=True)
+class StepAttemptFailed:
+    """Attempt ``attempt`` of the activity at step ``path`` failed with ``error`` at ``at`` (ms),
+    and the policy makes another at ``retry_at`` (ms). Since ``workflowjournal.v5``.
+
+    Written for people (``tidings describe``, ``tidings journal``): replay skips it, so a
+    journal with these records replays exactly as one without them, and an attempt after a
+    restart is still counted from 1 (the retry policy's count lives in the owning worker).
+    The attempt that ends the step is not one of these: its ``StepCompleted`` or
+    ``StepFailed`` carries its number.
+    """
+
+    seq: int
+    path: str
+    attempt: int
+    error: StepError
+    at: int
+    retry_at: int
+
+
+@dataclass(frozen=True, slots=True)
 class SignalReceived:
     """A signal ``name`` with ``payload`` (JSON text) arrived at ``at`` (ms).
 
@@ -159,7 +182,7 @@ class Ended:
 
 JournalRecord = (
     Started | StepStarted | StepCompleted | StepFailed | SignalReceived | VersionMarker | CancelRequested | Ended
-    | ChildOutcome
+    | ChildOutcome | StepAttemptFailed
 )
 """Any record of a workflow journal."""
 
@@ -173,6 +196,7 @@ JOURNAL_TYPES: Final[Mapping[str, type[Any]]] = MappingProxyType({
     "cancel_requested": CancelRequested,
     "ended": Ended,
     "child_ended": ChildOutcome,
+    "step_attempt_failed": StepAttemptFailed,
 })
 """Each journal record class by its stored type name (the JSON and Avro ``type``)."""
 _NAMES: dict[type[Any], str] = {cls: name for name, cls in JOURNAL_TYPES.items()}

@@ -4,7 +4,8 @@ A policy never reads a clock: every decision takes the attempt number, the store
 the step and ``now`` (all times in integer milliseconds since the Unix epoch, UTC), so the
 same inputs always give the same answer and the decision is unit-testable.
 
-Attempts are not journaled: after a restart the count and the backoff begin again, while the
+The count of attempts is not replayed (a failed attempt's ``StepAttemptFailed`` is journaled
+for people, and replay skips it): after a restart the count and the backoff begin again, while the
 deadline stays measured from the stored start of the step, so a restart never extends it.
 """
 

@@ -29,6 +29,7 @@ BATCH = 10_000
 def read_topics(
     connection: KafkaConnection, takers: Mapping[str, Callable[[Incoming], None]], *,
     group_prefix: str = DEFAULT_PREFIX, timeout: float = 30.0, only: Mapping[str, set[int]] | None = None,
+    starts: Mapping[tuple[str, int], int] | None = None,
 ) -> int:
     """Hand every record of each topic of ``takers``, up to the ends it had at start, to its function.
 
@@ -41,6 +42,8 @@ def read_topics(
         group_prefix: The prefix of the reader's group id (never joined).
         timeout: Seconds to wait for Kafka, and for the next record while some are missing.
         only: Read only these partitions of a topic named here (one instance's, say).
+        starts: Begin these partitions at this offset instead of their low watermark (a
+            consumer group's committed offsets: what it has not acknowledged yet).
 
     Returns:
         How many records were read.
@@ -65,6 +68,8 @@ def read_topics(
                 if only is not None and topic in only and partition not in only[topic]:
                     continue
                 low, high = watermarks(consumer, topic, partition, timeout)
+                if starts is not None and (topic, partition) in starts:
+                    low = min(max(low, starts[(topic, partition)]), high)
                 if high > low:
                     ranges[(topic, partition)] = PartitionRange(topic, partition, low, high, connection)
         if not ranges:

@@ -35,6 +35,7 @@ from .kafka import KafkaPartitionReader, TopicCheck
 from .metrics import Metrics
 from .pipeline import Start
 from .topics import TopicSpec
+from .tracing import CONSUMER, Tracing, carrier_of
 
 log = logging.getLogger(__name__)
 
@@ -187,6 +188,8 @@ class Runtime:
             the worker's liveness detector, ``liveness.py``); None when nobody listens.
         group_prefix: The prefix of the group ids of the worker's assign-only readers
             (``groups.reader_group``): ``{app}.``, which the worker's ACLs cover.
+        tracing: Where the kinds' spans go (``tracing.py``); None: traces are off, and
+            every call site checks only that.
     """
 
     connection: KafkaConnection
@@ -203,6 +206,7 @@ class Runtime:
     group_prefix: str = DEFAULT_PREFIX
     clock: Callable[[], float] = time.time
     metrics: Metrics = field(default_factory=Metrics)
+    tracing: Tracing | None = None
     kind: str = ""
     name: str = ""
     _closers: list[Callable[[], None]] = field(default_factory=list)
@@ -275,6 +279,20 @@ class Runtime:
         Counted in ``tidings_dead_letters_total`` under this runtime's definition and the
         error's class name."""
         self.metrics.dead_letter(self.kind, self.name, error)
+        if self.tracing is not None:
+            self._trace_dead_letter(self.tracing, record, error)
         return dead_letter(record, error, self.deadletter_topic, int(self.clock() * 1000),
                            value_limit=self.deadletter_value_limit)
 
+    def _trace_dead_letter(self, tracing: Tracing, record: Incoming, error: BaseException) -> None:
+        """A span for a dead letter, under the bad record's trace context when its headers
+        carry one (the value did not decode, or its metadata may not be there)."""
+        span = tracing.start(
+            f"deadletter {self.kind} {self.name}".rstrip(), carrier_of(None, record.headers), kind=CONSUMER,
+            attributes={"tidings.kind": self.kind or None, "tidings.name": self.name or None,
+                        "messaging.destination.name": record.topic,
+                        "messaging.destination.partition.id": str(record.partition),
+                        "messaging.kafka.offset": record.offset,
+                        "tidings.deadletter.reason": str(error), "error.type": type(error).__name__},
+        )
+        tracing.end(span, str(error) or type(error).__name__)

@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, overload
@@ -44,6 +45,8 @@ from .groups import DEFAULT_PREFIX, reader_group
 from .kafka import close_producer, is_fatal, settle_future, watermarks
 from .liveness import Liveness, read_statistics
 from .replies import RECOVER_AFTER_S, ReplyReader
+from . import tracing
+from .tracing import PRODUCER, Tracing, headers_of
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +80,9 @@ class Requester:
         self.replies_topic = replies_topic
         self.group_prefix = group_prefix
         self._producer: RequestSender | None = None
+        # Each request is a producer span whose context travels in its metadata and headers
+        # (docs/tracing.md); None when traces are off.
+        self._tracing = tracing.from_environment()
         self._replies: ReplyReader[Answer] | None = None
         self._outcomes: OutcomeWatcher | None = None
 
@@ -180,8 +186,33 @@ class Requester:
         if self._producer is None:
             self._producer = RequestSender(self.connection)
         key = request.aggregate_id if isinstance(request, CommandEnvelope) else request.instance_id
+        if self._tracing is not None:
+            self._produce_traced(self._tracing, topic, key, request, report)
+            return
         # Keyed by instance, no partition: the producer's murmur2 picks the owner's.
         self._producer.produce(topic, key.encode(), avro.encode(request), report)
+
+    def _produce_traced(
+        self, tracing: Tracing, topic: str, key: str, request: CommandEnvelope | WorkflowInbox,
+        report: Callable[[KafkaError | None, Any], None],
+    ) -> None:
+        """Produce ``request`` inside a producer span (the caller's current span its parent),
+        its context in the envelope's metadata and in a ``traceparent`` header."""
+        assert self._producer is not None
+        if isinstance(request, CommandEnvelope):
+            name = f"send {topic}"
+            attributes: dict[str, Any] = {"tidings.aggregate_id": request.aggregate_id,
+                                          "tidings.command_id": request.command_id,
+                                          "tidings.command_type": request.type}
+        else:
+            name = f"{request.kind} {topic}"
+            attributes = {"tidings.instance_id": request.instance_id, "tidings.request": request.kind,
+                          "tidings.request_id": request.request_id}
+        attributes["messaging.destination.name"] = topic
+        with tracing.span(name, kind=PRODUCER, attributes=attributes) as span:
+            carrier = tracing.carrier(span)
+            request = dataclasses.replace(request, metadata={**request.metadata, **carrier})
+            self._producer.produce(topic, key.encode(), avro.encode(request), report, headers=headers_of(carrier))
 
     def _reply_reader(self) -> ReplyReader[Answer]:
         if self._replies is None:
@@ -221,7 +252,8 @@ class RequestSender:
         self._thread = threading.Thread(target=self._serve, name="tidings-producer", daemon=True)
         self._thread.start()
 
-    def produce(self, topic: str, key: bytes, value: bytes, report: Callable[[KafkaError | None, Any], None]) -> None:
+    def produce(self, topic: str, key: bytes, value: bytes, report: Callable[[KafkaError | None, Any], None],
+                headers: Sequence[tuple[str, bytes]] = ()) -> None:
         """Queue one record; ``report(error, message)`` runs on delivery, in the producer's thread.
 
         Raises:
@@ -229,7 +261,10 @@ class RequestSender:
         """
         while True:
             try:
-                self._producer.produce(topic, value, key, on_delivery=report)
+                if headers:
+                    self._producer.produce(topic, value, key, on_delivery=report, headers=list(headers))
+                else:
+                    self._producer.produce(topic, value, key, on_delivery=report)
                 return
             except BufferError:
                 self._producer.poll(0.01)  # the local queue is full: let librdkafka drain it

@@ -30,13 +30,14 @@ from typing import Protocol
 
 import faust
 import mode
+from confluent_kafka import KafkaError, KafkaException
 from faust.app.base import BootStrategy
 
 from ...errors import BrokerError, KafkaUnreachable
 from .connection import KafkaConnection
 from .hosting import Agent, Hosted, Runtime, TopicPartition, Winding
 from .intake import Intake, describe
-from .kafka import ConfluentPublisher
+from .kafka import ConfluentPublisher, is_transient
 from .health import HealthServer
 from .liveness import STALL_TIMEOUT_S, Liveness, LivenessWatch
 from .metrics import Metrics
@@ -45,10 +46,17 @@ from .reachability import probe_kafka, wait_for_kafka
 from .readiness import Readiness
 from .stopping import DEFAULT_STOP_GRACE_S, STOP_GRACE_ENV, Grace, HardStop, check_stop_grace
 from .topics import TopicSpec, apply_topics, deadletter_topic
+from . import tracing
 from .transactions import TransactionalPublisher
 from .worker_dir import WorkerDir
 
 log = logging.getLogger(__name__)
+
+#: How long applying the topics is retried while Kafka fails it with passing errors (a
+#: broker of the cluster restarting: its partitions' leaders move within seconds).
+APPLY_RETRY_S = 120.0
+#: The pause between two tries.
+APPLY_PAUSE_S = 2.0
 
 
 class HostedApp(Protocol):
@@ -191,7 +199,14 @@ class Worker:
 
     def _apply_when_kafka_answers(self, apply: bool) -> None:
         """A worker is a server: with Kafka away it waits (one line, then a reminder every
-        30 s) instead of exiting, and applies the topics once a broker answers."""
+        30 s) instead of exiting, and applies the topics once a broker answers.
+
+        A broker of a cluster that dies while it answers the admin requests fails them with
+        a passing error (its handle destroyed, a request timed out, no controller yet) while
+        the others still answer: that is retried for ``APPLY_RETRY_S``. What Kafka keeps
+        refusing (an ACL, a policy) or keeps failing ends the worker with status 70.
+        """
+        transient_since: float | None = None
         while True:
             self.readiness.phase(f"waiting for Kafka at {self.bootstrap}")
             wait_for_kafka(self.connection)
@@ -201,12 +216,18 @@ class Worker:
             try:
                 apply_topics(self.connection, self.app.topic_specs(), out=log.info)
                 return
-            except BrokerError:
+            except BrokerError as exc:
                 try:  # the broker went away meanwhile: wait again; else the error is real
                     probe_kafka(self.connection, 5.0)
                 except KafkaUnreachable:
                     continue
-                raise
+                now = time.monotonic()
+                transient_since = now if transient_since is None else transient_since
+                if not _passing(exc) or now - transient_since > APPLY_RETRY_S:
+                    stop_worker("applying the App's topics", exc)
+                log.warning("%s; a broker of the cluster is changing, asking again in %g s", exc,
+                            APPLY_PAUSE_S)
+                time.sleep(APPLY_PAUSE_S)
 
     def close(self) -> None:
         """Close every agent, then readers, stores and the publisher."""
@@ -265,7 +286,12 @@ class Worker:
             committed=publisher.committed if isinstance(publisher, TransactionalPublisher) else None,
             progress=self.liveness.progressed,
             group_prefix=f"{self.app.name}.",  # its readers' groups: under the worker's Group ACL
+            # After the App's module is imported: a provider it set up is the one used.
+            tracing=tracing.from_environment(),
         )
+        if runtime.tracing is not None:
+            runtime.on_close(tracing.shutdown)  # closed after the publisher: the last spans are flushed
+            log.info("traces are on (OpenTelemetry; docs/tracing.md)")
         runtime.on_close(publisher.close)  # closed last: the agents' last writes go out
         self._runtime = runtime
         agents = self.agents
@@ -396,3 +422,10 @@ def _fenced(error: BaseException) -> None:
     log.critical("this worker was fenced: its group generation is stale, another worker owns "
                  "its partitions now; nothing it wrote since its last commit becomes visible")
     stop_worker("writing as the partitions' owner", error)
+
+
+def _passing(error: BrokerError) -> bool:
+    """Whether the Kafka error under ``error`` is a broker's passing state (see ``is_transient``)."""
+    cause = error.__cause__
+    return (isinstance(cause, KafkaException) and bool(cause.args)
+            and isinstance(cause.args[0], KafkaError) and is_transient(cause.args[0]))

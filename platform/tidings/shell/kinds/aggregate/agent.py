@@ -38,7 +38,7 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from ....codec import avro
@@ -60,6 +60,7 @@ from ....errors import HandlerFailed, RecordError, SchemaError
 from ...runtime.hosting import Input, Runtime, TopicPartition
 from ...runtime.io import Delivered, Incoming, Outgoing
 from ...runtime.journaled import Backstop, Journaled
+from ...runtime.tracing import CONSUMER, Tracing, carrier_of, headers_of
 from .store import AggregateStore
 
 log = logging.getLogger(__name__)
@@ -226,18 +227,30 @@ class AggregateAgent:
     async def _decide(self, batch: Sequence[Incoming]) -> _Decided:
         now_ms = int(self._clock() * 1000)
         await self.owner.ensure_ready({record.partition for record in batch})
+        tracing = self._runtime.tracing
+        if tracing is not None and len(batch) > 1:
+            # The batch is decided at once: its span links to the trace of each record. (A
+            # batch of one has none: the record's decide span is in its trace already.)
+            with tracing.span(f"decide batch {self.definition.name}", None, kind=CONSUMER,
+                              links=(carrier_of(None, record.headers) for record in batch),
+                              attributes={"tidings.aggregate": self.definition.name,
+                                          "messaging.batch.message_count": len(batch)}):
+                return self._decide_all(batch, now_ms, tracing)
+        return self._decide_all(batch, now_ms, tracing)
+
+    def _decide_all(self, batch: Sequence[Incoming], now_ms: int, tracing: Tracing | None) -> _Decided:
         decided = _Decided()
         for record in batch:
             answered = len(decided.notices)
             try:
-                self._decide_one(record, decided, now_ms)
+                self._decide_one(record, decided, now_ms, tracing)
             except RecordError as exc:  # only a record's fault: user code raising is a HandlerFailed
                 decided.after.append(self._backstop.letter(record, exc))
             if len(decided.notices) > answered:
                 decided.replied.append(record.timestamp_ms)
         return decided
 
-    def _decide_one(self, record: Incoming, decided: _Decided, now_ms: int) -> None:
+    def _decide_one(self, record: Incoming, decided: _Decided, now_ms: int, tracing: Tracing | None = None) -> None:
         """Decide one record; a ``RecordError`` from here dead-letters it (nothing changed)."""
         command = decode_record(
             record.value, CommandEnvelope, headers=record.headers, timestamp_ms=record.timestamp_ms
@@ -246,6 +259,30 @@ class AggregateAgent:
         if forward is not None:
             decided.after.append(forward)
             return
+        if tracing is None:
+            self._decide_command(record, command, decided, now_ms, None)
+            return
+        # A span per command, under the trace its sender started; its events carry the
+        # span's context, so what they cause (a saga's step) goes on in that trace.
+        with tracing.span(f"decide {self.definition.name}", carrier_of(command.metadata, record.headers),
+                          kind=CONSUMER,
+                          attributes={"tidings.aggregate": self.definition.name,
+                                      "tidings.aggregate_id": command.aggregate_id,
+                                      "tidings.command_id": command.command_id,
+                                      "tidings.command_type": command.type,
+                                      "tidings.correlation_id": command.correlation_id}) as span:
+            verdict = self._decide_command(record, command, decided, now_ms, tracing.carrier(span))
+            if verdict is not None:
+                span.set_attribute("tidings.verdict", verdict.status)
+                span.set_attribute("tidings.version", verdict.version)
+                if verdict.status == "rejected" and verdict.reason:
+                    tracing.fail(span, verdict.reason)
+
+    def _decide_command(
+        self, record: Incoming, command: CommandEnvelope, decided: _Decided, now_ms: int,
+        carrier: dict[str, str] | None,
+    ) -> ReplyEnvelope | None:
+        """Decide one command at home; return its verdict (None: a repeat, answered again)."""
         reply_to = self._runtime.reply_topic(command.reply_to)
         as_json = content_type(record.headers) == CONTENT_TYPE  # a JSON command is answered in JSON
         key = (command.aggregate_id, command.command_id)
@@ -255,7 +292,9 @@ class AggregateAgent:
             if self._admit is not None:
                 value = self._admit(command, value, now_ms)
             handled = self._handle(self._instance(partition, command.aggregate_id), command, value, now_ms)
-            events = [self._event_record(partition, event) for event in handled.stored]
+            if carrier and handled.reply is not None:
+                handled = _traced(handled, carrier)
+            events = [self._event_record(partition, event, carrier) for event in handled.stored]
             encoded_reply = None if handled.reply is None else avro.encode(handled.reply)
             if encoded_reply is not None and not handled.stored:
                 # No event tells a rebuilt store this verdict: journal the verdict itself.
@@ -271,7 +310,7 @@ class AggregateAgent:
                 # Stored as Avro whatever the first request was: the repeat gets its own form.
                 value = reply_as_json(first) if as_json else first
                 decided.notices.append(_answer(reply_to, command, value, as_json))
-            return
+            return None
         self._cache_put(partition, handled.instance)
         decided.dirty[command.aggregate_id] = handled.instance
         decided.events.extend(events)
@@ -287,6 +326,7 @@ class AggregateAgent:
         if reply_to:
             value = encode_answer(handled.reply, as_json=True) if as_json else encoded_reply
             decided.notices.append(_answer(reply_to, command, value, as_json))
+        return handled.reply
 
     def _handle(
         self, instance: AggregateInstance[Any], command: CommandEnvelope, value: Any, now_ms: int
@@ -436,7 +476,7 @@ class AggregateAgent:
         if len(cache) > self._cache_size:
             cache.popitem(last=False)
 
-    def _event_record(self, partition: int, event: EventEnvelope) -> Outgoing:
+    def _event_record(self, partition: int, event: EventEnvelope, carrier: dict[str, str] | None = None) -> Outgoing:
         key = f"{event.aggregate_id}/{event.version}".encode()
         value = avro.encode(event)
         if len(value) + len(key) > MAX_EVENT_BYTES:
@@ -444,7 +484,7 @@ class AggregateAgent:
                 f"event {event.type} of {event.aggregate_id!r} is {len(value)} bytes; events "
                 f"larger than {MAX_EVENT_BYTES} bytes cannot be stored"
             )
-        return Outgoing(self.topics.events, key, value, partition)
+        return Outgoing(self.topics.events, key, value, partition, headers_of(carrier) if carrier else ())
 
     def _verdict_record(self, partition: int, command: CommandEnvelope, reply: bytes) -> Outgoing:
         key = f"{command.aggregate_id}/{command.command_id}".encode()
@@ -473,3 +513,14 @@ class AggregateAgent:
 def _answer(reply_to: str, command: CommandEnvelope, value: bytes, as_json: bool) -> Outgoing:
     """The reply record to ``command``, with the JSON header when it is JSON."""
     return Outgoing(reply_to, command.reply_record_key.encode(), value, None, JSON_HEADERS if as_json else ())
+
+
+def _traced(handled: Handled[Any], carrier: dict[str, str]) -> Handled[Any]:
+    """``handled`` with the decide span's context in its events' metadata (stored and in the reply)."""
+    def mark(event: EventEnvelope) -> EventEnvelope:
+        return replace(event, metadata={**event.metadata, **carrier})
+
+    reply = handled.reply
+    assert reply is not None
+    return replace(handled, stored=tuple(mark(e) for e in handled.stored),
+                   reply=replace(reply, events=tuple(mark(e) for e in reply.events)))

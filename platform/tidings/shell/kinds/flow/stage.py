@@ -64,6 +64,7 @@ from ...runtime.context import KindContext
 from ...runtime.hosting import Input, Runtime, TopicPartition
 from ...runtime.io import Incoming, Outgoing
 from ...runtime.topics import TopicSpec, deadletter_topic, spec_for
+from ...runtime.tracing import CONSUMER, carrier_of
 
 if TYPE_CHECKING:
     from ....core.workflow import WorkflowDefinition
@@ -338,6 +339,19 @@ class WorkflowFlowAgent:
         return finish
 
     async def _element(self, record: Incoming) -> None:
+        tracing = self._runtime.tracing
+        if tracing is None:
+            await self._run_element(record)
+            return
+        # The element's span goes on in the trace of the source record's traceparent header,
+        # if it has one; the workflow's start (the requester's span) and run are under it.
+        with tracing.span(f"flow {self.stage.name}", carrier_of(None, record.headers), kind=CONSUMER,
+                          attributes={"tidings.flow": self.stage.name, "tidings.workflow": self.stage.handle.name,
+                                      "messaging.destination.name": record.topic,
+                                      "messaging.kafka.offset": record.offset}):
+            await self._run_element(record)
+
+    async def _run_element(self, record: Incoming) -> None:
         stage = self.stage
         try:
             element = self._decoder.element(record.value)

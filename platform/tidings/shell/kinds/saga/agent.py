@@ -34,9 +34,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +56,7 @@ from ...runtime.hosting import Input, Runtime, TopicPartition
 from ...runtime.io import Incoming, Outgoing
 from ...runtime.journaled import Backstop, CommitQueue, EventRouter, Journaled, OwnInputs, Pending
 from ...runtime.pipeline import Finish
+from ...runtime.tracing import CONSUMER, Carrier, carrier_of, headers_of
 from ...runtime.rocks import prefixed
 
 if TYPE_CHECKING:
@@ -171,6 +173,7 @@ def saga_router(name: str, sources: Mapping[str, str], topics: SagaTopics, runti
     aggregate name) to the inbox partition of its saga (its correlation id)."""
     aggregates = dict(sources)
     partitions = runtime.partitions
+    traced = runtime.tracing is not None
 
     def route(record: Incoming) -> Outgoing | None:
         event = check_event(avro.decode_as(record.value or b"", EventEnvelope))
@@ -178,8 +181,10 @@ def saga_router(name: str, sources: Mapping[str, str], topics: SagaTopics, runti
             return None  # never stored: it starts no saga, and reaches a running one in its reply
         saga_id = event.correlation_id
         value = avro.encode(SagaRouted(name, aggregates[record.topic], event))
+        # The event's trace context in the routed copy's headers too: the saga's batch span links to it.
+        headers = headers_of(carrier_of(event.metadata)) if traced else ()
         return Outgoing(topics.inbox, saga_id.encode("utf-8", "surrogatepass"), value,
-                        partition_for(saga_id, partitions))
+                        partition_for(saga_id, partitions), headers)
 
     return EventRouter(runtime, "saga", name, sources=aggregates, route=route)
 
@@ -268,7 +273,17 @@ class SagaAgent:
                 else:
                     self._reply(record, commit, now_ms)
 
-            self._backstop.each(batch, decide, commit.dead)
+            tracing = self._runtime.tracing
+            if tracing is None or len(batch) == 1:
+                self._backstop.each(batch, decide, commit.dead)
+            else:
+                # The batch is decided at once: its span links to the trace of each record
+                # (a batch of one has none: the transition's span is in its trace already).
+                with tracing.span(f"saga batch {self.name}", None, kind=CONSUMER,
+                                  links=(carrier_of(None, record.headers) for record in batch),
+                                  attributes={"tidings.saga": self.name,
+                                              "messaging.batch.message_count": len(batch)}):
+                    self._backstop.each(batch, decide, commit.dead)
             done = self._submit(commit)
 
         async def finish() -> None:
@@ -289,7 +304,8 @@ class SagaAgent:
         if forward is not None:
             commit.dead.append(forward)  # another partitioner: decided where the saga lives
             return
-        self._feed(record.partition, event.correlation_id, self._event(routed.aggregate, event), commit, now_ms)
+        self._feed(record.partition, event.correlation_id, self._event(routed.aggregate, event), commit, now_ms,
+                   event.metadata)
 
     def _reply(self, record: Incoming, commit: _Commit, now_ms: int) -> None:
         reply = avro.decode_as(record.value or b"", ReplyEnvelope)
@@ -320,7 +336,7 @@ class SagaAgent:
                 raise SchemaError(f"an event of command {event.command_id[:100]!r} in the reply to "
                                   f"{reply.command_id[:100]!r}")
         for event in reply.events:
-            self._feed(record.partition, saga_id, self._event(aggregate, event), commit, now_ms)
+            self._feed(record.partition, saga_id, self._event(aggregate, event), commit, now_ms, event.metadata)
 
     def _event(self, aggregate_name: str, event: EventEnvelope) -> SagaEvent:
         aggregate = self._aggregates.get(aggregate_name)
@@ -330,12 +346,36 @@ class SagaAgent:
         return SagaEvent(aggregate_name, event.aggregate_id, event.event_id, event.command_id,
                          event.correlation_id, event.version, event.type, value, event.deferred)
 
-    def _feed(self, partition: int, saga_id: str, event: SagaEvent, commit: _Commit, now_ms: int) -> None:
+    def _feed(self, partition: int, saga_id: str, event: SagaEvent, commit: _Commit, now_ms: int,
+              metadata: Mapping[str, str] | None = None) -> None:
+        tracing = self._runtime.tracing
+        began = 0 if tracing is None else time.time_ns()
         step = core.feed(self.definition, self._saga(saga_id), saga_id, event, now_ms=now_ms,
                          encode=self._encode, replies_topic=self.topics.replies)
-        self._apply(partition, saga_id, step, commit)
+        if tracing is None or not step.records:
+            self._apply(partition, saga_id, step, commit)
+            return
+        # A transition: its span goes on in the trace of the event that caused it (the
+        # aggregate's decide), and the commands it sends carry it on. A repeat of an event
+        # changes nothing and gets no span.
+        ended = step.saga is None or step.saga.ended
+        span = tracing.start(
+            f"saga {self.name}", carrier_of(metadata), kind=CONSUMER, start_ns=began,
+            attributes={"tidings.saga": self.name, "tidings.saga_id": saga_id, "tidings.aggregate": event.aggregate,
+                        "tidings.aggregate_id": event.aggregate_id, "tidings.event_type": event.type,
+                        "tidings.event_id": event.event_id, "tidings.saga.seq": step.records[-1].seq,
+                        "tidings.saga.transitions": ",".join(r.transition for r in step.records),
+                        "tidings.saga.commands": len(step.commands), "tidings.saga.ended": ended},
+        )
+        try:
+            self._apply(partition, saga_id, step, commit, tracing.carrier(span))
+        except BaseException as exc:
+            tracing.end(span, exc)
+            raise
+        tracing.end(span)
 
-    def _apply(self, partition: int, saga_id: str, step: SagaStep, commit: _Commit) -> None:
+    def _apply(self, partition: int, saga_id: str, step: SagaStep, commit: _Commit,
+               carrier: Carrier | None = None) -> None:
         """Add ``step``'s records, commands and timers to ``commit``; then remember the saga.
 
         Everything that can fail is done before anything changes: a failure leaves the
@@ -351,7 +391,7 @@ class SagaAgent:
             key = f"{saga_id}/{record.seq}".encode("utf-8", "surrogatepass")
             journal.append(Outgoing(self.topics.journal, key, value, partition))
             written.append((partition, record, value))
-        commands = [self._command(command) for command in step.commands]
+        commands = [self._command(command, carrier) for command in step.commands]
         commit.journal.extend(journal)
         commit.write.extend(written)
         commit.commands.extend(commands)
@@ -362,12 +402,16 @@ class SagaAgent:
                 commit.touched.add(saga_id)
                 self._dirty[saga_id] += 1
 
-    def _command(self, command: core.SagaCommand) -> Outgoing:
+    def _command(self, command: core.SagaCommand, carrier: Carrier | None = None) -> Outgoing:
         envelope = command.envelope
         topic = command.aggregate.topics.commands
         partition = partition_for(envelope.aggregate_id, self._partitions)
+        headers: tuple[tuple[str, bytes], ...] = ()
+        if carrier:
+            envelope = replace(envelope, metadata={**envelope.metadata, **carrier})
+            headers = headers_of(carrier)
         return Outgoing(topic, envelope.aggregate_id.encode("utf-8", "surrogatepass"), avro.encode(envelope),
-                        partition)
+                        partition, headers)
 
     def _encode(self, aggregate: Any, command: Any) -> tuple[str, bytes]:
         """Encode a command of ``on_enter``; the aggregate must be one of this app's."""

@@ -42,7 +42,7 @@ import json
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +59,7 @@ from ....errors import RecordError, SchemaError
 from ...runtime.hosting import Input, Runtime, TopicPartition
 from ...runtime.io import Incoming, Outgoing
 from ...runtime.journaled import Journaled
+from ...runtime.tracing import PRODUCER, headers_of
 from .store import ScheduleStore, StoredSchedule
 
 if TYPE_CHECKING:
@@ -397,7 +398,19 @@ class ScheduleDispatcher:
             f"start:{instance_id}", instance_id, "start", int(self._clock() * 1000), payload=text.encode(),
         )
         partition = partition_for(instance_id, workflow.context.partitions)
-        return Outgoing(workflow.topics.inbox, instance_id.encode(), avro.encode(request), partition)
+        tracing = self._runtime.tracing
+        if tracing is None:
+            return Outgoing(workflow.topics.inbox, instance_id.encode(), avro.encode(request), partition)
+        # Each run is a trace of its own: this producer span is the parent of the run's span.
+        span = tracing.start(f"schedule {run.workflow}", None, kind=PRODUCER,
+                             attributes={"tidings.schedule_id": schedule_id, "tidings.workflow": run.workflow,
+                                         "tidings.instance_id": instance_id, "tidings.due": format_due(run.due),
+                                         "messaging.destination.name": workflow.topics.inbox})
+        carrier = tracing.carrier(span)
+        tracing.end(span)
+        request = replace(request, metadata=carrier)
+        return Outgoing(workflow.topics.inbox, instance_id.encode(), avro.encode(request), partition,
+                        headers_of(carrier))
 
     def _unstartable(self, schedule: StoredSchedule, run: PendingRun, error: Exception) -> Outgoing:
         instance_id = run_id(schedule.schedule_id, run.due)

@@ -45,7 +45,10 @@ from ....core.workflow import (
     ReportParked,
     RunActivity,
     Started,
+    StepCompleted,
     StepError,
+    StepAttemptFailed,
+    StepFailed,
     StepStarted,
     TimerFired,
     WorkflowDefinition,
@@ -67,6 +70,7 @@ from ....errors import RecordError, RecordRejected, SchemaError
 from ...runtime.hosting import Input, Runtime, TopicPartition
 from ...runtime.io import Incoming, Outgoing
 from ...runtime.journaled import Backstop, CommitQueue, Journaled, OwnInputs, Pending
+from ...runtime.tracing import CONSUMER, TRACEPARENT, Carrier, Tracing, carrier_of
 from ....core.workflow.sends import SendCommand, StopSend
 from .activities import DaemonPool, Skippable, ThreadedAttempts, run_attempt, runs_threaded, settle_returned
 from .replies import RepliesReader
@@ -189,14 +193,19 @@ class WorkflowAgent:
         self._busy: Counter[str] = Counter()  # live activities and timers: not evictable
         self._dirty: Counter[str] = Counter()  # decided, not yet in RocksDB: not evictable
         # Journal records not acknowledged yet that an activity's input could come from
-        # (anything but Started and StepStarted): while an instance has some, its new
+        # (anything but Started, StepStarted and StepAttemptFailed): while an instance has some, its new
         # activities wait for the acks (see _submit).
         self._unsettled: Counter[str] = Counter()
         # Queries waiting for the end: (request id, reply_to, answer in JSON).
         self._waiters: dict[str, list[tuple[str, str, bool]]] = {}
         self._inputs: OwnInputs[tuple[str, InboxMessage]] = OwnInputs(self._lock, self._decide_own)
+        self._tracing = runtime.tracing
+        # Traces on: each running attempt's span, and when each step started (kind, name,
+        # ns) until it ends, for the step's span (docs/tracing.md).
+        self._attempt_spans: dict[tuple[str, str], Any] = {}
+        self._step_starts: dict[str, dict[str, tuple[str, str, int]]] = {}
         self._sends = WorkflowSends(self, connection=runtime.connection, command_timeout=command_timeout,
-                                    group_prefix=runtime.group_prefix)
+                                    group_prefix=runtime.group_prefix, tracing=runtime.tracing)
         # Replies to sends are read outside Faust, in batches (kinds/workflow/replies.py).
         self._replies = RepliesReader(runtime.connection, topics.replies, self._replied,
                                       group_prefix=runtime.group_prefix)
@@ -218,7 +227,17 @@ class WorkflowAgent:
             await self._ready({record.partition for record in batch})
             commit = _Commit()
             now_ms = self._now_ms()
-            self._backstop.each(batch, lambda record: self._inbox_record(record, commit, now_ms), commit.dead)
+            if self._tracing is None or len(batch) == 1:
+                self._backstop.each(batch, lambda record: self._inbox_record(record, commit, now_ms), commit.dead)
+            else:
+                # The batch is decided at once: its span links to the trace of each record
+                # (a batch of one has none: the run's span is in its trace already).
+                with self._tracing.span(f"workflow batch {self.definition.name}", None, kind=CONSUMER,
+                                        links=(carrier_of(None, record.headers) for record in batch),
+                                        attributes={"tidings.workflow": self.definition.name,
+                                                    "messaging.batch.message_count": len(batch)}):
+                    self._backstop.each(batch, lambda record: self._inbox_record(record, commit, now_ms),
+                                        commit.dead)
             for record in batch:
                 offsets = commit.write.inbox_offsets
                 offsets[record.partition] = max(record.offset, offsets.get(record.partition, -1))
@@ -284,6 +303,8 @@ class WorkflowAgent:
             self._inbox_applied.pop(partition, None)
         self._forget_cached(*gone)
         for key in [k for k in self._activities if self._partition(k[0]) in gone]:
+            if self._attempt_spans:
+                self._end_attempt(key, None, "revoked")
             self._due.pop(key, None)
             task, attempt = self._activities.pop(key)
             attempt.cancellation.cancel()
@@ -294,6 +315,8 @@ class WorkflowAgent:
             self._busy[key[0]] -= 1
         for instance_id in [i for i in self._waiters if self._partition(i) in gone]:
             del self._waiters[instance_id]
+        for instance_id in [i for i in self._step_starts if self._partition(i) in gone]:
+            del self._step_starts[instance_id]
         self._sends.drop(gone)
         self._busy = +self._busy
 
@@ -382,7 +405,10 @@ class WorkflowAgent:
             message = verdict.message
             if as_json and isinstance(message, Start):
                 message = replace(message, outcome_json=True)  # journaled: its outcome is JSON too
-            decided = self._advance(instance, message, commit, now_ms, record.offset)
+            if self._tracing is not None and isinstance(message, Start) and known is None:
+                decided = self._start_traced(self._tracing, instance, message, request, record, commit, now_ms)
+            else:
+                decided = self._advance(instance, message, commit, now_ms, record.offset)
             verdict = answer_fed(request, instance, None if decided is not None else self._refusal)
         if request.kind == "start" and request.parent_id is not None and known is not None:
             # A parent that restarted mid-start waits for the acknowledgement again.
@@ -396,6 +422,71 @@ class WorkflowAgent:
             error = SchemaError(verdict.reason)
             commit.dead.append(self._runtime.dead_letter(record, error))
         self._reply(commit, request, verdict.reply, as_json)
+
+    def _start_traced(
+        self, tracing: Tracing, instance: WorkflowInstance, message: Start, request: WorkflowInbox,
+        record: Incoming, commit: _Commit, now_ms: int,
+    ) -> Any:
+        """Start an instance inside its run's span, whose context the ``Started`` record
+        journals: every later span of the run is its child, on any worker, after any restart.
+
+        The span ends once the start is decided (a span cannot outlive its process, a run
+        can); the run's steps, attempts, sends and end are its children."""
+        span = tracing.start(
+            f"workflow {self.definition.name}", carrier_of(request.metadata, record.headers), kind=CONSUMER,
+            attributes={"tidings.workflow": self.definition.name, "tidings.instance_id": instance.instance_id,
+                        "tidings.parent_id": request.parent_id},
+        )
+        try:
+            message = replace(message, traceparent=tracing.carrier(span).get(TRACEPARENT))
+            decided = self._advance(instance, message, commit, now_ms, record.offset)
+        except BaseException as exc:
+            tracing.end(span, exc)
+            raise
+        tracing.end(span, None if decided is not None else self._refusal)
+        return decided
+
+    def run_context(self, instance_id: str) -> Carrier | None:
+        """The trace context of the instance's run (its ``Started`` record's), or None."""
+        instance = self._cache.get(instance_id)
+        traceparent = None if instance is None else instance.traceparent
+        return None if traceparent is None else {TRACEPARENT: traceparent}
+
+    def _trace_record(self, tracing: Tracing, instance_id: str, record: Any) -> None:
+        """A span for each step that ended and for the run's end, under the run's context."""
+        if isinstance(record, StepStarted):
+            self._step_starts.setdefault(instance_id, {})[record.path] = (record.kind, record.name,
+                                                                           record.at * 1_000_000)
+            return
+        if isinstance(record, Ended):
+            span = tracing.start(f"workflow {self.definition.name} {record.outcome}", self.run_context(instance_id),
+                                 attributes={"tidings.workflow": self.definition.name,
+                                             "tidings.instance_id": instance_id, "tidings.outcome": record.outcome})
+            tracing.end(span, None if record.error is None else record.error.message)
+            self._step_starts.pop(instance_id, None)
+            return
+        if not isinstance(record, (StepCompleted, StepFailed)):
+            return
+        starts = self._step_starts.get(instance_id)
+        started = (None if starts is None else starts.pop(record.path, None)) or self._stored_start(instance_id,
+                                                                                                    record.path)
+        if started is None:
+            return
+        kind, name, began = started
+        span = tracing.start(
+            f"step {kind} {name}".rstrip(), self.run_context(instance_id), start_ns=began,
+            attributes={"tidings.workflow": self.definition.name, "tidings.instance_id": instance_id,
+                        "tidings.step": record.path, "tidings.step.kind": kind, "tidings.step.name": name or None,
+                        "tidings.attempt": record.attempt},
+        )
+        tracing.end(span, record.error.message if isinstance(record, StepFailed) else None)
+
+    def _stored_start(self, instance_id: str, path: str) -> tuple[str, str, int] | None:
+        """A step started before this worker took the instance: its start from the journal."""
+        for stored in reversed(self._store.journal(instance_id)):
+            if isinstance(stored, StepStarted) and stored.path == path:
+                return stored.kind, stored.name, stored.at * 1_000_000
+        return None
 
     def _decode(self, record: Incoming) -> WorkflowInbox:
         """Decode an inbox record; its ``reply_to`` must be a topic a reply may go to."""
@@ -460,7 +551,8 @@ class WorkflowAgent:
         for effect in effects:
             if isinstance(effect, CHILD_EFFECTS):
                 # Acknowledged before RocksDB is written, like dead letters (kinds/workflow/children.py).
-                commit.links.append(self._children.outgoing(instance_id, effect, self._now_ms()))
+                trace = None if self._tracing is None else self.run_context(instance_id)
+                commit.links.append(self._children.outgoing(instance_id, effect, self._now_ms(), trace))
                 continue
             commit.effects.append((instance_id, effect))
             if isinstance(effect, ArmTimer):
@@ -473,14 +565,17 @@ class WorkflowAgent:
     ) -> None:
         partition = self._partition(instance_id)
         headers = () if inbox_offset is None else ((INBOX_OFFSET_HEADER, b"%d" % inbox_offset),)
+        tracing = self._tracing
         for record in records:
+            if tracing is not None:
+                self._trace_record(tracing, instance_id, record)
             key = f"{instance_id}/{record.seq}".encode()
             value = avro.encode(WorkflowJournalEntry(instance_id, record))
             commit.journal.append(Outgoing(self.topics.journal, key, value, partition, headers))
             commit.write.records.append((instance_id, record))
             if isinstance(record, Started):
                 self._started_at[instance_id] = record.at
-            if not isinstance(record, (Started, StepStarted)):
+            if not isinstance(record, (Started, StepStarted, StepAttemptFailed)):
                 commit.unsettled[instance_id] += 1
                 self._unsettled[instance_id] += 1
         if instance_id not in commit.touched:
@@ -495,6 +590,9 @@ class WorkflowAgent:
         partition = self._partition(instance_id)
         stored: dict[str, Any] = {"status": status.value}
         reason = next((e.reason for e in decision.effects if isinstance(e, ReportParked)), None)
+        started_at = self._started_at.get(instance_id)
+        if started_at is not None:
+            stored["started_at"] = started_at  # for the status record of a later catch-up's end
         if status in _ENDED and instance.outcome is not None:
             ended = next((r for r in decision.records if isinstance(r, Ended)), None)
             stored["outcome"] = (
@@ -516,7 +614,7 @@ class WorkflowAgent:
             stored["reason"] = reason
             log.warning("workflow %s instance %r is parked: %s", self.definition.name, instance_id, reason)
         commit.write.statuses[instance_id] = stored
-        commit.kept.append(self._status_record(instance_id, status.value, now_ms, reason))
+        commit.kept.append(self._status_record(instance_id, status.value, now_ms, reason, started_at))
 
     def _replayed(self, instance_id: str, commit: _Commit, now_ms: int) -> WorkflowInstance:
         """Rebuild an instance that is not in memory from its stored journal."""
@@ -617,10 +715,21 @@ class WorkflowAgent:
                 return
             attempt = Attempt(effect.idempotency_key, effect.attempt)
             running: asyncio.Future[None] | Skippable
+            if self._tracing is not None:
+                self._attempt_spans[key] = self._tracing.start(
+                    f"activity {effect.name}", self.run_context(instance_id),
+                    attributes={"tidings.workflow": self.definition.name, "tidings.instance_id": instance_id,
+                                "tidings.step": effect.path, "tidings.activity": effect.name,
+                                "tidings.attempt": effect.attempt, "tidings.idempotency_key": effect.idempotency_key})
             if self._threaded is not None and runs_threaded(effect, self._clock()):
                 running = self._threaded.submit(instance_id, effect, attempt)
             else:
-                running = asyncio.ensure_future(self._call(instance_id, effect, attempt))
+                if self._tracing is not None:
+                    # The task copies the current context: the activity's own spans are the attempt's children.
+                    with self._tracing.within(self._tracing.carrier(self._attempt_spans[key])):
+                        running = asyncio.ensure_future(self._call(instance_id, effect, attempt))
+                else:
+                    running = asyncio.ensure_future(self._call(instance_id, effect, attempt))
                 if effect.not_before > self._now_ms():
                     self._due[key] = effect.not_before
             self._activities[key] = (running, attempt)
@@ -638,7 +747,22 @@ class WorkflowAgent:
         elif isinstance(effect, (SendCommand, StopSend)):
             self._sends.carry_out(instance_id, effect)
 
+    def _end_attempt(self, key: tuple[str, str], result: ActivityResult | None, why: str = "") -> None:
+        """End the span of the attempt at ``key``: with its result, or stopped (``why``)."""
+        span = self._attempt_spans.pop(key, None)
+        if span is None or self._tracing is None:
+            return
+        if result is None:
+            span.set_attribute("tidings.attempt.stopped", why)
+            self._tracing.end(span)
+        elif result.timed_out:
+            self._tracing.end(span, "the attempt timed out")
+        else:
+            self._tracing.end(span, result.error)
+
     def _stop_activity(self, key: tuple[str, str]) -> None:
+        if self._attempt_spans:
+            self._end_attempt(key, None, "cancelled")
         self._due.pop(key, None)
         running = self._activities.pop(key, None)
         if running is not None:
@@ -686,6 +810,8 @@ class WorkflowAgent:
         current = self._activities.get(key)
         if current is None or current[1] is not attempt:
             return  # cancelled or replaced meanwhile: the result would be ignored anyway
+        if self._attempt_spans:
+            self._end_attempt(key, result)
         del self._activities[key]
         self._due.pop(key, None)
         # The instance stays busy (not evictable) until _decide_own has taken the result:
@@ -864,7 +990,7 @@ class WorkflowAgent:
         change.records.append((instance_id, record))
         if isinstance(record, Started):
             change.running[instance_id] = (partition, True)
-            change.statuses[instance_id] = {"status": WorkflowStatus.RUNNING.value}
+            change.statuses[instance_id] = {"status": WorkflowStatus.RUNNING.value, "started_at": record.at}
             if record.outcome_json:
                 change.statuses[instance_id]["outcome_json"] = True
         elif isinstance(record, Ended):
@@ -874,11 +1000,14 @@ class WorkflowAgent:
             # Its Started is in this chunk or stored before: either way the status has the flag.
             before = change.statuses.get(instance_id) or self._store.status(instance_id) or {}
             as_json = bool(before.get("outcome_json"))
+            started_at = before.get("started_at")
             change.statuses[instance_id] = {"status": status, "outcome": fields}
             if as_json:
                 change.statuses[instance_id]["outcome_json"] = True
+            if isinstance(started_at, int):
+                change.statuses[instance_id]["started_at"] = started_at
             after.append(self._outcome_record(instance_id, fields, record.at, as_json))
-            after.append(self._status_record(instance_id, status, record.at))
+            after.append(self._status_record(instance_id, status, record.at, started_at=started_at))
             after.extend(self._children.restored_end(instance_id, record, change.records, self._store, self.definition.name))
 
     # -- small things ------------------------------------------------------------------
@@ -889,8 +1018,10 @@ class WorkflowAgent:
         return outcome_record(topic, partition, self.definition.name, instance_id, fields, now_ms,
                               as_json=as_json or self._runtime.json_outcomes)
 
-    def _status_record(self, instance_id: str, status: str, at: int, reason: str | None = None) -> Outgoing:
-        record = WorkflowStatusRecord(instance_id, self.definition.name, status, at, reason)
+    def _status_record(self, instance_id: str, status: str, at: int, reason: str | None = None,
+                       started_at: Any = None) -> Outgoing:
+        started = started_at if isinstance(started_at, int) else None
+        record = WorkflowStatusRecord(instance_id, self.definition.name, status, at, reason, started)
         return Outgoing(self.topics.status, instance_id.encode(), avro.encode(record), self._partition(instance_id))
 
     def _remember(self, instance: WorkflowInstance) -> None:

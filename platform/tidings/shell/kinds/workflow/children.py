@@ -25,6 +25,7 @@ waits for) and a parent ignores a report it already has.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Any, Final
 
 from ....codec import avro
@@ -37,6 +38,7 @@ from ....core.workflow_links import ended_report, link_request, started_report
 from ....core.workflow_records import WorkflowInbox
 from ....errors import RecordRejected
 from ...runtime.io import Outgoing, Publisher
+from ...runtime.tracing import Carrier, headers_of
 from .store import WorkflowStore
 
 log = logging.getLogger(__name__)
@@ -64,9 +66,18 @@ class ChildLinks:
         """The inbox topic of ``workflow`` in this app (``topics.topic_name``'s format)."""
         return f"{self.app}.workflow.{workflow}.inbox"
 
-    def outgoing(self, instance_id: str, effect: Any, now_ms: int) -> Outgoing:
-        """The record that carries out ``effect`` of instance ``instance_id``."""
-        return self._record(*link_request(instance_id, effect, now_ms))
+    def outgoing(self, instance_id: str, effect: Any, now_ms: int, trace: Carrier | None = None) -> Outgoing:
+        """The record that carries out ``effect`` of instance ``instance_id``.
+
+        ``trace``: the parent run's trace context, which a child's start carries, so the
+        child's run is a span of the parent's trace (docs/tracing.md)."""
+        workflow, request = link_request(instance_id, effect, now_ms)
+        if trace and isinstance(effect, StartChild):
+            request = replace(request, metadata={**request.metadata, **trace})
+            key = request.instance_id
+            return Outgoing(self.inbox(workflow), key.encode(), avro.encode(request),
+                            partition_for(key, self.partitions), headers_of(trace))
+        return self._record(workflow, request)
 
     async def send(self, publisher: Publisher, records: list[Outgoing]) -> None:
         """Produce ``records`` and wait for their acks; a record Kafka refuses is dropped with a warning.

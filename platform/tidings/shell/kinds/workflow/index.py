@@ -30,13 +30,24 @@ STATUSES: Final = tuple(status.value for status in WorkflowStatus)
 
 @dataclass(frozen=True, slots=True)
 class InstanceStatus:
-    """One instance's latest status, and since when (ms since the epoch)."""
+    """One instance's latest status, and since when (ms since the epoch).
+
+    ``started_at``: when it started, from the record (``workflowstatus.v2``) or, for a
+    RUNNING record without it, its ``at`` (a RUNNING record is written at the start); None
+    when unknown (an ended instance's v1 record).
+    """
 
     workflow: str
     instance_id: str
     status: str
     at: int
     reason: str | None = None
+    started_at: int | None = None
+
+    @property
+    def ended_at(self) -> int | None:
+        """When it ended: ``at`` of an ended status; None while RUNNING or PARKED."""
+        return None if self.status in ("RUNNING", "PARKED") else self.at
 
 
 @dataclass(slots=True)
@@ -70,5 +81,9 @@ class StatusIndex:
                 or status.status not in STATUSES or not isinstance(status.at, int)):
             self.skipped += 1
             return
-        self.latest[instance_id] = InstanceStatus(self.workflow, instance_id, status.status, status.at, status.reason)
+        started_at = status.started_at if isinstance(status.started_at, int) else None
+        if started_at is None and status.status == "RUNNING":
+            started_at = status.at
+        self.latest[instance_id] = InstanceStatus(self.workflow, instance_id, status.status, status.at, status.reason,
+                                                  started_at)
 

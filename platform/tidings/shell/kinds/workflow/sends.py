@@ -27,7 +27,7 @@ import asyncio
 import logging
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from confluent_kafka import OFFSET_END, Consumer, TopicPartition
@@ -56,6 +56,7 @@ from ...runtime.io import Incoming, Outgoing
 from ...runtime.kafka import fatal_error, is_fatal, not_authorized
 from ...runtime.pipeline import stop_worker
 from ...runtime.threads import OwnThread
+from ...runtime.tracing import PRODUCER, Carrier, Tracing, headers_of
 
 
 class Commit(Protocol):
@@ -168,13 +169,18 @@ class StepHost(Protocol):
         """Produce ``records`` without waiting for them."""
         ...
 
+    def run_context(self, instance_id: str) -> Carrier | None:
+        """The trace context of the instance's run (journaled in its ``Started``), or None."""
+        ...
+
 
 class WorkflowSends:
     """The send steps of one workflow agent: commands out, replies and watched events in."""
 
     def __init__(self, agent: StepHost, *, connection: KafkaConnection, command_timeout: float,
-                 group_prefix: str = DEFAULT_PREFIX) -> None:
+                 group_prefix: str = DEFAULT_PREFIX, tracing: Tracing | None = None) -> None:
         self._group_prefix = group_prefix
+        self._tracing = tracing
         self._agent = agent
         self._connection = connection
         self._command_timeout_ms = int(command_timeout * 1000)
@@ -314,7 +320,23 @@ class WorkflowSends:
             reply_key=instance_id,
         ))
         partition = partition_for(effect.aggregate_id, aggregate.context.partitions)
-        return Outgoing(aggregate.topics.commands, effect.aggregate_id.encode(), avro.encode(envelope), partition)
+        tracing = self._tracing
+        if tracing is None:
+            return Outgoing(aggregate.topics.commands, effect.aggregate_id.encode(), avro.encode(envelope), partition)
+        # A producer span under the run; the command carries it to the aggregate's decide.
+        span = tracing.start(
+            f"send {aggregate.name}", self._agent.run_context(instance_id), kind=PRODUCER,
+            attributes={"tidings.workflow": self._agent.name, "tidings.instance_id": instance_id,
+                        "tidings.step": effect.path, "tidings.attempt": effect.attempt,
+                        "tidings.aggregate": aggregate.name, "tidings.aggregate_id": effect.aggregate_id,
+                        "tidings.command_id": effect.command_id, "tidings.command_type": type_name,
+                        "messaging.destination.name": aggregate.topics.commands},
+        )
+        carrier = tracing.carrier(span)
+        tracing.end(span)
+        envelope = replace(envelope, metadata={**envelope.metadata, **carrier})
+        return Outgoing(aggregate.topics.commands, effect.aggregate_id.encode(), avro.encode(envelope), partition,
+                        headers_of(carrier))
 
     def _feed(self, instance_id: str, message: Any) -> None:
         self._agent.feed(instance_id, message)
