@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tidings import App
-from tidings.cli.list import KINDS, saga_rows, workflow_rows
-from tidings.cli.list_indexes import orchestration_rows
-from tidings.cli.listing import Filters, counts_line, select, table
+from tidings.inspection.indexes import KINDS, saga_rows, workflow_rows
+from tidings.inspection.kind_indexes import orchestration_rows
+from tidings.inspection.listing import Filters, counts_line, select, table
 from tidings.codec import avro
 from tidings.core.partitioning import partition_for
 from tidings.core.orchestration_records import OrchestrationEvent, OrchestrationOutcome

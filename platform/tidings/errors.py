@@ -31,6 +31,8 @@ The tree::
     │   └── Fenced                          internal: Kafka fenced an exactly-once worker
     ├── TokenProviderError (also RuntimeError)  internal: an OAUTHBEARER token provider failed
     ├── UsageError (also ValueError)    internal: a bad CLI argument (exit 2, one line)
+    ├── ConsoleRefusal                  internal: the console's API refused a request (its HTTP status)
+    ├── ReplayRefused (also ValueError) internal: a dead letter the console may not send back
     └── ReplyTimeout (also TimeoutError)    no reply within the timeout
 
 A failure of user code on one record (a handler, ``key_of``, an orchestration) is a
@@ -256,3 +258,19 @@ class TokenProviderError(TidingsError, RuntimeError):
 
 class UsageError(TidingsError, ValueError):
     """A bad command-line argument: the command prints it in one line and exits 2."""
+
+
+class ConsoleRefusal(TidingsError):
+    """The console's API refused a request: its HTTP status and one line saying what to do.
+
+    Internal to ``tidings console``: the server answers it as ``{"error": message}``.
+    """
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class ReplayRefused(TidingsError, ValueError):
+    """A dead letter the console may not send back; the message says why (internal)."""

@@ -58,6 +58,7 @@ COMMANDS = {
     "outcomes": (["outcomes", SHOP, "enrich"], 10.0),  # no --timeout: the 10 s default
     "topics apply": (["topics", "apply", BANK, "--timeout", "5"], 5.0),
     "status (default timeout)": (["status", SHOP, "enrich", "order-1"], 10.0),
+    "console": (["console", SHOP, "--port", "0", "--timeout", "5"], 5.0),
 }
 
 

@@ -8,7 +8,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from tidings.cli.deadletters import _since, bytes_field, dead_letter_line
+from tidings.cli.deadletters import _since
+from tidings.inspection.deadletters import bytes_field, dead_letter_line
 from tidings.cli.offsets import Move, PartitionOffsets, confirm, plan_moves, show_lines
 from tidings.codec import avro
 from tidings.core.records import CommandEnvelope, DeadLetter

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tidings.cli.journal_text import MAX_SHOWN, duration, instant, journal_lines, summary, value
+from tidings.inspection.journal_text import MAX_SHOWN, duration, instant, journal_lines, summary, value
 from tidings.core.workflow import (
     CancelRequested,
     Ended,

@@ -9,8 +9,9 @@ from datetime import UTC, datetime
 import pytest
 
 from tidings.codec import avro
-from tidings.cli.list import AggregateIndex, UsageError, origin_name, parse
-from tidings.cli.listing import Filters, Row, counts_json, counts_line, parse_limit, parse_when, printable, row_json, select, table
+from tidings.cli.list import UsageError, parse
+from tidings.inspection.indexes import AggregateIndex, origin_name
+from tidings.inspection.listing import Filters, Row, counts_json, counts_line, parse_limit, parse_when, printable, row_json, select, table
 from tidings.cli.main import main
 from tidings.core.partitioning import partition_for
 from tidings.core.workflow_records import WorkflowStatusRecord
@@ -213,7 +214,7 @@ def test_a_bad_argument_is_one_line_and_exit_2_without_kafka(
 # -- describe ------------------------------------------------------------------------------
 
 def test_describe_says_where_an_instance_waits_what_failed_and_who_its_parent_and_children_are() -> None:
-    from tidings.cli.describe_text import describe_lines, describe_workflow
+    from tidings.inspection.describe_text import describe_lines, describe_workflow
     from tidings.core.workflow.failures import ErrorKind, StepError
     from tidings.core.workflow.journal import SignalReceived, Started, StepCompleted, StepFailed, StepStarted
     from tidings.shell.kinds.workflow.index import InstanceStatus
@@ -269,7 +270,7 @@ def test_a_describe_argument_that_is_wrong_is_one_line_and_exit_2(
 
 
 def test_the_saga_index_decodes_only_each_sagas_last_record() -> None:
-    from tidings.cli.list import SagaIndex
+    from tidings.inspection.indexes import SagaIndex
     from tidings.core.saga_records import SagaJournalEntry
 
     def entry(saga_id: str, seq: int, transition: str = "handle", ended: bool = False, saga: str = "transfer",
@@ -292,7 +293,7 @@ def test_the_saga_index_decodes_only_each_sagas_last_record() -> None:
 
 
 def test_describe_a_saga_shows_its_state_the_commands_sent_and_the_replies_it_expects() -> None:
-    from tidings.cli.describe_text import describe_saga, saga_lines
+    from tidings.inspection.describe_text import describe_saga, saga_lines
     from tidings.core.saga_records import SagaCommandRecord, SagaJournalEntry
 
     take = SagaCommandRecord("vault", "v-1", "c-1", "Take", b'{"amount": 30}', expect_within_ms=12_000,
@@ -343,7 +344,7 @@ def test_a_status_record_without_started_at_reads_its_start_from_a_running_recor
 
 
 def test_the_orchestration_index_reads_journal_keys_and_outcomes_and_skips_the_rest() -> None:
-    from tidings.cli.list_indexes import OrchestrationIndex
+    from tidings.inspection.kind_indexes import OrchestrationIndex
     from tidings.core.orchestration_records import OrchestrationOutcome
 
     index = OrchestrationIndex("fulfil", 4)
@@ -370,7 +371,7 @@ def test_the_orchestration_index_reads_journal_keys_and_outcomes_and_skips_the_r
 
 
 def test_describe_shows_failed_attempts_the_last_failure_and_the_next_attempt() -> None:
-    from tidings.cli.describe_text import describe_lines, describe_workflow
+    from tidings.inspection.describe_text import describe_lines, describe_workflow
     from tidings.core.workflow import StepAttemptFailed, StepError
     from tidings.core.workflow.journal import Started, StepStarted
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tidings.console.actions import replay_producer
 from tidings.shell.runtime.connection import KafkaConnection
 from tidings.shell.runtime.kafka import ConfluentPublisher
 from tidings.shell.runtime.requester import RequestSender
@@ -28,6 +29,7 @@ PRODUCER_SITES = {
     "shell/runtime/kafka.py": 1,  # ConfluentPublisher (at-least-once worker)
     "shell/runtime/transactions.py": 1,  # TransactionalPublisher (exactly-once worker)
     "shell/runtime/requester.py": 1,  # RequestSender (every Client and CLI command)
+    "console/actions.py": 1,  # replay_producer (a dead letter sent back from the console)
 }
 
 
@@ -60,11 +62,12 @@ def test_each_producer_is_idempotent_with_acks_all_over_a_connection_that_says_o
         TransactionalPublisher(connection, transactional_id="t-1", group_metadata=lambda: None,
                                on_fenced=lambda exc: None).close(0.1)
         RequestSender(connection).close(0.1)
+        replay_producer(connection).flush(0)
 
     asyncio.run(build())
     built = [json.loads(line) for line in record.read_text().splitlines()]
     sites = sorted(line["site"].rsplit(".", 2)[-2] for line in built)
-    assert sites == ["ConfluentPublisher", "RequestSender", "TransactionalPublisher"]
+    assert sites == ["ConfluentPublisher", "RequestSender", "TransactionalPublisher", "actions"]
     for line in built:
         assert line["config"]["acks"] == "all", line["site"]
         assert line["config"]["enable.idempotence"] in ("True", "true"), line["site"]

@@ -104,7 +104,8 @@ def test_every_public_error_is_in_the_tree_exported_and_drawn() -> None:
     # JournalMismatch never leaves the interpreter; the exactly-once errors never leave the worker;
     # KafkaUnreachable never leaves the CLI (exit 69) or the worker's wait for a broker.
     internal = {"JournalMismatch", "TransactionAborted", "Fenced", "KafkaUnreachable",
-                "CommandRefused", "ReplyUndeliverable", "TokenProviderError", "UsageError"}  # dead-lettered or said by the connection; never raised to callers
+                "CommandRefused", "ReplyUndeliverable", "TokenProviderError", "UsageError",
+                "ConsoleRefusal", "ReplayRefused"}  # dead-lettered or said by the connection; never raised to callers
     assert {name for name in classes if name not in tidings.__all__} == internal
 
 

@@ -12,7 +12,6 @@ from tidings import App, CatchUp, ScheduleRule, Weekday
 from tidings.cli.main import build_parser, main
 from tidings.cli.schedule import (
     describe,
-    fold_journal,
     interval_text,
     list_lines,
     parse_days,
@@ -23,6 +22,7 @@ from tidings.cli.schedule import (
     state_json,
 )
 from tidings.codec import avro
+from tidings.inspection.schedules import fold_journal
 from tidings.codec.payloads import payload_of
 from tidings.core.aggregate import AggregateDefinition, AggregateInstance
 from tidings.core.partitioning import partition_for

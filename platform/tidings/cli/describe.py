@@ -2,27 +2,21 @@
 
 Read from the topics, no worker asked: the instance's journal (``read_journal``), its latest
 status and its children's (the status topics, only the partitions their ids live on). What
-is said and what the journal cannot say: ``describe_text.py``; aggregates and schedules:
-``describe_kinds.py``.
+is said and what the journal cannot say: ``tidings.inspection.describe_text``; aggregates and
+schedules: ``describe_kinds.py``.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
-import time
 from typing import Any
 
 from ..core.limits import check_id
-from ..core.partitioning import partition_for
-from ..core.workflow.journal import StepKind, StepStarted
-from ..core.workflow.paths import child_id
 from ..errors import LimitError
-from ..shell.client.scan import read_topics
-from ..shell.kinds.workflow.index import InstanceStatus, StatusIndex
-from ..shell.kinds.workflow.journal import read_journal
+from ..inspection.describe_text import describe_lines, saga_lines
+from ..inspection.instances import read_saga, read_workflow, saga_record_json, shown
 from .describe_kinds import (
     aggregate_lines,
     describe_aggregate,
@@ -31,11 +25,8 @@ from .describe_kinds import (
     read_events,
     schedule_describe_lines,
 )
-from .describe_text import describe_lines, describe_saga, describe_workflow, saga_lines
-from .journal import shown
 from .kafka import EXIT_STATUS_EPILOG, add_kafka_arguments, connection, reach_kafka
 from .loading import load_app
-from .saga import record_json
 
 _DESCRIPTION = """\
 Describe the instance ID of the workflow NAME: its status and since when, its start and
@@ -137,20 +128,12 @@ def run(args: argparse.Namespace) -> int:
     reach_kafka(kafka, timeout)
     if kind == "saga":
         return _saga(args, handle, kafka, timeout)
-    prefix = f"{app.name}."
     if kind in ("aggregate", "schedule"):
-        return _aggregate(args, kind, handle, kafka, timeout, app.partitions, prefix)
-    records = read_journal(kafka, handle.topics.journal, app.partitions, args.instance_id,
-                           timeout=timeout, group_prefix=prefix)
-    if not records:
+        return _aggregate(args, kind, handle, kafka, timeout, app.partitions, f"{app.name}.")
+    read = read_workflow(app, kafka, args.name, args.instance_id, timeout=timeout)
+    if read is None:
         return _usage(f"no {args.name} instance {args.instance_id!r} was started (its journal is empty)")
-    wanted: dict[str, set[str]] = {args.name: {args.instance_id}}
-    for record in records:
-        if isinstance(record, StepStarted) and record.kind == StepKind.CHILD_START and record.name in handles:
-            wanted.setdefault(record.name, set()).add(child_id(args.instance_id, record.path))
-    statuses = _statuses(app, kafka, {name: handles[name] for name in wanted}, wanted, timeout, prefix)
-    described = describe_workflow(args.name, args.instance_id, records, statuses.get((args.name, args.instance_id)),
-                                  {i: s for (_, i), s in statuses.items()}, int(time.time() * 1000))
+    described, records = read.described, read.records
     if args.json:
         print(json.dumps(shown(described)))
         return 0
@@ -160,14 +143,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _saga(args: argparse.Namespace, handle: Any, kafka: Any, timeout: float) -> int:
-    entries = asyncio.run(handle.journal(args.instance_id, bootstrap=kafka, timeout=timeout))
-    if not entries:
+    read = read_saga(handle, kafka, args.instance_id, timeout=timeout)
+    if read is None:
         return _usage(f"no {args.name} saga {args.instance_id!r} was started (its journal is empty)")
-    described = describe_saga(args.name, args.instance_id, entries, int(time.time() * 1000))
     if args.json:
-        print(json.dumps({**described, "journal": [record_json(entry) for entry in entries]}))
+        print(json.dumps({**read.described, "journal": [saga_record_json(entry) for entry in read.entries]}))
         return 0
-    for line in saga_lines(described, entries, full=args.full):
+    for line in saga_lines(read.described, read.entries, full=args.full):
         print(line)
     return 0
 
@@ -193,14 +175,3 @@ def _aggregate(args: argparse.Namespace, kind: str, handle: Any, kafka: Any, tim
         print(line)
     return 0
 
-
-def _statuses(app: Any, kafka: Any, handles: dict[str, Any], wanted: dict[str, set[str]], timeout: float,
-              prefix: str) -> dict[tuple[str, str], InstanceStatus]:
-    """The latest status of each wanted instance, reading only the partitions their ids are on."""
-    indexes = {name: StatusIndex(name, app.partitions) for name in handles}
-    read_topics(kafka, {handles[name].topics.status: index.take for name, index in indexes.items()},
-                group_prefix=prefix, timeout=timeout,
-                only={handles[name].topics.status: {partition_for(i, app.partitions) for i in ids}
-                      for name, ids in wanted.items()})
-    return {(name, i): indexes[name].latest[i] for name, ids in wanted.items() for i in ids
-            if i in indexes[name].latest}

@@ -3,7 +3,7 @@
 Both are aggregates (a schedule is an instance of the app's ``schedule`` aggregate), so both
 read the one partition the id lives on of ``{app}.aggregate.{name}.events`` (keys
 ``{id}/{version}``), decode that id's events and fold them with the aggregate's own ``fold``
-as a worker's recovery does (``cli/schedule.py::fold_journal``: a record off its home
+as a worker's recovery does (``inspection/schedules.py::fold_journal``: a record off its home
 partition or out of version order is skipped). No worker is asked.
 
 - An aggregate shows its version (the last stored), how many events the topic still holds,
@@ -33,9 +33,10 @@ from ..errors import RecordError
 from ..shell.client.scan import read_topics
 from ..shell.runtime.connection import KafkaConnection
 from ..shell.runtime.io import Incoming
-from .journal_text import instant, value
+from ..inspection.journal_text import instant, value
+from ..inspection.schedules import fold_journal
 from .schedule import describe as schedule_lines
-from .schedule import fold_journal, state_json
+from .schedule import state_json
 
 #: Events (or runs) ``describe`` prints unless ``--journal`` asks for all.
 RECENT: Final = 10

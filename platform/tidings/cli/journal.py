@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any, Final
+from typing import Any
 
 from ..core.workflow.journal import record_to_json
+from ..inspection.instances import shown
 from ..shell.kinds.workflow.journal import read_journal
-from .journal_text import journal_lines, summary
+from ..inspection.journal_text import journal_lines, summary
 from .kafka import connection
 from .start import add_workflow_parser, workflow_handle
 
@@ -75,12 +76,3 @@ def run(args: argparse.Namespace) -> int:
     for line in journal_lines(records, full=args.full):
         print(line)
     return 0
-
-
-HIDDEN: Final = ("token", "parent_token")
-"""Fields that are capabilities (``core/workflow/children.py``): printed as "hidden", never as they are."""
-
-
-def shown(data: dict[str, Any]) -> dict[str, Any]:
-    """``data`` with every capability that is set replaced by "hidden"."""
-    return {name: "hidden" if name in HIDDEN and value is not None else value for name, value in data.items()}

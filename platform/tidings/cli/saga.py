@@ -11,7 +11,7 @@ import asyncio
 import json
 from typing import Any
 
-from ..core.saga_records import SagaJournalEntry
+from ..inspection.instances import saga_record_json as record_json
 from ..shell.kinds.saga.handle import SagaHandle, saga_named
 from .kafka import EXIT_STATUS_EPILOG, add_kafka_arguments, connection, reach_kafka
 from .loading import load_app
@@ -87,23 +87,3 @@ def run_journal(args: argparse.Namespace) -> int:
     for record in asyncio.run(handle.journal(args.saga_id, bootstrap=connection(args, handle.context), timeout=args.timeout)):
         print(json.dumps(record_json(record)), flush=True)
     return 0
-
-
-def record_json(record: SagaJournalEntry) -> dict[str, Any]:
-    """One journal record as JSON (user values as the JSON the worker stored)."""
-    return {
-        "seq": record.seq,
-        "transition": record.transition,
-        "ended": record.ended,
-        "entered_at_ms": record.entered_at_ms,
-        "cause": record.cause,
-        "events": list(record.events),
-        "state": None if record.state is None else json.loads(record.state),
-        "commands": [
-            {"aggregate": c.aggregate, "aggregate_id": c.aggregate_id, "command_id": c.command_id, "type": c.type,
-             "command": json.loads(c.payload), "expect_within_ms": c.expect_within_ms,
-             "resend_every_ms": c.resend_every_ms}
-            for c in record.commands
-        ],
-        "reason": record.reason,
-    }

@@ -15,21 +15,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import json
-import logging
 import re
 import sys
-import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
-from ..codec import avro
-from ..codec.payloads import load_payload
-from ..core.aggregate import AggregateDefinition, AggregateInstance, restore
-from ..core.partitioning import partition_for
-from ..core.records import EventEnvelope
 from ..core.schedule import (
     MIN_INTERVAL,
     ON_TIME_GRACE,
@@ -43,15 +35,13 @@ from ..core.schedule import (
 from ..core.schedule.aggregate import ScheduleState
 from ..shell.kinds.aggregate.handle import AggregateHandle
 from ..shell.client.client import Client
-from ..shell.client.follower import TopicFollower
 from ..shell.runtime.connection import KafkaConnection
-from ..shell.runtime.context import ThroughClient
-from ..shell.runtime.io import Incoming
 from ..shell.kinds.schedule.handle import ScheduleHandle
 from .kafka import EXIT_STATUS_EPILOG, add_kafka_arguments, connection, reach_kafka
+from ..inspection import schedules
+from ..inspection.schedules import read_schedules
+from ..inspection.schedule_words import day_runs, interval_text, rule_words
 from .loading import load_app
-
-log = logging.getLogger(__name__)
 
 # -- the rule syntax (pure) -------------------------------------------------------------------
 
@@ -177,56 +167,12 @@ def parse_rule(
 # -- the rule and the state in words (pure) -------------------------------------------------------
 
 
-def interval_text(interval: timedelta) -> str:
-    """An interval as ``--every`` writes it (``1h30m``); sub-second parts as ``500ms``."""
-    micros = interval // timedelta(microseconds=1)
-    parts = []
-    for unit, size in (("d", 86_400_000_000), ("h", 3_600_000_000), ("m", 60_000_000), ("s", 1_000_000)):
-        count, micros = divmod(micros, size)
-        if count:
-            parts.append(f"{count}{unit}")
-    if micros:
-        parts.append(f"{micros / 1000:g}ms")
-    return "".join(parts) or "0s"
-
-
-def _day_runs(days: Sequence[Weekday]) -> list[tuple[Weekday, Weekday]]:
-    """Consecutive days as (first, last) runs: Monday..Friday is one run."""
-    runs: list[tuple[Weekday, Weekday]] = []
-    for day in sorted(days):
-        if runs and day == runs[-1][1] + 1:
-            runs[-1] = (runs[-1][0], day)
-        else:
-            runs.append((day, day))
-    return runs
-
-
-def _day_words(days: Sequence[Weekday]) -> str:
-    parts: list[str] = []
-    for first, last in _day_runs(days):
-        names = [Weekday(day).name.capitalize() for day in range(first, last + 1)]
-        # Three or more days in a row read better as a range: "Monday to Friday".
-        parts += [f"{names[0]} to {names[-1]}"] if len(names) >= 3 else names
-    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
-
-
 def _day_options(days: Sequence[Weekday]) -> str:
     parts: list[str] = []
-    for first, last in _day_runs(days):
+    for first, last in day_runs(days):
         names = [Weekday(day).name[:3].lower() for day in range(first, last + 1)]
         parts += [f"{names[0]}-{names[-1]}"] if len(names) >= 3 else names
     return ",".join(parts)
-
-
-def rule_words(rule: ScheduleRule) -> str:
-    """The rule in words: ``every day at 09:00 in Europe/Oslo``."""
-    if rule.kind == "every":
-        assert rule.interval is not None
-        return f"every {interval_text(rule.interval)}, counted from the creation or last change"
-    assert rule.at is not None
-    when = "every day" if rule.kind == "daily" else f"every {_day_words(rule.days)}"
-    at = rule.at.strftime("%H:%M:%S" if rule.at.second else "%H:%M")
-    return f"{when} at {at} in {rule.zone}"
 
 
 def rule_options(rule: ScheduleRule) -> str:
@@ -338,79 +284,6 @@ def list_lines(states: dict[str, ScheduleState], *, include_deleted: bool) -> li
     return lines
 
 
-# -- reading the journal ----------------------------------------------------------------------
-
-
-def fold_journal(
-    records: Iterable[Incoming],
-    definition: AggregateDefinition[Any, Any, ScheduleState],
-    partitions: int,
-    instances: dict[str, AggregateInstance[ScheduleState]],
-) -> int:
-    """Fold the schedule journal's ``records`` into ``instances`` (by schedule id), as a worker's
-    recovery does; return how many records were skipped.
-
-    A record that does not decode, sits off its schedule's home partition, or is not the next
-    version of its schedule is skipped (``restore``'s rule), so what any producer wrote to the
-    journal never changes a schedule here either. Records of one partition must come in
-    offset order; partitions may interleave.
-    """
-    skipped = 0
-    for record in records:
-        try:
-            event = avro.decode_as(record.value or b"", EventEnvelope)
-            if partition_for(event.aggregate_id, partitions) != record.partition:
-                raise ValueError(f"an event of {event.aggregate_id[:100]!r} off its home partition")
-            value = load_payload(event.type, event.payload, definition.event_types)
-            instance = instances.get(event.aggregate_id) or AggregateInstance.new(
-                event.aggregate_id, definition.initial
-            )
-            restored = restore(definition, instance, event, value)
-        except Exception as exc:  # noqa: BLE001 - a bad record, or fold raising on it
-            log.warning("skipping journal record %s/%d@%d: %s: %s", record.topic, record.partition,
-                        record.offset, type(exc).__name__, exc)
-            skipped += 1
-            continue
-        if restored is None:
-            skipped += 1
-            continue
-        instances[event.aggregate_id] = restored
-    return skipped
-
-
-async def read_schedules(
-    aggregate: AggregateHandle[Any, Any, ScheduleState], connection: KafkaConnection,
-    progress: Callable[[str], None] = lambda line: None, every_s: float = 2.0,
-) -> dict[str, ScheduleState]:
-    """Every schedule of the app as its journal stands now, read from the beginning to the end.
-
-    ``progress`` is told how far the reading is every ``every_s`` seconds, once it has taken
-    that long.
-
-    Raises:
-        BrokerError: the journal topic is missing, or Kafka did not answer.
-    """
-    instances: dict[str, AggregateInstance[ScheduleState]] = {}
-    follower = TopicFollower(connection, aggregate.topics.events, follow=False, chunk=2000)
-    read = skipped = 0
-    started = last = time.monotonic()
-    try:
-        await follower.start()
-        while (chunk := await follower.next_chunk()) is not None:
-            read += len(chunk)
-            skipped += fold_journal(chunk, aggregate.definition, aggregate.context.partitions, instances)
-            if time.monotonic() - last >= every_s:
-                last = time.monotonic()
-                progress(f"read {read} journal records, {len(instances)} schedules "
-                         f"({last - started:.0f} s)")
-    finally:
-        follower.close()
-    if skipped:
-        progress(f"skipped {skipped} journal record(s) that were not the next version of their schedule "
-                 "or did not decode (see the log)")
-    return {schedule_id: instance.state for schedule_id, instance in instances.items()}
-
-
 # -- finding the app's schedules ----------------------------------------------------------------
 
 
@@ -421,7 +294,7 @@ def schedule_aggregate(app: Any) -> AggregateHandle[Any, Any, ScheduleState]:
         SystemExit: the app declares no schedules, with what to add.
     """
     try:
-        return app.schedule_handle().aggregate  # type: ignore[no-any-return]
+        return schedules.schedule_aggregate(app)
     except LookupError as exc:
         raise SystemExit(f"tidings: {exc}") from None
 
@@ -429,12 +302,11 @@ def schedule_aggregate(app: Any) -> AggregateHandle[Any, Any, ScheduleState]:
 def schedule_handle(app: Any, client: Client, timeout: float | None) -> ScheduleHandle:
     """A handle like the one ``app.schedules`` returned to the program, sending through ``client``.
 
-    The workflows a schedule may start are the ones the program listed in ``app.schedules``.
+    Raises:
+        SystemExit: the app declares no schedules, with what to add.
     """
-    aggregate = schedule_aggregate(app)
-    workflows = app.schedule_handle().workflows
-    bound = dataclasses.replace(aggregate, context=ThroughClient(aggregate.context, client, timeout))
-    return ScheduleHandle(bound, workflows)
+    schedule_aggregate(app)
+    return schedules.schedule_handle(app, client, timeout)
 
 
 # -- the command --------------------------------------------------------------------------------

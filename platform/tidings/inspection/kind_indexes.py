@@ -1,4 +1,4 @@
-"""``tidings list``'s readers for orchestrations, schedules and a workflow flow's elements in flight.
+"""The readers of ``tidings list`` (and the console) for orchestrations, schedules and a workflow flow's elements in flight.
 
 Where each index comes from (docs/operations.md, "Listing and describing"):
 
@@ -6,7 +6,7 @@ Where each index comes from (docs/operations.md, "Listing and describing"):
   journaled an event, how many, the first and last record's time; no value decoded) and
   its compacted outcomes topic, keyed by instance (a finished instance and when).
 - **schedule**: the schedule aggregate's journal (``{app}.aggregate.schedule.events``),
-  folded per schedule as a worker's recovery folds it (``cli/schedule.py``).
+  folded per schedule as a worker's recovery folds it (``inspection/schedules.py``).
 - **flow**: the elements of the flow's source topic after the app's committed offsets
   (what its workers have not acknowledged: an offset is committed only after the element's
   outcome is on the sink), each read as the worker reads it (``SourceDecoder``, ``id_of``),
@@ -35,7 +35,8 @@ from ..shell.runtime.admin import KafkaAdmin
 from ..shell.runtime.connection import KafkaConnection
 from ..shell.runtime.io import Incoming
 from .listing import Row
-from .schedule import read_schedules, rule_words, schedule_aggregate
+from .schedule_words import rule_words
+from .schedules import read_schedules, schedule_aggregate
 
 log = logging.getLogger(__name__)
 

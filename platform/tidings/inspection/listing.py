@@ -1,6 +1,6 @@
 """The pure part of ``tidings list``: rows in, filtered, counted, sorted and printed.
 
-Each kind's reader (``list.py``) turns its index into ``Row`` values; everything after that
+Each kind's reader (``indexes.py``) turns its index into ``Row`` values; everything after that
 is here and knows no Kafka: ``--status``, ``--since``/``--until``, ``--limit``, the count per
 status, the table a person reads and the JSON lines a machine reads.
 """
