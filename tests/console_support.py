@@ -63,12 +63,13 @@ class Answer:
 class ConsoleProcess:
     """``tidings console`` as a child process on a free port; stopped (SIGTERM, then SIGKILL) by ``stop``."""
 
-    def __init__(self, bootstrap: str, app_id: str, state_dir: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(self, bootstrap: str, app_id: str, state_dir: Path, *args: str, env: dict[str, str] | None = None,
+                 app_spec: str = APP_SPEC) -> None:
         self.args = args
         environment = {**os.environ, "TIDINGS_BOOTSTRAP": bootstrap, "TEST_APP_ID": app_id,
                        "CONSOLE_STATE_DIR": str(state_dir), **(env or {})}
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tidings.cli.main", "console", APP_SPEC, "--port", "0", *args],
+            [sys.executable, "-m", "tidings.cli.main", "console", app_spec, "--port", "0", *args],
             cwd=ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
         self.port = self._port()
         self.csrf = ""

@@ -35,6 +35,7 @@ from tests.integration.list_apps import build as build_lists
 from tests.integration.orchestration_apps import Happen
 from tests.integration.test_workflow_flow_stage import make_source, produce, stage_workers
 from tests.integration.flow_stage_apps import build as build_stage
+from tests.console_support import ConsoleProcess
 from tests.kafka_clients import kafka
 from tests.orchestration_workers import (  # noqa: F401 - fixtures
     Executor,
@@ -172,7 +173,7 @@ def test_attempts_journaled_before_a_sigkill_mid_retry_are_described_after_the_r
 
 
 def test_list_shows_orchestration_instances_running_and_finished(
-    kafka_bootstrap: str, orchestration_app: App, orchestration_workers: OrchestrationWorkers
+    kafka_bootstrap: str, orchestration_app: App, orchestration_workers: OrchestrationWorkers, tmp_path: Path
 ) -> None:
     orchestration_workers.start()
     client = orchestration_app.client(kafka_bootstrap)
@@ -204,6 +205,9 @@ def test_list_shows_orchestration_instances_running_and_finished(
     assert table.splitlines()[-1] == "1 instance: RUNNING 1" and "open" in table, table
     finished = lines(tidings(kafka_bootstrap, name, "list", spec, "orchestration", "--json", "--ended-after", "1h"))
     assert [r["id"] for r in finished] == ["done"]
+    # The console counts and lists them from the same reader.
+    _console_shows(kafka_bootstrap, name, tmp_path, spec, "orchestration", "fulfil", {"FINISHED": 1, "RUNNING": 1},
+                   {"done", "open"})
 
 
 SCHEDULES = "examples.reminder.app:app"
@@ -299,6 +303,26 @@ def test_list_flow_shows_the_elements_in_flight_after_the_committed_offsets(
     assert [(r["workflow_id"], r["status"]) for r in rows] == [("score-4", "WAITING"), ("score-3", "RUNNING")]
     counted = ok(tidings(kafka_bootstrap, app_id, "list", spec, "flows", "--count", env=env))
     assert counted.strip() == "2 elements: WAITING 1, RUNNING 1"
+    _console_shows(kafka_bootstrap, app_id, tmp_path, spec, "flow", "numbers", {"WAITING": 1, "RUNNING": 1},
+                   {f"{source}/0@3", f"{source}/0@4"}, env=env)
+
+
+def _console_shows(bootstrap: str, app_id: str, tmp_path: Path, spec: str, kind: str, name: str,
+                   counts: dict[str, int], ids: set[str], env: dict[str, str] | None = None) -> None:
+    """``tidings console`` on ``spec`` counts ``kind`` ``name`` as ``counts`` and lists ``ids``."""
+    console = ConsoleProcess(bootstrap, app_id, tmp_path / "console", env=env, app_spec=spec)
+    try:
+        overview = console.get("/api/overview")
+        assert overview.status == 200, overview
+        (entry,) = [k for k in overview.json()["kinds"] if (k["kind"], k["name"]) == (kind, name)]
+        assert entry["counts"] == counts and entry["total"] == sum(counts.values()), entry
+        listed = console.get(f"/api/instances/{kind}?name={name}")
+        assert listed.status == 200, listed
+        assert {row["id"] for row in listed.json()["rows"]} == ids, listed
+        wrong = console.get(f"/api/instances/{kind}?status=NOPE")
+        assert wrong.status == 400 and "unknown status" in wrong.json()["error"], wrong
+    finally:
+        console.stop()
 
 
 def test_describe_an_aggregate_shows_its_version_last_events_and_state(

@@ -8,7 +8,7 @@ Endpoints (docs/console.md has each with an example answer):
   GET  /api/session                              the app, whether actions are allowed, the CSRF token
   GET  /api/overview                             every declared kind with counts by status, the dead letters
   GET  /api/instances/KIND?name=&status=&q=&page=&per_page=
-                                                 a page of rows (KIND workflow, saga, aggregate, deadletters, schedule)
+                                                 a page of rows (KIND workflow, saga, aggregate, orchestration, flow, deadletters, schedule)
   GET  /api/workflows/NAME/ID                    describe, timeline, journal, parent and children
   GET  /api/sagas/NAME/ID                        describe, transitions with the commands sent
   GET  /api/aggregates/NAME/ID                   events by version
@@ -62,7 +62,7 @@ MAX_PER_PAGE: Final = 500
 #: Most instances one batch cancel asks for.
 MAX_BATCH: Final = 1000
 #: The kinds ``/api/instances`` lists.
-LISTED: Final = ("workflow", "saga", "aggregate", "deadletters", "schedule")
+LISTED: Final = ("workflow", "saga", "aggregate", "orchestration", "flow", "deadletters", "schedule")
 SCHEDULE_STATUSES: Final = ("active", "paused", "deleted")
 #: Statuses a cancel can still change.
 CANCELLABLE: Final = ("RUNNING", "PARKED")
@@ -200,7 +200,9 @@ class ConsoleApi:
 
     def overview(self) -> dict[str, Any]:
         kinds: list[dict[str, Any]] = []
-        for kind in ("workflow", "saga", "aggregate"):
+        for kind in ("workflow", "saga", "aggregate", "orchestration", "flow"):
+            if not self.app.declared(kind):
+                continue
             rows = self._rows(kind)
             for name in declared_names(self.app, kind, KINDS[kind]):
                 selection = select((r for r in rows if r.name == name), Filters())
@@ -208,16 +210,16 @@ class ConsoleApi:
         schedules = self._schedule_rows()
         if schedules is not None:
             kinds.append({"kind": "schedule", "name": "schedule", **counts_json(select(schedules, Filters()))})
-        for kind in ("projection", "orchestration", "flow"):
-            for handle in self.app.declared(kind):
-                kinds.append({"kind": kind, "name": handle.name, "total": None, "counts": {},
-                              "note": "no index to list yet (docs/operations.md)"})
+        for handle in self.app.declared("projection"):
+            # A projection is a table its handlers keep, not instances with a status.
+            kinds.append({"kind": "projection", "name": handle.name, "total": None, "counts": {},
+                          "note": "a table of its own, not instances: nothing to list"})
         letters = select(self._rows("deadletters"), Filters())
         return {"app": self.app.name, "kinds": kinds, "deadletters": counts_json(letters)}
 
     def instances(self, kind: str, query: Mapping[str, Sequence[str]]) -> dict[str, Any]:
         kind = {"workflows": "workflow", "sagas": "saga", "aggregates": "aggregate", "schedules": "schedule",
-                "deadletter": "deadletters"}.get(kind, kind)
+                "orchestrations": "orchestration", "flows": "flow", "deadletter": "deadletters"}.get(kind, kind)
         if kind not in LISTED:
             raise ConsoleRefusal(404, f"no list of {kind[:60]!r}; lists: {', '.join(LISTED)}")
         unknown = set(query) - {"name", "status", "q", "page", "per_page"}

@@ -92,7 +92,8 @@ const INSTANCE_PAGE = { workflow: "workflow", saga: "saga", aggregate: "aggregat
 
 function rowLink(row) {
   if (row.kind === "deadletter") return "#/deadletter/" + enc(row.id);
-  if (row.kind === "schedule") return null;
+  // A schedule, an orchestration and a flow element have no page of their own: their row says it all.
+  if (!INSTANCE_PAGE[row.kind]) return null;
   return "#/" + INSTANCE_PAGE[row.kind] + "/" + enc(row.name) + "/" + enc(row.id);
 }
 
