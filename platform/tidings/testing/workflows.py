@@ -130,6 +130,7 @@ class _Request:
     signal: str | None = None
     wait: bool = False
     signal_id: str | None = None
+    input: bytes | None = None
 
 
 @dataclass(slots=True)
@@ -207,6 +208,34 @@ class WorkflowHandle:
         if reply.answer == "rejected":
             raise SchemaError(f"workflow {self.name!r} rejected signal {name!r}: {reply.reason}")
         return decision
+
+    def signal_with_start(
+        self, instance_id: str, input: Any, name: str, payload: Any = None, *, signal_id: str | None = None
+    ) -> tuple[str, Decision]:
+        """Start the instance if it was never started, and in either case deliver the signal.
+
+        Returns:
+            ``("started", decision)`` or ``("signalled", decision)``, as the hosted handle answers.
+
+        Raises:
+            WorkflowEnded: The instance has ended (nothing is stored).
+            SchemaError: The input or the payload cannot be stored.
+        """
+        _check_id(instance_id)
+        definition = self._runtime.definition(self.name)
+        try:
+            text, _ = definition.codec.convert(input, definition.input_type)
+            signal_text = definition.codec.encode(payload)
+        except ValueError as exc:
+            raise SchemaError(f"workflow {self.name!r}: the input or the payload cannot be stored: {exc}") from exc
+        request = _Request("signal_with_start", signal_text.encode(), signal=name, signal_id=signal_id,
+                           input=text.encode())
+        reply, decision = self._answer(instance_id, request)
+        if reply.answer == "ended":
+            raise WorkflowEnded(f"{self.name} {instance_id!r} has ended and takes no signal {name!r}")
+        if reply.answer == "rejected":
+            raise SchemaError(f"workflow {self.name!r} rejected the signal-with-start {name!r}: {reply.reason}")
+        return reply.answer, decision
 
     def cancel(self, instance_id: str) -> Decision:
         """Request cancellation (a second request, or one to an ended instance, changes nothing).
@@ -402,7 +431,7 @@ class WorkflowTestRuntime:
             if decision.rejected is None:
                 self._instances[key] = instance
                 self._apply(key, decision)
-            verdict = answer_fed(request, instance, decision.rejected)
+            verdict = answer_fed(request, instance, decision.rejected, verdict.message)
         pending = PendingReply()
         if isinstance(verdict, AwaitEnd):
             self._waiters.setdefault(key, []).append(pending)
