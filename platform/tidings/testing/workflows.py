@@ -300,22 +300,27 @@ class WorkflowHandle:
         payload: bytes | None = None,
         signal: str | None = None,
         wait: bool = False,
+        signal_id: str | None = None,
+        input: bytes | None = None,
     ) -> PendingReply:
         """Send one raw inbox request, as any producer may, and return its answer.
 
         Args:
             instance_id: The instance.
-            kind: ``start``, ``signal``, ``cancel`` or ``query``.
+            kind: ``start``, ``signal``, ``cancel``, ``query`` or ``signal_with_start``.
             payload: JSON bytes: a start's input or a signal's payload (not checked here).
             signal: The signal's name.
             wait: For a query: answer once the instance has ended (``PendingReply.reply``
                 stays None until then).
+            signal_id: A signal's id (a repeat of a stored one stores nothing).
+            input: A signal-with-start's input, JSON bytes (not checked here).
 
         Returns:
             The answer: what the hosted worker would put on the replies topic.
         """
         _check_id(instance_id)
-        return self._runtime._take(self.name, instance_id, _Request(kind, payload, signal, wait))[0]
+        request = _Request(kind, payload, signal, wait, signal_id, input)
+        return self._runtime._take(self.name, instance_id, request)[0]
 
     def outcome(self, instance_id: str) -> Outcome | None:
         """The live instance's outcome once it has ended, else None (no waiting, no replay)."""
