@@ -598,6 +598,33 @@ class Table:
         start("reply_to its own outcomes", reply_to=self.topics.workflow("outcomes"))
         start("reply_to the vault's commands", reply_to=self.topics.aggregate("vault", "commands"))
 
+        def with_start(case: str, *, raw: bytes | None = None, **fields: Any) -> None:
+            # A signal-with-start (workflowinbox.v4): whatever is wrong, it starts nothing.
+            instance = fields.pop("instance", None) or self.ids.fresh("greet")
+            request = {"kind": "signal_with_start", "instance_id": instance, "request_id": self.ids.fresh("req"),
+                       "input": {"name": "n"}, "signal": "poke", "payload": 1, **fields}
+            value = raw if raw is not None else as_json(request)
+            records.append(self.keyed(target, case, instance.encode(), value, JSON, check=not_started(instance)))
+
+        with_start("signal_with_start without its signal name", signal=None)
+        with_start("signal_with_start with an empty signal name", signal="")
+        with_start("signal_with_start with a signal name that is a number", signal=7)
+        with_start("signal_with_start with a 300 KB signal name", signal=LONG_ID)
+        with_start("signal_with_start with a schema-invalid input", input={"nom": "n"})
+        with_start("signal_with_start with an input near 1 MB", input={"name": "n", "memo": "x" * NEAR_LIMIT})
+        with_start("signal_with_start with a payload near 1 MB", payload="x" * NEAR_LIMIT)
+        with_start("signal_with_start with a 300 KB signal_id", signal_id=LONG_ID)
+        with_start("Signal_With_Start: an unknown kind", kind="Signal_With_Start")
+        with_start("an input on a plain start", kind="start", payload={"name": "n"})
+        sws_deep = self.ids.fresh("greet")
+        with_start("signal_with_start with its input nested 10,000 deep", instance=sws_deep,
+                   raw=b'{"kind": "signal_with_start", "instance_id": "' + sws_deep.encode()
+                   + b'", "signal": "poke", "input": ' + DEEP_JSON + b"}")
+        sws_deep = self.ids.fresh("greet")
+        with_start("signal_with_start with its payload nested 10,000 deep", instance=sws_deep,
+                   raw=b'{"kind": "signal_with_start", "instance_id": "' + sws_deep.encode()
+                   + b'", "signal": "poke", "input": {"name": "n"}, "payload": ' + DEEP_JSON + b"}")
+
         def avro_start(instance: str, payload: bytes) -> bytes:
             return self.avro.encode("workflowinbox", {
                 "request_id": uuid.uuid4().hex, "instance_id": instance, "kind": "start",
@@ -613,6 +640,18 @@ class Table:
         records.append(self.keyed(target, "an Avro event on the inbox", instance.encode(),
                                   self.avro.encode("event", event_fields(instance, "Deposited", b"{}"))))
 
+        instance = self.ids.fresh("greet")
+        records.append(self.keyed(target, "Avro signal_with_start with its input nested 10,000 deep", instance.encode(),
+                                  self.avro.encode("workflowinbox", {
+                                      "request_id": uuid.uuid4().hex, "instance_id": instance,
+                                      "kind": "signal_with_start", "timestamp_ms": now_ms(), "payload": b"1",
+                                      "signal": "poke", "reply_to": None, "wait": False, "metadata": {},
+                                      "input": DEEP_JSON}), check=not_started(instance)))
+        instance = self.ids.fresh("greet")
+        records.append(self.keyed(target, "valid: a signal_with_start starts it with its signal", instance.encode(),
+                                  as_json({"kind": "signal_with_start", "instance_id": instance,
+                                           "input": {"name": "sws"}, "signal": "poke", "payload": 1}),
+                                  JSON, expect=Expect.VALID, check=greeted(instance, "finished")))
         # Valid: the body raises, so the instance ends faulted; the record is no dead letter.
         instance = self.ids.fresh("greet")
         records.append(self.keyed(target, "valid: the body raises, the instance ends faulted", instance.encode(),

@@ -122,6 +122,11 @@ def test_the_generated_acls_refuse_forged_records_and_allow_every_client_operati
         assert "hello ada" in ok(tidings(secured, app_id, "client", "result", APP_SPEC, "greet", "g-1"))
         ok(tidings(secured, app_id, "client", "start", APP_SPEC, "greet", "g-2", '"bob"'))
         ok(tidings(secured, app_id, "client", "cancel", APP_SPEC, "greet", "g-2"))
+        # A signal-with-start is one more inbox request: the same bindings serve it.
+        started = ok(tidings(secured, app_id, "client", "signal", APP_SPEC, "greet", "g-4", "approve", "true",
+                             "--start", '"dee"'))
+        assert '"answer": "started"' in started, started
+        assert "hello dee" in ok(tidings(secured, app_id, "client", "result", APP_SPEC, "greet", "g-4"))
         outcomes = ok(tidings(secured, app_id, "client", "outcomes", APP_SPEC, "greet"))
         assert '"g-1"' in outcomes and '"g-2"' in outcomes
         kcat = shutil.which("kcat")

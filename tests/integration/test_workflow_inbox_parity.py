@@ -35,6 +35,14 @@ class Step:
     payload: bytes | None = None
     signal: str | None = None
     wait: bool = False
+    signal_id: str | None = None
+    input: bytes | None = None
+
+
+def sws(instance_id: str, payload: bytes | None, signal_id: str | None, input: bytes | None = b"2",
+        signal: str | None = "item") -> Step:
+    """A signal-with-start of collector ``instance_id``."""
+    return Step("collector", instance_id, "signal_with_start", payload, signal, signal_id=signal_id, input=input)
 
 
 NOT_FOUND = InboxReply("not_found")
@@ -72,9 +80,22 @@ PHASE_1 = [
     Step("faulty", "f-1", "query", wait=True),
     Step("faulty", "f-1", "signal", b"1", "item"),
     Step("faulty", "f-1", "cancel"),
+    sws("s-1", b"1", "a"),  # started
+    sws("s-1", b"1", "a", b"9"),  # a repeat of its signal id: signalled, nothing stored
+    sws("s-1", b"{oops", "b"),  # bad payload: rejected
+    sws("s-2", b"1", "a", b'"many"'),  # not an int: nothing is started
+    Step("collector", "s-2", "query"),
+    sws("s-3", b"1", "a", b"{oops"),  # bad input
+    sws("c-1", b"1", "z"),  # ended
+    sws("s-4", b"4", None, b"1"),  # starts and ends at once with its signal
+    sws("s-4", b"5", None, b"1"),  # ended
 ]
 
 PHASE_2 = [
+    sws("s-1", b"1", "a"),  # its id came back from the journal: nothing stored
+    sws("s-1", b"3", "c"),  # s-1 finishes [1, 3]
+    Step("collector", "s-1", "query"),
+    sws("s-4", b"6", "d"),  # ended, known by its stored end
     *(
         step
         for instance_id, workflow in [("c-1", "collector"), ("k-1", "collector"), ("f-1", "faulty")]
@@ -114,6 +135,8 @@ def hosted_replies(
             signal=step.signal,
             reply_to=topics.replies,
             wait=step.wait,
+            signal_id=step.signal_id,
+            input=step.input,
         )
         producer.produce(topics.inbox, avro.encode(request), step.instance_id.encode())
     assert producer.flush(30) == 0
@@ -141,7 +164,8 @@ def in_memory_replies(runtime: WorkflowTestRuntime, steps: list[Step]) -> list[P
     handles = {name: runtime.register(runtime.definition(name)) for name in ("collector", "faulty")}
     return [
         handles[step.workflow].ask(
-            step.instance_id, step.kind, payload=step.payload, signal=step.signal, wait=step.wait
+            step.instance_id, step.kind, payload=step.payload, signal=step.signal, wait=step.wait,
+            signal_id=step.signal_id, input=step.input,
         )
         for step in steps
     ]
@@ -177,6 +201,12 @@ def test_the_hosted_worker_and_the_in_memory_runtime_answer_one_inbox_sequence_a
             ("c-1", "signal", False, "ended"), ("c-2", "start", False, "rejected"),
             ("c-3", "start", False, "rejected"), ("c-3", "signal", False, "not_found"),
             ("k-1", "cancel", False, "accepted"), ("f-1", "signal", False, "ended")} <= answers
+    assert {("s-1", "signal_with_start", False, "started"), ("s-1", "signal_with_start", False, "signalled"),
+            ("s-1", "signal_with_start", False, "rejected"), ("s-2", "signal_with_start", False, "rejected"),
+            ("s-2", "query", False, "not_found"), ("s-3", "signal_with_start", False, "rejected"),
+            ("c-1", "signal_with_start", False, "ended"), ("s-4", "signal_with_start", False, "started"),
+            ("s-4", "signal_with_start", False, "ended")} <= answers
+    assert hosted[len(PHASE_1) + 2] == InboxReply("status", "FINISHED", "finished", "[1,3]")
     by_step = dict(zip(range(len(steps)), hosted))
     assert by_step[9] == InboxReply("status", "FINISHED", "finished", "[7,8]")  # the waiting query
     assert by_step[22] == InboxReply("status", "CANCELLED", "cancelled")

@@ -48,7 +48,9 @@ GOLDEN_V4 = Path(__file__).resolve().parents[1] / "golden" / "avro" / "workflow_
 # v5: a run's start journals its trace context (Started.traceparent), a failed attempt that will
 # be retried is journaled (StepAttemptFailed; workflowjournal.v5), an instance's start time is on
 # its status records (workflowstatus.v2).
-GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "avro" / "workflow_records.v5.json"
+GOLDEN_V5 = Path(__file__).resolve().parents[1] / "golden" / "avro" / "workflow_records.v5.json"
+# v6: a signal-with-start carries the input it starts the instance with (workflowinbox.v4).
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "avro" / "workflow_records.v6.json"
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 TOKEN = "5f0c4a1e9b7d2c3a8e6f1b0d4c2a9e7f"
 BOOM = StepError(ErrorKind.ATTEMPTS_EXHAUSTED, "RuntimeError: boom", "RuntimeError")
@@ -112,7 +114,13 @@ RECORDS: dict[str, object] = {
     "journal attempt failed": WorkflowJournalEntry(
         "o-1", StepAttemptFailed(18, "1", 2, StepError(None, "RuntimeError: flaky", "RuntimeError"), 22, 1022)),
     "status finished with its start": WorkflowStatusRecord("o-1", "enrich", "FINISHED", 42, started_at=10),
+    "inbox signal with start": WorkflowInbox(
+        "r-11", "o-6", "signal_with_start", 1_700_000_000_008, payload=b"true", signal="approval",
+        reply_to="x.replies", signal_id="s-1", input=b'"ABC"',
+    ),
+    "reply started": WorkflowReply("r-11", "o-6", "started", 23),
 }
+V6_ONLY = 2  # a signal-with-start and its answer: older goldens hold none
 V4_ONLY = 6  # the records with a token, a completion time or an attempt: older goldens hold none
 V5_ONLY = 3  # a traced start, a failed attempt's record, a status with its start: older goldens hold none
 
@@ -122,7 +130,7 @@ def golden(path: Path = GOLDEN) -> dict[str, bytes]:
 
 
 def test_every_workflow_record_encodes_to_its_golden_bytes() -> None:
-    # Written with workflowinbox.v3 / workflowjournal.v5 / workflowstatus.v2.
+    # Written with workflowinbox.v4 / workflowjournal.v5 / workflowstatus.v2.
     stored = golden()
     assert stored.keys() == RECORDS.keys()
     for name, record in RECORDS.items():
@@ -134,10 +142,18 @@ def test_every_golden_workflow_record_decodes_to_its_record() -> None:
         assert avro.decode_as(data, type(RECORDS[name])) == RECORDS[name], name  # type: ignore[type-var]
 
 
+def test_every_v5_golden_workflow_record_still_decodes_to_its_record() -> None:
+    # Written with workflowinbox.v3, before signal-with-start: every request reads with no input.
+    stored = golden(GOLDEN_V5)
+    assert len(stored) == len(RECORDS) - V6_ONLY
+    for name, data in stored.items():
+        assert avro.decode_as(data, type(RECORDS[name])) == RECORDS[name], name  # type: ignore[type-var]
+
+
 def test_every_v4_golden_workflow_record_still_decodes_to_its_record() -> None:
     # Written with workflowjournal.v4 / workflowstatus.v1: the same records, untraced, no retry_at or started_at.
     stored = golden(GOLDEN_V4)
-    assert len(stored) == len(RECORDS) - V5_ONLY
+    assert len(stored) == len(RECORDS) - V5_ONLY - V6_ONLY
     for name, data in stored.items():
         assert avro.decode_as(data, type(RECORDS[name])) == RECORDS[name], name  # type: ignore[type-var]
 
@@ -146,7 +162,7 @@ def test_every_v3_golden_workflow_record_still_decodes_to_its_record() -> None:
     # Written with workflowinbox.v2 / workflowjournal.v3, before parent tokens: a child's
     # records read with no token (its parent checks none).
     stored = golden(GOLDEN_V3)
-    assert len(stored) == len(RECORDS) - V4_ONLY - V5_ONLY
+    assert len(stored) == len(RECORDS) - V4_ONLY - V5_ONLY - V6_ONLY
     for name, data in stored.items():
         assert avro.decode_as(data, type(RECORDS[name])) == RECORDS[name], name  # type: ignore[type-var]
 
@@ -155,7 +171,7 @@ def test_every_v2_golden_workflow_record_still_decodes_to_its_record() -> None:
     # Written with workflowjournal.v2, before JSON starts were remembered: a start reads
     # with outcome_json null (its outcome record is Avro).
     stored = golden(GOLDEN_V2)
-    assert len(stored) == len(RECORDS) - 1 - V4_ONLY - V5_ONLY
+    assert len(stored) == len(RECORDS) - 1 - V4_ONLY - V5_ONLY - V6_ONLY
     for name, data in stored.items():
         assert avro.decode_as(data, type(RECORDS[name])) == RECORDS[name], name  # type: ignore[type-var]
 
@@ -223,4 +239,28 @@ def test_a_json_signal_needs_its_name() -> None:
 )
 def test_an_unusable_json_inbox_envelope_is_a_record_error(data: bytes, error: type[Exception]) -> None:
     with pytest.raises(error):
+        inbox_from_json(data)
+
+
+def test_a_json_signal_with_start_reads_its_input_and_signal() -> None:
+    inbox = inbox_from_json(
+        b'{"kind": "signal_with_start", "instance_id": "o-1", "input": {"n": 1}, "signal": "ok",'
+        b' "payload": [true], "signal_id": "s-1"}', timestamp_ms=7)
+    assert inbox == WorkflowInbox("signal_with_start:o-1:7", "o-1", "signal_with_start", 7, payload=b"[true]",
+                                  signal="ok", signal_id="s-1", input=b'{"n":1}')
+
+
+@pytest.mark.parametrize(
+    ("data", "match"),
+    [
+        (b'{"kind": "signal_with_start", "instance_id": "o-1", "input": 1}', "'signal' is required"),
+        (b'{"kind": "signal_with_start", "instance_id": "o-1", "signal": ""}', "non-empty string"),
+        (b'{"kind": "signal_with_start", "instance_id": "o-1", "signal": 3}', "non-empty string"),
+        (b'{"kind": "start", "instance_id": "o-1", "input": 1}', "'input' is for signal_with_start"),
+        (b'{"kind": "signal", "instance_id": "o-1", "signal": "s", "input": 1}', "'input' is for signal_with_start"),
+        (b'{"kind": "Signal_With_Start", "instance_id": "o-1", "signal": "s"}', "is not one of"),
+    ],
+)
+def test_an_unusable_json_signal_with_start_is_a_schema_error(data: bytes, match: str) -> None:
+    with pytest.raises(SchemaError, match=match):
         inbox_from_json(data)

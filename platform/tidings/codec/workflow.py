@@ -146,7 +146,9 @@ def inbox_from_json(data: bytes, *, timestamp_ms: int | None = None) -> Workflow
 
     ``{"kind": "start", "instance_id": "order-17", "payload": "ABC"}``;
     ``{"kind": "signal", "instance_id": "o-1", "signal": "approval", "payload": true}``;
-    ``{"kind": "cancel", "instance_id": "o-1"}``. ``payload`` is an inline JSON value.
+    ``{"kind": "cancel", "instance_id": "o-1"}``;
+    ``{"kind": "signal_with_start", "instance_id": "o-1", "input": "ABC", "signal": "approval",
+    "payload": true}``. ``payload`` and ``input`` are inline JSON values.
     ``request_id`` defaults to ``{kind}:{instance_id}:{timestamp_ms}``; ``reply_to``,
     ``wait``, ``metadata`` and a signal's ``signal_id`` are optional.
 
@@ -179,7 +181,7 @@ def inbox_from_json(data: bytes, *, timestamp_ms: int | None = None) -> Workflow
     if kind not in INBOX_KINDS:
         raise SchemaError(f"JSON workflow inbox: kind {kind!r} is not one of {sorted(INBOX_KINDS)}")
     instance_id = text("instance_id", required=True)
-    signal = text("signal", required=kind == "signal")
+    signal = text("signal", required=kind in ("signal", "signal_with_start"))
     stamp = obj.get("timestamp_ms", timestamp_ms)
     if stamp is None:
         stamp = 0
@@ -194,6 +196,13 @@ def inbox_from_json(data: bytes, *, timestamp_ms: int | None = None) -> Workflow
     payload = None
     if "payload" in obj:
         payload = json.dumps(obj["payload"], separators=(",", ":"), ensure_ascii=False).encode()
+    start_input = None
+    if "input" in obj:
+        if kind != "signal_with_start":
+            # A start's input is its payload: an "input" elsewhere would be silently dropped.
+            raise SchemaError(f"JSON workflow inbox: 'input' is for signal_with_start; a {kind}'s "
+                              f"input or payload goes in 'payload'")
+        start_input = json.dumps(obj["input"], separators=(",", ":"), ensure_ascii=False).encode()
     return WorkflowInbox(
         request_id=text("request_id") or f"{kind}:{instance_id}:{stamp}",
         instance_id=instance_id,  # type: ignore[arg-type]
@@ -205,4 +214,5 @@ def inbox_from_json(data: bytes, *, timestamp_ms: int | None = None) -> Workflow
         wait=wait,
         metadata=dict(metadata),
         signal_id=text("signal_id"),
+        input=start_input,
     )

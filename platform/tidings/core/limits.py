@@ -364,19 +364,20 @@ def check_inbox(inbox: WorkflowInbox) -> WorkflowInbox:
         ``inbox``.
 
     Raises:
-        LimitError: An id, the signal name (required for a signal), the signal id, ``reply_to``, the
-            payload or the metadata breaks its limit.
+        LimitError: An id, the signal name (required for a signal and a signal-with-start), the
+            signal id, ``reply_to``, the payload, the input or the metadata breaks its limit.
     """
     check_id(inbox.instance_id, "instance_id")
     check_id(inbox.request_id, "request_id", max_bytes=MAX_REQUEST_ID_BYTES)
-    if inbox.kind == "signal" and not inbox.signal:
-        raise LimitError("a signal request needs the signal's name")
+    if inbox.kind in ("signal", "signal_with_start") and not inbox.signal:
+        raise LimitError(f"a {inbox.kind} request needs the signal's name")
     check_optional_id(inbox.signal, "signal name")
     check_optional_id(inbox.signal_id, "signal_id")
     if inbox.reply_to is not None:
         check_topic_name(inbox.reply_to, "reply_to")
     # A child's result may be as large as any stored value; an input or signal may not.
     check_payload_size(inbox.payload, max_bytes=MAX_VALUE_BYTES if inbox.kind == "child_ended" else MAX_PAYLOAD_BYTES)
+    check_payload_size(inbox.input, "the input", max_bytes=MAX_PAYLOAD_BYTES)  # a signal-with-start's
     check_metadata(inbox.metadata)
     for value, what in (
         (inbox.parent_workflow, "parent_workflow"), (inbox.parent_id, "parent_id"),

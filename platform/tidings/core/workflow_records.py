@@ -24,13 +24,15 @@ from typing import Final, Literal, get_args
 from tidings.core.workflow.failures import StepError
 from tidings.core.workflow.journal import JournalRecord
 
-InboxKind = Literal["start", "signal", "cancel", "query", "child_started", "child_ended"]
+InboxKind = Literal["start", "signal", "cancel", "query", "child_started", "child_ended", "signal_with_start"]
 INBOX_KINDS: Final = frozenset(get_args(InboxKind))
 
-ReplyAnswer = Literal["accepted", "not_found", "ended", "rejected", "status"]
+ReplyAnswer = Literal["accepted", "not_found", "ended", "rejected", "status", "started", "signalled"]
 """``accepted``: stored (or a repeat that changes nothing); ``not_found``: never started;
-``ended``: a signal to an ended instance; ``rejected``: unusable (``reason``); ``status``:
-the answer to a query (``status``, and ``outcome`` once ended)."""
+``ended``: a signal (or a signal-with-start) to an ended instance; ``rejected``: unusable
+(``reason``); ``status``: the answer to a query (``status``, and ``outcome`` once ended);
+``started``: a signal-with-start started the instance with its signal; ``signalled``: it
+found the instance running and signalled it (or its signal id was stored already)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,10 +42,11 @@ class WorkflowInbox:
     Attributes:
         request_id: Names the request; replies carry it back.
         instance_id: The instance (also the Kafka key).
-        kind: ``start``, ``signal``, ``cancel`` or ``query``.
+        kind: ``start``, ``signal``, ``cancel``, ``query`` or ``signal_with_start``.
         timestamp_ms: When it was sent.
-        payload: JSON bytes: the input of a start, the payload of a signal.
-        signal: The signal's name (``kind == "signal"``).
+        payload: JSON bytes: the input of a start, the payload of a signal (also of a
+            signal-with-start's signal).
+        signal: The signal's name (``kind`` ``signal`` or ``signal_with_start``).
         reply_to: Where to answer; None asks for no answer.
         wait: For a query: answer once the instance has ended, not before.
         metadata: Free-form strings (trace context).
@@ -64,6 +67,8 @@ class WorkflowInbox:
             report only with it, so a producer that cannot read an inbox or a journal
             cannot end a parent's step with a made-up child outcome (since
             ``workflowinbox.v3``; None from older parents and children).
+        input: A ``signal_with_start``: the JSON bytes of the input it starts the instance
+            with when it was never started (since ``workflowinbox.v4``).
     """
 
     request_id: str
@@ -83,6 +88,7 @@ class WorkflowInbox:
     outcome: str | None = None
     error: StepError | None = None
     parent_token: str | None = None
+    input: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -130,6 +130,7 @@ class _Request:
     signal: str | None = None
     wait: bool = False
     signal_id: str | None = None
+    input: bytes | None = None
 
 
 @dataclass(slots=True)
@@ -208,6 +209,34 @@ class WorkflowHandle:
             raise SchemaError(f"workflow {self.name!r} rejected signal {name!r}: {reply.reason}")
         return decision
 
+    def signal_with_start(
+        self, instance_id: str, input: Any, name: str, payload: Any = None, *, signal_id: str | None = None
+    ) -> tuple[str, Decision]:
+        """Start the instance if it was never started, and in either case deliver the signal.
+
+        Returns:
+            ``("started", decision)`` or ``("signalled", decision)``, as the hosted handle answers.
+
+        Raises:
+            WorkflowEnded: The instance has ended (nothing is stored).
+            SchemaError: The input or the payload cannot be stored.
+        """
+        _check_id(instance_id)
+        definition = self._runtime.definition(self.name)
+        try:
+            text, _ = definition.codec.convert(input, definition.input_type)
+            signal_text = definition.codec.encode(payload)
+        except ValueError as exc:
+            raise SchemaError(f"workflow {self.name!r}: the input or the payload cannot be stored: {exc}") from exc
+        request = _Request("signal_with_start", signal_text.encode(), signal=name, signal_id=signal_id,
+                           input=text.encode())
+        reply, decision = self._answer(instance_id, request)
+        if reply.answer == "ended":
+            raise WorkflowEnded(f"{self.name} {instance_id!r} has ended and takes no signal {name!r}")
+        if reply.answer == "rejected":
+            raise SchemaError(f"workflow {self.name!r} rejected the signal-with-start {name!r}: {reply.reason}")
+        return reply.answer, decision
+
     def cancel(self, instance_id: str) -> Decision:
         """Request cancellation (a second request, or one to an ended instance, changes nothing).
 
@@ -271,22 +300,27 @@ class WorkflowHandle:
         payload: bytes | None = None,
         signal: str | None = None,
         wait: bool = False,
+        signal_id: str | None = None,
+        input: bytes | None = None,
     ) -> PendingReply:
         """Send one raw inbox request, as any producer may, and return its answer.
 
         Args:
             instance_id: The instance.
-            kind: ``start``, ``signal``, ``cancel`` or ``query``.
+            kind: ``start``, ``signal``, ``cancel``, ``query`` or ``signal_with_start``.
             payload: JSON bytes: a start's input or a signal's payload (not checked here).
             signal: The signal's name.
             wait: For a query: answer once the instance has ended (``PendingReply.reply``
                 stays None until then).
+            signal_id: A signal's id (a repeat of a stored one stores nothing).
+            input: A signal-with-start's input, JSON bytes (not checked here).
 
         Returns:
             The answer: what the hosted worker would put on the replies topic.
         """
         _check_id(instance_id)
-        return self._runtime._take(self.name, instance_id, _Request(kind, payload, signal, wait))[0]
+        request = _Request(kind, payload, signal, wait, signal_id, input)
+        return self._runtime._take(self.name, instance_id, request)[0]
 
     def outcome(self, instance_id: str) -> Outcome | None:
         """The live instance's outcome once it has ended, else None (no waiting, no replay)."""
@@ -402,7 +436,7 @@ class WorkflowTestRuntime:
             if decision.rejected is None:
                 self._instances[key] = instance
                 self._apply(key, decision)
-            verdict = answer_fed(request, instance, decision.rejected)
+            verdict = answer_fed(request, instance, decision.rejected, verdict.message)
         pending = PendingReply()
         if isinstance(verdict, AwaitEnd):
             self._waiters.setdefault(key, []).append(pending)

@@ -22,12 +22,16 @@ class Start:
     ``outcome_json``: the start came as JSON; its outcome record is to be JSON too.
     ``traceparent``: the W3C trace context of the run's span, journaled in ``Started`` so the
     run's later spans go on under it after a restart (None: not traced).
+    ``signal``: a signal-with-start's signal. It is journaled right after ``Started``, before
+    the body runs, so the body finds it stored however soon it looks (or ends without it);
+    replay applies a ``SignalReceived`` that follows ``Started`` the same way.
     """
 
     input: Any = None
     parent: ParentRef | None = None
     outcome_json: bool = False
     traceparent: str | None = None
+    signal: Signal | None = None
 
 
 @dataclass(frozen=True, slots=True)

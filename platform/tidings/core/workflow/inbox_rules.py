@@ -14,7 +14,16 @@ request       never started   live, not ended               ended
 ``cancel``    ``not_found``   feed ``Cancel``               ``accepted``, stores nothing
 ``query``     ``not_found``   ``status`` (``wait``: await   ``status`` with the outcome
                               the end)
+``signal_``   feed ``Start``  feed ``Signal``, answer       ``ended``, stores nothing
+``with_``     with the        ``signalled``
+``start``     signal, answer
+              ``started``
 ============  ==============  ============================  ==========================
+
+A signal-with-start stores its start and its signal in one decision (the signal journaled
+right after ``Started``, before the body runs), so a start and a signal racing each other
+lose nothing: whichever comes first starts the instance, every one signals it. Both its
+input and its signal payload are checked before anything is stored.
 
 A signal with a ``signal_id`` its live instance has stored already is fed like any other:
 the instance stores nothing and it is answered ``accepted`` (``core/workflow/signal_ids.py``).
@@ -69,6 +78,11 @@ class InboxRequest(Protocol):
         ...
 
     @property
+    def input(self) -> bytes | None:
+        """JSON bytes: the input of a signal-with-start (its ``payload`` is the signal's)."""
+        ...
+
+    @property
     def wait(self) -> bool:
         """For a query: answer once the instance has ended, not before."""
         ...
@@ -79,7 +93,8 @@ class InboxReply:
     """The answer to a request: a ``WorkflowReply`` without its addressing.
 
     Attributes:
-        answer: ``accepted``, ``not_found``, ``ended``, ``rejected`` or ``status``.
+        answer: ``accepted``, ``not_found``, ``ended``, ``rejected`` or ``status``; a
+            signal-with-start's ``started`` or ``signalled`` (or ``ended``, ``rejected``).
         status: The instance's status (``RUNNING`` ... ``PARKED``) when known.
         outcome: ``finished``, ``faulted`` or ``cancelled`` once ended.
         result: The stored result (JSON text) of a finished instance.
@@ -156,6 +171,9 @@ InboxVerdict = Reply | Feed | AwaitEnd | Refuse
 
 ACCEPTED: Final = InboxReply("accepted")
 NOT_FOUND: Final = InboxReply("not_found")
+STARTED: Final = InboxReply("started")
+SIGNALLED: Final = InboxReply("signalled")
+SIGNAL_WITH_START: Final = "signal_with_start"
 
 
 def decide_request(request: InboxRequest, known: Known) -> InboxVerdict:
@@ -185,6 +203,8 @@ def decide_request(request: InboxRequest, known: Known) -> InboxVerdict:
         return payload if isinstance(payload, Refuse) else Feed(Start(payload.value, parent))
     if kind in CHILD_REPORTS:
         return _child_report(request, known)
+    if kind == SIGNAL_WITH_START:
+        return _signal_with_start(request, known)
     if kind not in ("signal", "cancel", "query"):
         return Refuse(f"unknown request kind {kind!r}")
     if kind == "signal" and not request.signal:
@@ -205,19 +225,29 @@ def decide_request(request: InboxRequest, known: Known) -> InboxVerdict:
     return payload if isinstance(payload, Refuse) else Feed(Signal(request.signal or "", payload.value, request.signal_id))
 
 
-def answer_fed(request: InboxRequest, instance: WorkflowInstance, rejected: str | None) -> Reply | Refuse:
+def answer_fed(
+    request: InboxRequest, instance: WorkflowInstance, rejected: str | None, fed: object = None
+) -> Reply | Refuse:
     """Answer a request whose message was fed to ``instance`` (``decide_request`` gave ``Feed``).
 
     Args:
         request: The request.
         instance: The instance it was fed to.
         rejected: ``Decision.rejected`` of that feed: why the instance refused it, or None.
+        fed: The message fed (``Feed.message``): a signal-with-start answers ``started``
+            when it was a ``Start``, ``signalled`` when it was a ``Signal``.
 
     Returns:
-        ``accepted``; ``Refuse`` when the instance refused a start's input or a signal's
-        payload; ``accepted`` for a cancel that an ended instance refused (it changes nothing).
+        ``accepted`` (a signal-with-start: ``started`` or ``signalled``); ``Refuse`` when the
+        instance refused a start's input or a signal's payload; ``accepted`` for a cancel
+        that an ended instance refused (it changes nothing).
     """
-    if rejected is None or request.kind == "cancel":
+    if request.kind == SIGNAL_WITH_START:
+        if rejected is None:
+            return Reply(STARTED if isinstance(fed, Start) else SIGNALLED)
+        if isinstance(fed, Start):
+            return Refuse(f"the workflow refused the signal-with-start: {rejected}")
+    elif rejected is None or request.kind == "cancel":
         return Reply(ACCEPTED)
     if request.kind == "start":
         return Refuse(f"the workflow refused the input: {rejected}")
@@ -274,6 +304,27 @@ def _child_report(request: InboxRequest, known: Known) -> InboxVerdict:
         return Reply(ACCEPTED)  # a late or repeated report: the parent no longer needs it
     message = child_report(request)
     return Refuse(message) if isinstance(message, str) else Feed(message)
+
+
+def _signal_with_start(request: InboxRequest, known: Known) -> InboxVerdict:
+    """Start with the signal when never started; else a signal (``ended`` once ended)."""
+    if not request.signal:
+        return Refuse("a signal_with_start request needs the signal's name")
+    if known is not None and _ended(known):
+        return Reply(_with_answer("ended", answer_status(known)))
+    payload = _payload(request)
+    if isinstance(payload, Refuse):
+        return payload
+    signal = Signal(request.signal, payload.value, request.signal_id)
+    if known is not None:
+        return Feed(signal)  # a repeat of its signal id stores nothing (signal_ids.py)
+    data = request.input
+    try:
+        # Bounded like a payload: untrusted JSON nested thousands deep would recurse out of the stack.
+        start_input = None if data is None else load_json(data, "input")
+    except ValueError as exc:
+        return Refuse(f"the input is not JSON: {exc}")
+    return Feed(Start(start_input, signal=signal))
 
 
 @dataclass(frozen=True, slots=True)

@@ -279,6 +279,13 @@ class WorkflowInstance:
                 record = records[replay.pos]
                 replay.pos += 1
                 instance._apply_stored(record)
+                if type(record) is Started:
+                    # Signals journaled with the start (a signal-with-start) were stored before
+                    # the body first ran. No other journal holds a SignalReceived right after
+                    # Started: every step the body can wait on journals its StepStarted first.
+                    while replay.pos < len(records) and type(records[replay.pos]) is SignalReceived:
+                        instance._apply_stored(records[replay.pos])
+                        replay.pos += 1
                 instance._drain()
         except JournalMismatch as exc:
             instance._park(str(exc))
@@ -339,6 +346,14 @@ class WorkflowInstance:
             text, _ = codec.convert(message.input, self.definition.input_type)
         except Exception as exc:  # noqa: BLE001 - a validator of the input type is user code
             return f"the input cannot be stored or read back: {type(exc).__name__}: {exc}"
+        signal = message.signal
+        signal_text = None
+        if signal is not None:
+            # Checked before anything is recorded: a signal-with-start stores both or neither.
+            try:
+                signal_text = codec.encode(signal.payload)
+            except ValueError as exc:
+                return f"the signal's payload cannot be stored: {exc}"
         parent = message.parent
         as_json = True if message.outcome_json else None  # null, not false: Avro records stay as they were
         if parent is None:
@@ -347,6 +362,13 @@ class WorkflowInstance:
             started = Started(self._next_seq, text, self._now, parent.workflow, parent.instance_id, parent.path,
                               as_json, parent.token, message.traceparent)
         self._apply_stored(self._record(started))
+        if signal is not None and signal_text is not None:
+            # Stored before the body runs (it runs in ``_drain``): replay applies a
+            # SignalReceived that follows Started at once the same way (see ``replay``).
+            record = self._record(SignalReceived(self._next_seq, signal.name, signal_text, self._now, signal.id))
+            if signal.id is not None:
+                self._signal_ids = remember_signal_id(self._signal_ids, signal.id)
+            self._apply_stored(record)
         children.ack_parent(self)
         return None
 

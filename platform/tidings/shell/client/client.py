@@ -6,7 +6,7 @@ Commands are keyed by aggregate id and partitioned with ``murmur2_random`` (libr
 name for the Java client's murmur2 partitioner), so they land on the partition that owns
 the instance; their replies come back on the app's replies topic, keyed by command id.
 
-The workflow calls (``start``, ``result``, ``value``, ``status``, ``signal``, ``cancel``)
+The workflow calls (``start``, ``result``, ``value``, ``status``, ``signal``, ``signal_with_start``, ``cancel``)
 hand off to the workflow's ``WorkflowHandle``, which makes its requests through this
 client: a program using handles and a client has one producer and one reply reader.
 ``outcomes`` reads a workflow's compacted outcomes topic itself (``follower.py``).
@@ -257,6 +257,25 @@ class Client:
             ReplyTimeout: No answer in time (the signal may still be stored later).
         """
         await self.workflow_for(workflow).signal(instance_id, name, payload, timeout=timeout, bootstrap=self.connection)
+
+    async def signal_with_start(
+        self, workflow: WorkflowHandle | str, instance_id: str, input: Any, signal_name: str, payload: Any = None, *,
+        signal_id: str | None = None, timeout: float | None = None,
+    ) -> str:
+        """Start the instance with ``input`` if it was never started, and in either case deliver
+        the signal, in one request; see ``WorkflowHandle.signal_with_start``.
+
+        Returns:
+            ``"started"`` or ``"signalled"``.
+
+        Raises:
+            LookupError: The app declares no workflow of that name.
+            WorkflowEnded: The instance has ended; nothing is stored.
+            SchemaError: The input or the payload cannot be stored.
+            ReplyTimeout: No answer in time (call again with the same ``signal_id``).
+        """
+        return await self.workflow_for(workflow).signal_with_start(
+            instance_id, input, signal_name, payload, signal_id=signal_id, timeout=timeout, bootstrap=self.connection)
 
     async def cancel(self, workflow: WorkflowHandle | str, instance_id: str, *, timeout: float | None = None) -> None:
         """Request cancellation (a repeat, or one to an ended instance, changes nothing).

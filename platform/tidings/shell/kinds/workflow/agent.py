@@ -409,7 +409,7 @@ class WorkflowAgent:
                 decided = self._start_traced(self._tracing, instance, message, request, record, commit, now_ms)
             else:
                 decided = self._advance(instance, message, commit, now_ms, record.offset)
-            verdict = answer_fed(request, instance, None if decided is not None else self._refusal)
+            verdict = answer_fed(request, instance, None if decided is not None else self._refusal, message)
         if request.kind == "start" and request.parent_id is not None and known is not None:
             # A parent that restarted mid-start waits for the acknowledgement again.
             commit.links.extend(self._children.repeated_start(request, known, self._store, self.definition.name, now_ms))

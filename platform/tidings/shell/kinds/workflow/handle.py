@@ -213,6 +213,57 @@ class WorkflowHandle:
         if reply.answer == "rejected":
             raise SchemaError(f"the worker rejected signal {name!r}: {reply.reason}")
 
+    async def signal_with_start(
+        self, instance_id: str, input: Any, signal_name: str, payload: Any = None, *,
+        signal_id: str | None = None, timeout: float | None = None, bootstrap: str | KafkaConnection | None = None,
+    ) -> str:
+        """Start ``instance_id`` with ``input`` if it was never started; in either case deliver
+        signal ``signal_name`` with ``payload``. One request: the worker stores the start and
+        the signal in one decision, so a start and a signal racing each other lose nothing.
+
+        ``signal_id`` names the signal (default: a new id per call). Calling again with the
+        same id after a ``ReplyTimeout`` stores the signal at most once.
+
+        Returns:
+            ``"started"`` (this call started the instance, with the signal stored before its
+            body ran) or ``"signalled"`` (it was running: the signal is stored, or was
+            already under this ``signal_id``).
+
+        Raises:
+            WorkflowEnded: The instance has ended; nothing is stored.
+            LimitError: An id or the signal name breaks the id limits, or the input or the
+                payload is larger than ``MAX_PAYLOAD_BYTES`` (raised before producing).
+            SchemaError: The input or the payload cannot be stored, or the worker rejected them.
+            ReplyTimeout: No answer in time (the request may still be applied later: call
+                again with the same ``signal_id``).
+        """
+        _check_id(instance_id)
+        check_id(signal_name, "signal name")
+        if signal_id is not None:
+            check_id(signal_id, "signal_id")
+        try:
+            text, _ = self.definition.codec.convert(input, self.definition.input_type)
+        except ValueError as exc:
+            raise SchemaError(f"workflow {self.name!r}: the input cannot be stored: {exc}") from exc
+        try:
+            signal_text = self.definition.codec.encode(payload)
+        except ValueError as exc:
+            raise SchemaError(f"the payload of signal {signal_name!r} cannot be stored: {exc}") from exc
+        check_payload_size(text.encode(), "the input")
+        check_payload_size(signal_text.encode(), f"the payload of signal {signal_name!r}")
+        reply = await self._ask(
+            instance_id, "signal_with_start", timeout, bootstrap, payload=signal_text.encode(), signal=signal_name,
+            signal_id=signal_id or uuid.uuid4().hex, input=text.encode(),
+        )
+        if reply.answer == "ended":
+            raise WorkflowEnded(f"{self.name} {instance_id!r} has ended and takes no signal {signal_name!r}")
+        if reply.answer == "rejected":
+            raise SchemaError(f"the worker rejected the signal-with-start {signal_name!r}: {reply.reason}")
+        if reply.answer not in ("started", "signalled"):
+            raise SchemaError(f"the worker answered {reply.answer!r} to a signal-with-start; is it an older "
+                              "tidings? Upgrade the workers first")
+        return reply.answer
+
     async def journal(self, instance_id: str, *, bootstrap: str | KafkaConnection | None = None) -> list[JournalRecord]:
         """Return the instance's journal as the journal topic holds it now, oldest first.
 
@@ -382,7 +433,8 @@ def workflow_named(context: KindContext, name: str) -> WorkflowHandle:
 
 
 def _request(
-    instance_id: str, kind: str, reply_to: str | None, *, payload: bytes | None = None, signal: str | None = None
+    instance_id: str, kind: str, reply_to: str | None, *, payload: bytes | None = None, signal: str | None = None,
+    signal_id: str | None = None, input: bytes | None = None,
 ) -> WorkflowInbox:
     """Build an inbox request; ``reply_to`` None asks for no answer."""
     return WorkflowInbox(
@@ -394,6 +446,8 @@ def _request(
         signal=signal,
         reply_to=reply_to,
         wait=False,
+        signal_id=signal_id,
+        input=input,
     )
 
 
