@@ -258,7 +258,7 @@ class WorkflowHandle:
         """
         outcome = self.result(instance_id, timeout)
         if isinstance(outcome, Faulted):
-            raise WorkflowFaulted(f"{self.name} {instance_id!r} faulted: {outcome.error}")
+            raise WorkflowFaulted(f"{self.name} {instance_id!r} faulted: {outcome.error}", outcome.error)
         if isinstance(outcome, Cancelled):
             raise WorkflowCancelled(f"{self.name} {instance_id!r} was cancelled")
         return outcome.value
