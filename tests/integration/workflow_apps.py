@@ -128,6 +128,24 @@ def build(app_id: str, calls_dir: Path) -> App:
     async def faulty(ctx: WorkflowContext, reason: str) -> None:
         raise ValueError(reason)
 
+    def declined(attempt: Attempt, card: str) -> str:
+        calls.record("declined", attempt, card)
+        try:
+            raise KeyError(card)
+        except KeyError as missing:
+            raise RuntimeError("the charge failed") from ValueError(f"card {card} declined: {missing}")
+
+    @app.workflow("caused")
+    async def caused(ctx: WorkflowContext, catch: bool) -> list[str]:
+        """An activity raises ``X from Y``: faults with its causes, or returns them when caught."""
+        try:
+            await ctx.activity("declined", Retry.none, lambda a: declined(a, "4242"))
+        except WorkflowStepFailed as failed:
+            if not catch:
+                raise
+            return [str(cause) for cause in failed.error.causes]
+        return []
+
     # -- for the chaos tests ------------------------------------------------------------
 
     def slow_side_effect(attempt: Attempt, seconds: float) -> str:

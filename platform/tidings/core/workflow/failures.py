@@ -139,13 +139,16 @@ class StepError:
         return " (" + "; ".join(f"caused by {cause}" for cause in self.causes) + ")"
 
     def to_json(self) -> dict[str, Any]:
-        """Return the JSON-compatible form stored in the journal."""
-        return {
+        """Return the JSON-compatible form stored in the journal (``causes`` only when there are some,
+        so a JSON record of a failure without causes reads as it did before them)."""
+        data: dict[str, Any] = {
             "kind": self.kind.value if self.kind is not None else None,
             "message": self.message,
             "type": self.type,
-            "causes": [cause.to_json() for cause in self.causes] if self.causes else None,
         }
+        if self.causes:
+            data["causes"] = [cause.to_json() for cause in self.causes]
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> StepError:
