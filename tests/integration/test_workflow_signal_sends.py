@@ -8,12 +8,14 @@ from pathlib import Path
 from tidings import App, Finished, WorkflowStatus
 from tidings.codec import avro
 from tidings.core.workflow import SignalReceived, StepKind, StepStarted
-from tidings.core.workflow_records import WorkflowInbox, WorkflowJournalEntry
+from tidings.core.records import DeadLetter
+from tidings.core.workflow_records import WorkflowInbox, WorkflowJournalEntry, WorkflowReply
 from tidings.testing.eventually import assert_eventually
 from tidings.testing.topics import read_topic
 from tests.integration.workflow_apps import Calls
 from tests.workers import Workers
 from tests.workflow_workers import WorkflowWorkers, calls, workflow_app, workflow_workers  # noqa: F401
+from tests.kafka_clients import kafka
 
 
 def _journal(bootstrap: str, app: App, workflow: str, instance_id: str) -> list[object]:
@@ -100,3 +102,39 @@ def test_a_sigkill_after_the_step_started_sends_again_and_the_target_stores_the_
     received = [r for r in _journal(kafka_bootstrap, workflow_app, "collector", "c-1")
                 if isinstance(r, SignalReceived)]
     assert [(r.payload, r.signal_id) for r in received] == [("7", signal_id), ("8", None)]
+
+
+def test_forged_answers_on_the_replies_topic_are_dead_lettered_and_the_worker_goes_on(
+    kafka_bootstrap: str, workflow_app: App, workflow_workers: WorkflowWorkers
+) -> None:
+    workflow_workers.start()
+    collector, signaller = workflow_app.workflow_handle("collector"), workflow_app.workflow_handle("signaller")
+    # First a real round trip: the worker reads its replies partitions from their end as of
+    # when it took them, so forged records produced before that would never be read.
+    asyncio.run(collector.start("c-8", 1))
+    asyncio.run(signaller.start("s-8", ["collector", "c-8"]))
+    assert asyncio.run(signaller.value("s-8", 60)) == "sent", workflow_workers.log_tail()
+    replies = signaller.topics.replies
+    producer = kafka(kafka_bootstrap).producer(**{"partitioner": "murmur2_random"})
+    forged = [
+        WorkflowReply("signaller/never-started/1", "never-started", "accepted", 1),  # no such instance
+        WorkflowReply("someone-else/s-1/1", "s-1", "accepted", 1),  # names no step of this workflow
+        WorkflowReply("signaller/s-1/not-a-path", "s-1", "accepted", 1),
+    ]
+    for reply in forged:
+        producer.produce(replies, avro.encode(reply), reply.request_id.encode())
+    producer.flush(10)
+
+    def dead_letters() -> list[DeadLetter]:
+        letters = [avro.decode(r.value) for r in read_topic(kafka_bootstrap, f"{workflow_app.name}.deadletter")]
+        assert len(letters) == 3
+        return letters  # type: ignore[return-value]
+
+    letters = assert_eventually(dead_letters, timeout=60)
+    assert {letter.error_type for letter in letters} == {"SchemaError"}
+    assert all(letter.source_topic == replies for letter in letters)
+    # The worker goes on: a real signal step is answered.
+    asyncio.run(collector.start("c-9", 1))
+    asyncio.run(signaller.start("s-9", ["collector", "c-9"]))
+    assert asyncio.run(signaller.value("s-9", 60)) == "sent", workflow_workers.log_tail()
+    assert asyncio.run(collector.value("c-9", 60)) == [7]

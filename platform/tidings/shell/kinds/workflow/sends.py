@@ -273,8 +273,14 @@ class WorkflowSends:
             commit.dead.append(forward)  # keyed by the request id: decided where the instance lives
             return
         known = agent.known(instance_id, commit, now_ms)
+        if known is None:
+            # No signal of this instance ever went out: not a late repeat, a record nobody asked for.
+            commit.dead.append(agent.dead_letter(record, SchemaError(
+                f"an answer to {reply.request_id[:200]!r}, for an instance of workflow {agent.name!r} "
+                "that was never started")))
+            return
         if not isinstance(known, WorkflowInstance):
-            log.debug("workflow %s drops an answer to %r: the instance is not running", agent.name,
+            log.debug("workflow %s drops an answer to %r: the instance has ended", agent.name,
                       reply.request_id[:200])
             return
         refusal = agent.refusal(known, SignalReplied(path, reply.request_id, reply.answer, reply.reason), commit, now_ms)
