@@ -43,7 +43,7 @@ async def careful(ctx: WorkflowContext, _: None) -> str:
     except WorkflowEnded as ended:
         return f"ended: {ended}"
     except WorkflowStepFailed as failed:
-        return f"failed: {failed.error.kind.value if failed.error.kind else None}"  # noqa: E501
+        return f"failed: {failed.error.kind.value if failed.error.kind else None}"
     return "sent"
 
 
