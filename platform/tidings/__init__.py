@@ -21,6 +21,7 @@ from .core.workflow import Faulted as Faulted
 from .core.workflow import Finished as Finished
 from .core.workflow import Retry as Retry
 from .core.workflow import RetryPolicy as RetryPolicy
+from .core.workflow import StepCause as StepCause
 from .core.workflow import StepError as StepError
 from .core.workflow import WorkflowContext as WorkflowContext
 from .core.workflow import WorkflowStatus as WorkflowStatus
@@ -118,6 +119,7 @@ __all__ = [
     "SchemaError",
     "Send",
     "Stay",
+    "StepCause",
     "StepError",
     "Stop",
     "TidingsError",

@@ -8,7 +8,7 @@ The tree::
     ├── SagaAlreadyStarted                  already started for that (correlation id, aggregate)
     ├── WorkflowNotFound                    no instance was ever started with that id
     ├── WorkflowEnded                       the instance has already ended
-    ├── WorkflowFaulted                     value() of a faulted instance
+    ├── WorkflowFaulted                     value() of a faulted instance (.error: StepError)
     ├── WorkflowCancelled                   value() of a cancelled instance
     ├── WorkflowStepFailed                  a step failed inside a body (.error: StepError)
     ├── NondeterminismError                 the body no longer matches its journal (parked)
@@ -88,7 +88,11 @@ class WorkflowEnded(TidingsError):
 
 
 class WorkflowFaulted(TidingsError):
-    """The workflow instance ended Faulted."""
+    """The workflow instance ended Faulted; ``error`` is its stored failure (with its causes)."""
+
+    def __init__(self, message: str, error: StepError | None = None) -> None:
+        self.error = error
+        super().__init__(message)
 
 
 class WorkflowCancelled(TidingsError):

@@ -15,8 +15,9 @@ import pytest
 from tidings import App
 from tidings.codec import avro
 from tidings.core.records import DeadLetter
-from tidings.core.workflow import Cancelled, Faulted, Finished, WorkflowStatus
-from tidings.core.workflow_records import WorkflowJournalEntry
+from tidings.core.workflow import Cancelled, Faulted, Finished, StepCause, WorkflowStatus
+from tidings.core.workflow.journal import Ended, StepFailed
+from tidings.core.workflow_records import WorkflowJournalEntry, WorkflowOutcomeRecord
 from tidings.errors import WorkflowCancelled, WorkflowEnded, WorkflowFaulted, WorkflowNotFound
 from tidings.testing.eventually import assert_eventually
 from tidings.testing.topics import read_topic
@@ -126,6 +127,47 @@ def test_a_faulted_body_surfaces_as_faulted_and_value_raises(
     assert isinstance(outcome, Faulted) and "boom" in outcome.error.message
     with pytest.raises(WorkflowFaulted, match="boom"):
         run(faulty.value("f-1", 10))
+
+
+def test_an_activity_raising_x_from_y_keeps_both_in_the_journal_the_outcome_and_the_client_error(
+    kafka_bootstrap: str, app_id: str, workflow_app: App, workflow_workers: WorkflowWorkers, calls: Calls
+) -> None:
+    workflow_workers.start()
+    caused = workflow_app.workflow_handle("caused")
+    expected = (StepCause("ValueError", "card 4242 declined: '4242'"),)
+    run(caused.start("k-1", False))
+    outcome = run(caused.result("k-1", 60))
+    assert isinstance(outcome, Faulted), workflow_workers.log_tail()
+    assert outcome.error.type == "RuntimeError" and "the charge failed" in outcome.error.message
+    assert outcome.error.causes == expected
+    with pytest.raises(WorkflowFaulted, match="caused by ValueError: card 4242 declined") as raised:
+        run(caused.value("k-1", 10))
+    assert raised.value.error is not None and raised.value.error.causes == expected
+    # In the body, the caught WorkflowStepFailed.error carries them too.
+    run(caused.start("k-2", True))
+    assert run(caused.value("k-2", 60)) == ["ValueError: card 4242 declined: '4242'"]
+
+    entries = [avro.decode(r.value) for r in read_topic(kafka_bootstrap, caused.topics.journal)]
+    failed = [e.record for e in entries if e.instance_id == "k-1" and isinstance(e.record, StepFailed)]
+    ended = [e.record for e in entries if e.instance_id == "k-1" and isinstance(e.record, Ended)]
+    assert [f.error.causes for f in failed] == [expected] and [e.error.causes for e in ended] == [expected]  # type: ignore[union-attr]
+
+    def published() -> WorkflowOutcomeRecord:
+        records = [avro.decode(r.value) for r in read_topic(kafka_bootstrap, caused.topics.outcomes)]
+        (mine,) = [r for r in records if r.instance_id == "k-1"]
+        return mine  # type: ignore[no-any-return]
+
+    assert assert_eventually(published, timeout=30).error.causes == expected  # type: ignore[union-attr]
+    assert len(calls.lines("declined")) == 2  # Retry.none: one attempt each
+    # tidings journal and describe say it to a person.
+    env = {**os.environ, "TIDINGS_BOOTSTRAP": kafka_bootstrap, "TEST_APP_ID": app_id,
+           "TEST_CALLS_DIR": str(calls.directory)}
+    for command in (["journal", "tests.integration.workflow_apps:app", "caused", "k-1"],
+                    ["describe", "tests.integration.workflow_apps:app", "workflow", "caused", "k-1"]):
+        done = subprocess.run([sys.executable, "-m", "tidings.cli.main", *command],
+                              capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert "caused by ValueError: card 4242 declined" in done.stdout, done.stdout
 
 
 def test_signal_cancel_result_and_status_of_an_unknown_id(

@@ -16,7 +16,7 @@ from typing import Any
 
 from tidings import App
 from tidings.core.workflow import Attempt, Backoff, ErrorKind, Retry, WorkflowContext, subroutine
-from tidings.errors import WorkflowStepFailed
+from tidings.errors import WorkflowEnded, WorkflowNotFound, WorkflowStepFailed
 
 PARTITIONS = 4
 #: The seeds' five minutes, one minute and two days, scaled down so tests take seconds.
@@ -46,8 +46,12 @@ class Calls:
         return [line.split(" ", 1)[0] for line in self.lines(activity)]
 
 
-def build(app_id: str, calls_dir: Path) -> App:
-    """Return the workflow test App named ``app_id``, recording calls under ``calls_dir``."""
+def build(app_id: str, calls_dir: Path, *, without_collector: bool = False) -> App:
+    """Return the workflow test App named ``app_id``, recording calls under ``calls_dir``.
+
+    ``without_collector``: a worker that does not host ``collector`` (its topics exist, from
+    the full App): a signal to it waits unanswered, so a test can kill the sender meanwhile.
+    """
     app = App(app_id, partitions=PARTITIONS, command_timeout=60)
     calls = Calls(calls_dir)
 
@@ -128,6 +132,24 @@ def build(app_id: str, calls_dir: Path) -> App:
     async def faulty(ctx: WorkflowContext, reason: str) -> None:
         raise ValueError(reason)
 
+    def declined(attempt: Attempt, card: str) -> str:
+        calls.record("declined", attempt, card)
+        try:
+            raise KeyError(card)
+        except KeyError as missing:
+            raise RuntimeError("the charge failed") from ValueError(f"card {card} declined: {missing}")
+
+    @app.workflow("caused")
+    async def caused(ctx: WorkflowContext, catch: bool) -> list[str]:
+        """An activity raises ``X from Y``: faults with its causes, or returns them when caught."""
+        try:
+            await ctx.activity("declined", Retry.none, lambda a: declined(a, "4242"))
+        except WorkflowStepFailed as failed:
+            if not catch:
+                raise
+            return [str(cause) for cause in failed.error.causes]
+        return []
+
     # -- for the chaos tests ------------------------------------------------------------
 
     def slow_side_effect(attempt: Attempt, seconds: float) -> str:
@@ -156,13 +178,28 @@ def build(app_id: str, calls_dir: Path) -> App:
         after = await ctx.now()
         return [before.isoformat(), after.isoformat()]
 
-    @app.workflow("collector")
     async def collector(ctx: WorkflowContext, count: int) -> list[int]:
         """Collects ``count`` signals named "item", in arrival order."""
         items = []
         for _ in range(count):
             items.append(await ctx.wait_signal("item", type=int))
         return items
+
+    if not without_collector:
+        app.workflow("collector")(collector)
+
+    @app.workflow("signaller")
+    async def signaller(ctx: WorkflowContext, target: list[str]) -> str:
+        """Signals "item" 7 to instance ``target[1]`` of workflow ``target[0]`` from the body."""
+        try:
+            await ctx.signal(target[0], target[1], "item", 7)
+        except WorkflowNotFound as missing:
+            return f"not found: {missing}"
+        except WorkflowEnded as ended:
+            return f"ended: {ended}"
+        except WorkflowStepFailed as failed:
+            return f"failed: {failed.error.message}"
+        return "sent"
 
     @app.workflow("one-activity")
     async def one_activity(ctx: WorkflowContext, n: int) -> int:
@@ -318,4 +355,5 @@ def _cache_and_rebalance_workflows(app: App, calls: Calls) -> None:
 app = build(
     os.environ.get("TEST_APP_ID", "workflows"),
     Path(os.environ.get("TEST_CALLS_DIR", ".tidings/test-calls")),
+    without_collector=os.environ.get("TEST_WITHOUT_COLLECTOR") == "1",
 )

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tidings import App, Cancelled, ErrorKind, Faulted, Finished, StepError
+from tidings import App, Cancelled, ErrorKind, Faulted, Finished, StepCause, StepError
 from tidings.codec import avro
 from tidings.codec.answers import (
     JSON_HEADERS,
@@ -88,6 +88,20 @@ def test_both_forms_of_an_outcome_record_read_back_as_the_same_record(outcome: O
     assert decode_outcome_record(avro_value) == decode_outcome_record(json_value)
 
 
+@pytest.mark.parametrize("as_json", [False, True])
+def test_a_faulted_outcome_keeps_its_causes_in_either_form(as_json: bool) -> None:
+    caused = StepError(ErrorKind.NOT_RETRYABLE, "RuntimeError: boom", "RuntimeError",
+                       (StepCause("ValueError", "bad"), StepCause("KeyError", "'k'")))
+    enrich = enrich_handle()
+    fields = outcome_fields_of(Faulted(caused), enrich.definition)
+    record = outcome_record("t", 0, "enrich", "o-1", fields, 5, as_json=as_json)
+    assert record.value is not None
+    if as_json:
+        assert json.loads(record.value)["error"]["causes"] == [
+            {"type": "ValueError", "message": "bad"}, {"type": "KeyError", "message": "'k'"}]
+    assert decode_outcome(record.value, enrich.definition) == ("o-1", Faulted(caused))
+
+
 def test_a_finished_null_result_reads_back_from_json() -> None:
     record = WorkflowOutcomeRecord("o-1", "enrich", "finished", 5, result="null")
     back = decode_outcome_record(encode_answer(record, as_json=True))
@@ -111,6 +125,10 @@ def test_a_hand_written_json_outcome_with_leading_whitespace_is_read() -> None:
         (b'{"instance_id": "o", "workflow": "w", "outcome": "faulted", "at": 1, "error": {"kind": "nope"}}',
          SchemaError),
         (b'{"instance_id": "o", "workflow": "w", "outcome": "finished", "at": 1, "result": NaN}', SchemaError),
+        (b'{"instance_id": "o", "workflow": "w", "outcome": "faulted", "at": 1, '
+         b'"error": {"message": "m", "causes": "boom"}}', SchemaError),
+        (b'{"instance_id": "o", "workflow": "w", "outcome": "faulted", "at": 1, '
+         b'"error": {"message": "m", "causes": [{"type": 7}]}}', SchemaError),
         (b"{" + b'"a":[' * 200 + b"]" * 200 + b"}", DecodeError),
         (b"plain bytes", DecodeError),
     ],

@@ -15,7 +15,7 @@ import pytest
 import tidings.core
 from tidings.codec import avro
 from tidings.codec.workflow import RECORD_NAMES, inbox_from_json
-from tidings.core.workflow import ErrorKind, StepError
+from tidings.core.workflow import ErrorKind, StepCause, StepError
 from tidings.core.workflow.child_records import ChildOutcome
 from tidings.core.workflow.journal import (
     CancelRequested,
@@ -49,11 +49,15 @@ GOLDEN_V4 = Path(__file__).resolve().parents[1] / "golden" / "avro" / "workflow_
 # be retried is journaled (StepAttemptFailed; workflowjournal.v5), an instance's start time is on
 # its status records (workflowstatus.v2).
 GOLDEN_V5 = Path(__file__).resolve().parents[1] / "golden" / "avro" / "workflow_records.v5.json"
-# v6: a signal-with-start carries the input it starts the instance with (workflowinbox.v4).
+# v6: a signal-with-start carries the input it starts the instance with (workflowinbox.v4); a
+# failure keeps the chain of causes of its exception (workflowjournal.v6, workflowoutcome.v2,
+# workflowreply.v2; the inbox's StepError is unchanged, so a child's report carries none).
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "avro" / "workflow_records.v6.json"
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 TOKEN = "5f0c4a1e9b7d2c3a8e6f1b0d4c2a9e7f"
 BOOM = StepError(ErrorKind.ATTEMPTS_EXHAUSTED, "RuntimeError: boom", "RuntimeError")
+CAUSED = StepError(ErrorKind.NOT_RETRYABLE, "attempt 1: RuntimeError: boom", "RuntimeError",
+                   (StepCause("ValueError", "bad input"), StepCause("KeyError", "")))
 
 RECORDS: dict[str, object] = {
     "inbox start": WorkflowInbox(
@@ -119,10 +123,15 @@ RECORDS: dict[str, object] = {
         reply_to="x.replies", signal_id="s-1", input=b'"ABC"',
     ),
     "reply started": WorkflowReply("r-11", "o-6", "started", 23),
+    "journal failed with causes": WorkflowJournalEntry("o-1", StepFailed(19, "2", CAUSED, at=23, attempt=1)),
+    "journal faulted with causes": WorkflowJournalEntry("o-1", Ended(20, "faulted", 24, error=CAUSED)),
+    "reply faulted with causes": WorkflowReply(
+        "r-6", "o-2", "status", 25, status="FAULTED", outcome="faulted", error=CAUSED),
+    "outcome faulted with causes": WorkflowOutcomeRecord("o-2", "enrich", "faulted", 32, error=CAUSED),
 }
-V6_ONLY = 2  # a signal-with-start and its answer: older goldens hold none
 V4_ONLY = 6  # the records with a token, a completion time or an attempt: older goldens hold none
 V5_ONLY = 3  # a traced start, a failed attempt's record, a status with its start: older goldens hold none
+V6_ONLY = 6  # a signal-with-start and its answer, the failures with causes: older goldens hold none
 
 
 def golden(path: Path = GOLDEN) -> dict[str, bytes]:
@@ -130,7 +139,7 @@ def golden(path: Path = GOLDEN) -> dict[str, bytes]:
 
 
 def test_every_workflow_record_encodes_to_its_golden_bytes() -> None:
-    # Written with workflowinbox.v4 / workflowjournal.v5 / workflowstatus.v2.
+    # Written with workflowinbox.v4 / workflowjournal.v6 / workflowoutcome.v2 / workflowreply.v2 / workflowstatus.v2.
     stored = golden()
     assert stored.keys() == RECORDS.keys()
     for name, record in RECORDS.items():
@@ -143,11 +152,26 @@ def test_every_golden_workflow_record_decodes_to_its_record() -> None:
 
 
 def test_every_v5_golden_workflow_record_still_decodes_to_its_record() -> None:
-    # Written with workflowinbox.v3, before signal-with-start: every request reads with no input.
+    # Written with workflowinbox.v3 / workflowjournal.v5 / workflowoutcome.v1 / workflowreply.v1:
+    # every request reads with no input, failures with no causes.
     stored = golden(GOLDEN_V5)
     assert len(stored) == len(RECORDS) - V6_ONLY
     for name, data in stored.items():
         assert avro.decode_as(data, type(RECORDS[name])) == RECORDS[name], name  # type: ignore[type-var]
+
+
+def test_a_failure_with_causes_written_by_an_older_schema_reads_with_none() -> None:
+    # A v6 record read back is equal; the same error under the old names has causes ().
+    plain = StepError(CAUSED.kind, CAUSED.message, CAUSED.type)
+    for name in ("journal failed", "outcome faulted", "reply faulted"):
+        decoded: object = avro.decode_as(golden(GOLDEN_V5)[name], type(RECORDS[name]))  # type: ignore[type-var]
+        error = getattr(getattr(decoded, "record", decoded), "error")
+        assert error.causes == ()
+    assert plain.causes == () and plain != CAUSED
+    # The inbox keeps workflowinbox.v3 (no causes): a child's report of its fault drops them.
+    report = WorkflowInbox("r-9", "o-1", "child_ended", 1, parent_path="3", child_workflow="enrich",
+                           outcome="faulted", error=CAUSED)
+    assert avro.decode_as(avro.encode(report), WorkflowInbox).error == plain
 
 
 def test_every_v4_golden_workflow_record_still_decodes_to_its_record() -> None:

@@ -97,3 +97,18 @@ def test_a_failed_attempt_is_a_line_and_the_steps_end_counts_them() -> None:
     assert lines[2].endswith("#3  step 1 attempt 1 failed, ConnectionError: down; next attempt at "
                              "2026-11-30T00:13:51.357Z (in 1.000 s)"), lines[2]
     assert lines[4].endswith("step 1 done: 3  (took 2.020 s, attempt 3, 2 failed attempts journaled before)"), lines[4]
+
+
+def test_a_failure_shows_the_causes_its_exception_carried() -> None:
+    from tidings.core.workflow import StepCause
+
+    caused = StepError(ErrorKind.NOT_RETRYABLE, "attempt 1: RuntimeError: charge failed", "RuntimeError",
+                       (StepCause("ValueError", "card 4242 declined"), StepCause("ConnectionError", "")))
+    lines = journal_lines([
+        StepStarted(1, "1", "activity", "charge", T0),
+        StepFailed(2, "1", caused, at=T0 + 5, attempt=1),
+        Ended(3, "faulted", T0 + 6, error=caused),
+    ])
+    told = "not_retryable: attempt 1: RuntimeError: charge failed; caused by ValueError: card 4242 declined; " \
+           "caused by ConnectionError"
+    assert told in lines[1] and told in lines[2]

@@ -239,7 +239,8 @@ def test_describe_says_where_an_instance_waits_what_failed_and_who_its_parent_an
     assert described["waiting"][2]["failed_attempts"] == 0 and described["waiting"][2]["for_ms"] == 940
     assert described["waiting"][2]["next_attempt"] is None
     assert described["last_failure"] == {"step": "1", "name": "charge", "at": "2026-11-30T12:00:00.020Z",
-                                         "attempt": 3, "kind": "attempts_exhausted", "message": "card declined"}
+                                         "attempt": 3, "kind": "attempts_exhausted", "message": "card declined",
+                                         "causes": []}
     assert described["children"] == [{"workflow": "ship", "id": "c-1:4", "step": "4", "reported": None,
                                       "status": {"status": "RUNNING", "since": "2026-11-30T12:00:00.045Z",
                                                  "reason": None}}]
@@ -252,6 +253,25 @@ def test_describe_says_where_an_instance_waits_what_failed_and_who_its_parent_an
     assert "parent          order o-1 (its step 3)" in text and "children        ship c-1:4: RUNNING" in text
     assert "journal (last 5 of 9 records; --journal shows all):" in text
     assert len(describe_lines(described, records, whole_journal=True)) > len(describe_lines(described, records))
+
+
+def test_describe_shows_the_causes_of_the_last_failure_and_of_a_fault() -> None:
+    from tidings.inspection.describe_text import describe_lines, describe_workflow
+    from tidings.core.workflow.failures import ErrorKind, StepCause, StepError
+    from tidings.core.workflow.journal import Ended, Started, StepFailed, StepStarted
+
+    caused = StepError(ErrorKind.NOT_RETRYABLE, "attempt 1: RuntimeError: charge failed", "RuntimeError",
+                       (StepCause("ValueError", "card declined"), StepCause("KeyError", "'pan'")))
+    records = [Started(1, '"ABC"', MS), StepStarted(2, "1", "activity", "charge", MS + 10),
+               StepFailed(3, "1", caused, at=MS + 20, attempt=1), Ended(4, "faulted", MS + 21, error=caused)]
+    described = describe_workflow("charge", "c-1", records, None, {}, MS + 1000)
+    assert described["last_failure"]["causes"] == ["ValueError: card declined", "KeyError: 'pan'"]
+    assert described["ended"]["causes"] == ["ValueError: card declined", "KeyError: 'pan'"]
+    lines = describe_lines(described, records)
+    text = "\n".join(lines)
+    assert "ended           2026-11-30T12:00:00.021Z faulted: attempt 1: RuntimeError: charge failed" in text
+    assert lines.count("                    caused by ValueError: card declined") == 2
+    assert lines.count("                    caused by KeyError: 'pan'") == 2
 
 
 def test_a_describe_argument_that_is_wrong_is_one_line_and_exit_2(
@@ -387,7 +407,7 @@ def test_describe_shows_failed_attempts_the_last_failure_and_the_next_attempt() 
     (wait,) = described["waiting"]
     assert (wait["failed_attempts"], wait["restarts"]) == (3, 1)
     assert wait["last_failure"] == {"attempt": 1, "at": "2026-11-30T12:00:09.000Z", "type": "ConnectionError",
-                                    "message": "ConnectionError: down (3)"}
+                                    "message": "ConnectionError: down (3)", "causes": []}
     assert wait["next_attempt"] == {"attempt": 2, "due": "2026-11-30T12:00:10.000Z", "due_in_ms": 500}
     text = "\n".join(describe_lines(described, records))
     assert "3 failed attempts journaled (a worker began the step again from attempt 1: 1 restart)" in text

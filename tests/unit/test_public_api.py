@@ -54,6 +54,7 @@ def test_the_root_exports_are_locked() -> None:
         "SchemaError",
         "Send",
         "Stay",
+        "StepCause",
         "StepError",
         "Stop",
         "TidingsError",

@@ -132,7 +132,7 @@ def _error(obj: dict[str, Any], what: str) -> StepError | None:
     try:
         return StepError.from_json(error)
     except ValueError as exc:  # an unknown ErrorKind
-        raise SchemaError(f"JSON {what}: 'error' has an unknown kind: {exc}") from exc
+        raise SchemaError(f"JSON {what}: 'error' is not a stored failure (an unknown kind or bad causes): {exc}") from exc
 
 
 def _workflow_reply(obj: dict[str, Any]) -> WorkflowReply:

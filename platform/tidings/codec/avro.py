@@ -245,6 +245,8 @@ def _record_names(schema: Any) -> set[str]:
 _FROM_FIELD_DICT: Final = frozenset({_workflow.WorkflowJournalEntry})
 # Records stored as the dict of their ``to_json`` (the Avro record has its fields).
 _TO_JSON_RECORDS: Final = frozenset({"tidings.StepError"})
+# Records nested in a ``to_json`` dict, so read as its items (a StepError's causes).
+_ITEM_RECORDS: Final = frozenset({"tidings.StepCause"})
 
 
 def _encoder(record_type: type, schema: SchemaVersion) -> Callable[[Any], bytes]:
@@ -261,7 +263,8 @@ def _encoder(record_type: type, schema: SchemaVersion) -> Callable[[Any], bytes]
     slots = set(getattr(record_type, "__slots__", ()))
     if not from_dict and not {f["name"] for f in schema.parsed["fields"]} <= slots:
         from_dict = True  # attributes that are not the fields: read the mapped dict instead
-    modes = {name: (_writers.TO_JSON if name in _TO_JSON_RECORDS else _writers.ATTRIBUTES) for name in names}
+    modes = {name: (_writers.TO_JSON if name in _TO_JSON_RECORDS
+                    else _writers.ITEMS if name in _ITEM_RECORDS else _writers.ATTRIBUTES) for name in names}
     if from_dict:
         modes = {name: _writers.ITEMS for name in names}
     write = _writers.compile_writer(schema.parsed, modes)

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..core.saga_records import SagaJournalEntry
 from ..core.workflow.child_records import ChildOutcome
+from ..core.workflow.failures import StepError
 from ..core.workflow.journal import (
     CancelRequested,
     Ended,
@@ -79,7 +80,8 @@ def describe_workflow(
         "started": None if started is None else {"at": _iso(started.at), "input": started.input},
         "ended": None if ended is None else {"at": _iso(ended.at), "outcome": ended.outcome,
                                               "result": ended.result,
-                                              "error": None if ended.error is None else ended.error.message},
+                                              "error": None if ended.error is None else ended.error.message,
+                                              "causes": _causes(ended.error)},
         "parent": None if started is None or not started.parent_workflow else {
             "workflow": started.parent_workflow, "id": started.parent_id, "step": started.parent_path},
         "cancel_requested": next((_iso(r.at) for r in records if isinstance(r, CancelRequested)), None),
@@ -92,7 +94,7 @@ def describe_workflow(
             "step": failures[-1].path, "name": steps[failures[-1].path].name if failures[-1].path in steps else None,
             "at": _iso(failures[-1].at), "attempt": failures[-1].attempt,
             "kind": failures[-1].error.kind.value if failures[-1].error.kind is not None else None,
-            "message": failures[-1].error.message},
+            "message": failures[-1].error.message, "causes": _causes(failures[-1].error)},
         "children": [],
     }
     for step in (r for r in records if isinstance(r, StepStarted) and r.kind == StepKind.CHILD_START):
@@ -104,6 +106,15 @@ def describe_workflow(
             "reported": None if outcome is None else outcome.outcome,
         })
     return described
+
+
+def _causes(error: StepError | None) -> list[str]:
+    # The exceptions behind a failure (since workflowjournal.v6), nearest first: "Type: message".
+    return [] if error is None else [str(cause) for cause in error.causes]
+
+
+def _caused_lines(causes: Sequence[str], full: bool) -> list[str]:
+    return [f"  caused by {value(cause, full=full)}" for cause in causes]
 
 
 def _waiting(step: StepStarted, attempts: Sequence[StepAttemptFailed], now_ms: int) -> dict[str, Any]:
@@ -119,7 +130,8 @@ def _waiting(step: StepStarted, attempts: Sequence[StepAttemptFailed], now_ms: i
         restarts = sum(1 for before, after in zip(attempts, attempts[1:]) if after.attempt <= before.attempt)
         wait["restarts"] = restarts
         wait["last_failure"] = None if last is None else {
-            "attempt": last.attempt, "at": _iso(last.at), "type": last.error.type, "message": last.error.message}
+            "attempt": last.attempt, "at": _iso(last.at), "type": last.error.type, "message": last.error.message,
+            "causes": _causes(last.error)}
         wait["next_attempt"] = None if last is None else {
             "attempt": last.attempt + 1, "due": _iso(last.retry_at), "due_in_ms": last.retry_at - now_ms}
     return wait
@@ -136,6 +148,7 @@ def _attempt_lines(wait: Mapping[str, Any], full: bool) -> list[str]:
             + (f" (a worker began the step again from attempt 1: {wait['restarts']} "
                f"restart{'s' if wait['restarts'] != 1 else ''})" if wait["restarts"] else ""),
             f"last failure: attempt {last['attempt']} at {last['at']}: {value(last['message'], full=full)}",
+            *_caused_lines(last["causes"], full),
             f"next attempt: {due['attempt']} due {due['due']} ({when})"]
 
 
@@ -156,7 +169,11 @@ def describe_lines(described: Mapping[str, Any], records: Sequence[JournalRecord
     if described["started"] is not None:
         fact("started", f"{described['started']['at']} with {value(described['started']['input'], full=full)}")
     if described["ended"] is not None:
-        fact("ended", f"{described['ended']['at']} {described['ended']['outcome']}")
+        ended = described["ended"]
+        told = f": {value(ended['error'], full=full)}" if ended["error"] is not None else ""
+        fact("ended", f"{ended['at']} {ended['outcome']}{told}")
+        for line in _caused_lines(ended["causes"], full):
+            fact("", line)
     parent = described["parent"]
     if parent is not None:
         fact("parent", f"{parent['workflow']} {parent['id']} (its step {parent['step']})")
@@ -180,6 +197,8 @@ def describe_lines(described: Mapping[str, Any], records: Sequence[JournalRecord
         attempt = f", attempt {failure['attempt']}" if failure["attempt"] is not None else ""
         fact("last failure", f"step {failure['step']}{named} at {failure['at'] or '?'}{attempt}: "
                              f"{failure['kind'] or 'error'}: {value(failure['message'], full=full)}")
+        for line in _caused_lines(failure["causes"], full):
+            fact("", line)
     for index, child in enumerate(described["children"]):
         status_text = child["status"]["status"] if child["status"] else (child["reported"] or "no status yet")
         fact("children" if index == 0 else "", f"{child['workflow']} {child['id']}: {status_text}")

@@ -69,7 +69,12 @@ def _error(error: StepError | None) -> str:
     if error is None:
         return "no error stored"
     kind = error.kind.value if error.kind is not None else "error"
-    return f"{kind}: {value(error.message)}"
+    return f"{kind}: {value(error.message)}{_causes(error)}"
+
+
+def _causes(error: StepError) -> str:
+    # Since workflowjournal.v6: the exceptions behind the failure, nearest first, each clipped.
+    return "".join(f"; caused by {value(str(cause))}" for cause in error.causes)
 
 
 def _took(started: StepStarted | None, end_at: int | None, attempt: int | None, failed: int = 0) -> str:
@@ -114,7 +119,8 @@ def _what(record: JournalRecord, steps: dict[str, StepStarted], first: Started |
     if isinstance(record, StepAttemptFailed):
         error = record.error.message if record.error.type is None or record.error.message.startswith(
             record.error.type) else f"{record.error.type}: {record.error.message}"
-        return record.at, (f"step {record.path} attempt {record.attempt} failed, {value(error)}; "
+        return record.at, (f"step {record.path} attempt {record.attempt} failed, {value(error)}"
+                           f"{_causes(record.error)}; "
                            f"next attempt at {instant(record.retry_at)} "
                            f"(in {duration(max(record.retry_at - record.at, 0))})")
     if isinstance(record, SignalReceived):

@@ -54,6 +54,7 @@ from tidings.core.workflow import (
     WorkflowStatus,
 )
 from tidings.core.workflow.child_records import AckParent, CancelChild, StartChild, TellParent
+from tidings.core.workflow.signal_sends import SendSignal, SignalReplied
 from tidings.core.workflow.context import instant_ms, ms_instant
 from tidings.core.workflow_records import WorkflowInbox
 from tidings.core.workflow_links import link_request
@@ -287,7 +288,7 @@ class WorkflowHandle:
         """
         outcome = self.result(instance_id, timeout)
         if isinstance(outcome, Faulted):
-            raise WorkflowFaulted(f"{self.name} {instance_id!r} faulted: {outcome.error}")
+            raise WorkflowFaulted(f"{self.name} {instance_id!r} faulted: {outcome.error}", outcome.error)
         if isinstance(outcome, Cancelled):
             raise WorkflowCancelled(f"{self.name} {instance_id!r} was cancelled")
         return outcome.value
@@ -474,7 +475,7 @@ class WorkflowTestRuntime:
         self.journals.setdefault(key, []).extend(decision.records)
         links = []
         for effect in decision.effects:
-            if isinstance(effect, (StartChild, CancelChild, AckParent, TellParent)):
+            if isinstance(effect, (StartChild, CancelChild, AckParent, TellParent, SendSignal)):
                 links.append(effect)
             elif isinstance(effect, RunActivity):
                 attempt = Attempt(effect.idempotency_key, effect.attempt)
@@ -505,7 +506,9 @@ class WorkflowTestRuntime:
         A child of a workflow this runtime does not know is never started (its start stays
         in flight, as when no worker hosts that workflow).
         """
-        if isinstance(effect, StartChild):
+        if isinstance(effect, SendSignal):
+            self._signal(key, effect)
+        elif isinstance(effect, StartChild):
             parent = effect.parent
             target = (effect.workflow, effect.child_id)
             if effect.workflow not in self._definitions:
@@ -527,6 +530,22 @@ class WorkflowTestRuntime:
                 self._take(effect.workflow, effect.child_id, link_request("", effect, 0)[1])
         elif effect.parent.workflow in self._definitions:
             self._take(effect.parent.workflow, effect.parent.instance_id, link_request(key[1], effect, 0)[1])
+
+    def _signal(self, key: tuple[str, str], effect: SendSignal) -> None:
+        """``ctx.signal``: the signal request the hosted agent sends, and the target's answer fed back."""
+        reason: str | None
+        if effect.workflow not in self._definitions:
+            answer, reason = "rejected", f"this app declares no workflow {effect.workflow!r}"
+        else:
+            request = WorkflowInbox(effect.signal_id, effect.instance_id, "signal", self.clock.now_ms,
+                                    payload=effect.payload.encode(), signal=effect.name, signal_id=effect.signal_id)
+            pending, _ = self._take(effect.workflow, effect.instance_id, request)
+            assert pending.reply is not None  # a signal is answered at once
+            answer, reason = pending.reply.answer, pending.reply.reason
+        instance = self._instances.get(key)
+        if instance is not None:
+            self._apply(key, instance.advance(SignalReplied(effect.path, effect.signal_id, answer, reason),
+                                              self.clock.now_ms))
 
     def _schedule(self, key: tuple[str, str], path: str, due: int, **what: Any) -> None:
         self._order += 1

@@ -19,7 +19,7 @@ from tidings.core.workflow.effects import (
     ReportParked,
     RunActivity,
 )
-from tidings.core.workflow.failures import ErrorKind, StepError
+from tidings.core.workflow.failures import ErrorKind, StepCause, StepError
 from tidings.core.workflow.inbox import ActivityResult, Cancel, InboxMessage, Signal, Start, TimerFired
 from tidings.core.workflow.interpreter import Decision, Entropy, WorkflowInstance, replay
 from tidings.core.workflow.journal import (
@@ -76,6 +76,7 @@ __all__ = [
     "Start",
     "Started",
     "StepAttemptFailed",
+    "StepCause",
     "StepCompleted",
     "StepError",
     "StepFailed",

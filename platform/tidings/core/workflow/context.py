@@ -28,6 +28,7 @@ from tidings.core.workflow.requests import (
 )
 from tidings.core.workflow.retry import Retry, RetryPolicy
 from tidings.core.workflow.sends import EventFilter, SendRequest
+from tidings.core.workflow.signal_sends import SignalSendRequest
 
 T = TypeVar("T")
 A = TypeVar("A")
@@ -307,6 +308,37 @@ class WorkflowContext:
             WorkflowStepFailed: as ``send_with``, and NOT_RETRYABLE when ``filter`` raises.
         """
         return SendRequest(aggregate, aggregate_id, command, policy, filter, type)
+
+    def signal(
+        self, workflow: Any, instance_id: str, name: str, payload: Any = None, *, policy: RetryPolicy = Retry.command
+    ) -> StepRequest[None]:
+        """Deliver signal ``name`` with ``payload`` to instance ``instance_id`` of ``workflow``;
+        return once the target has stored it.
+
+        ``workflow`` is a workflow handle (``@app.workflow``), a definition or a workflow's
+        name, of the same app (any worker of the app hosts it; the signal goes to its inbox).
+        The signal's id is this step's idempotency key ``{workflow}/{instance_id}/{path}``,
+        so the target stores it once however often it is sent. One send waits
+        ``policy.attempt_timeout`` (default ``App(command_timeout=30)``) for the target's
+        answer, then the signal is sent again, with backoff (``Retry.command``: for five
+        minutes).
+
+        *Journaled:* the step's start (kind ``signal_send``, the target workflow's name); its
+        end (``null``, or the failure).
+        *Idempotent by:* the signal id.
+        *Replay:* a stored end is given without a send; a step with only its start sends the
+        signal again (the target answers a repeat ``accepted`` and stores nothing).
+
+        Raises:
+            WorkflowNotFound: No instance ``instance_id`` of ``workflow`` was ever started.
+            WorkflowEnded: The target has ended (also a repeat whose first send was stored
+                but whose answer was lost, when the target ended meanwhile).
+            WorkflowStepFailed: NOT_RETRYABLE when the payload cannot be stored, or the
+                target rejected the signal (its reason kept); OUTCOME_UNKNOWN when the policy
+                ran out without an answer (the signal may have been stored); CANCELLED.
+        """
+        return SignalSendRequest(workflow, instance_id, name, payload, policy)
+
     def child(self, workflow: Any, input: Any = None, *, type: Any = None) -> StepRequest[Any]:
         """Start a child workflow and wait for its result: ``start_child`` then ``await_child``.
 

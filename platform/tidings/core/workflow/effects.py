@@ -15,6 +15,7 @@ from typing import Any
 from tidings.core.workflow.child_records import AckParent, CancelChild, StartChild, TellParent
 from tidings.core.workflow.outcomes import Outcome
 from tidings.core.workflow.sends import SendCommand, StopSend
+from tidings.core.workflow.signal_sends import SendSignal, StopSignal
 
 
 class Cancellation:
@@ -128,6 +129,6 @@ class ReportParked:
 
 Effect = (
     RunActivity | CancelActivity | ArmTimer | CancelTimer | PublishOutcome | ReportParked
-    | SendCommand | StopSend | StartChild | CancelChild | AckParent | TellParent
+    | SendCommand | StopSend | SendSignal | StopSignal | StartChild | CancelChild | AckParent | TellParent
 )
 """Anything a ``Decision`` asks the shell to do."""

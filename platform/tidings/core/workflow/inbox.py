@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tidings.core.workflow.sends import CommandReplied, EventsSeen, SendTimedOut
+from tidings.core.workflow.signal_sends import SignalReplied, SignalTimedOut
 from tidings.core.workflow.child_records import ChildEnded, ChildStarted, ParentRef
 
 
@@ -77,7 +78,7 @@ class TimerFired:
 
 InboxMessage = (
     Start | Signal | Cancel | ActivityResult | TimerFired
-    | CommandReplied | EventsSeen | SendTimedOut | ChildStarted | ChildEnded
+    | CommandReplied | EventsSeen | SendTimedOut | ChildStarted | ChildEnded | SignalReplied | SignalTimedOut
 )
 """Anything ``WorkflowInstance.advance`` takes (the send step's messages: ``sends.py``; the child
 steps': ``child_records.py``)."""

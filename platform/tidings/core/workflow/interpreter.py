@@ -453,7 +453,7 @@ class WorkflowInstance:
             if pending is None:
                 raise JournalMismatch(f"the journal ends step {record.path} that the body is not waiting on")  # type: ignore[union-attr]
             if kind is StepFailed:
-                self._resolve(pending, None, WorkflowStepFailed(record.error), stop_work=False)  # type: ignore[union-attr, arg-type]
+                self._resolve(pending, None, self._raised(pending, record.error), stop_work=False)  # type: ignore[union-attr, arg-type]
             else:
                 self._resolve(pending, self._stored_value(pending, record), None, stop_work=False)  # type: ignore[arg-type]
         elif kind is SignalReceived:
@@ -636,10 +636,17 @@ class WorkflowInstance:
         elif pending.due is not None and (stop_work or pending.kind == StepKind.SIGNAL):
             self._effects.append(CancelTimer(pending.path))
 
+    def _raised(self, pending: Pending, error: StepError) -> BaseException:
+        """What a stored failure of ``pending`` raises in the body (a kind may name its own)."""
+        other = PENDING_KINDS.get(pending.kind)
+        if other is not None and other.raised is not None:
+            return other.raised(error)
+        return WorkflowStepFailed(error)
+
     def _fail(self, pending: Pending, error: StepError, *, stop_work: bool = True) -> None:
         attempt = pending.attempt if pending.kind == StepKind.ACTIVITY and pending.attempt else None
         self._record(StepFailed(self._next_seq, pending.path, error, at=self._now, attempt=attempt))
-        self._resolve(pending, None, WorkflowStepFailed(error), stop_work=stop_work)
+        self._resolve(pending, None, self._raised(pending, error), stop_work=stop_work)
 
     def _wait(self, fiber: Fiber, pending: Pending) -> Any:
         """Register a pending step and, when live, tell the shell to run or arm it."""

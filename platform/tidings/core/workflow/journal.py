@@ -35,6 +35,7 @@ class StepKind:
     SEND = "send"
     CHILD_START = "child_start"
     CHILD_AWAIT = "child_await"
+    SIGNAL_SEND = "signal_send"
 
 
 @dataclass(frozen=True, slots=True)

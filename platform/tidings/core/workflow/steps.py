@@ -43,6 +43,19 @@ from tidings.core.workflow.sends import (
     send_timed_out,
     stored_send,
 )
+from tidings.core.workflow.signal_sends import (
+    SignalReplied,
+    SignalSendRequest,
+    SignalTimedOut,
+    forget_signal,
+    issue_signal,
+    raised_for,
+    signal_replied,
+    signal_send_step,
+    signal_timed_out,
+    stored_signal,
+)
+from tidings.core.workflow.failures import StepError
 from tidings.errors import DefinitionError, ForeignAwaitError
 
 if TYPE_CHECKING:
@@ -194,6 +207,7 @@ STEP_HANDLERS: dict[type[Any], Callable[[WorkflowInstance, Fiber, Any], Any]] = 
     SendRequest: send_step,
     ChildStartRequest: start_step,
     ChildAwaitRequest: await_step,
+    SignalSendRequest: signal_send_step,
 }
 
 
@@ -205,15 +219,20 @@ class PendingKind:
     issue: Callable[[WorkflowInstance, Pending], None]
     forget: Callable[[WorkflowInstance, Pending, bool], None]
     stored_value: Callable[[WorkflowInstance, Pending, StepCompleted], Any]
+    raised: Callable[[StepError], BaseException] | None = None
+    """The exception a stored failure raises at the step (None: ``WorkflowStepFailed``)."""
 
 
 PENDING_KINDS: dict[str, PendingKind] = {
     StepKind.SEND: PendingKind(issue_send, forget_send, stored_send),
+    StepKind.SIGNAL_SEND: PendingKind(issue_signal, forget_signal, stored_signal, raised_for),
 }
 
 MESSAGE_HANDLERS: dict[type[Any], Callable[[WorkflowInstance, Any], str | None]] = {
     CommandReplied: command_replied,
     EventsSeen: events_seen,
     SendTimedOut: send_timed_out,
+    SignalReplied: signal_replied,
+    SignalTimedOut: signal_timed_out,
 }
 """Inbox messages of such kinds: each returns why it was refused, or None."""

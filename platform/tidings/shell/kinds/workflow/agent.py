@@ -66,12 +66,13 @@ from ....core.workflow.inbox_rules import (
 )
 from ....core.workflow.inbox import Start
 from ....core.workflow_records import WorkflowInbox, WorkflowJournalEntry, WorkflowStatusRecord
-from ....errors import RecordError, RecordRejected, SchemaError
+from ....errors import BrokerError, RecordError, RecordRejected, SchemaError
 from ...runtime.hosting import Input, Runtime, TopicPartition
 from ...runtime.io import Incoming, Outgoing
 from ...runtime.journaled import Backstop, CommitQueue, Journaled, OwnInputs, Pending
 from ...runtime.tracing import CONSUMER, TRACEPARENT, Carrier, Tracing, carrier_of
 from ....core.workflow.sends import SendCommand, StopSend
+from ....core.workflow.signal_sends import SendSignal, StopSignal
 from .activities import DaemonPool, Skippable, ThreadedAttempts, run_attempt, runs_threaded, settle_returned
 from .replies import RepliesReader
 from .sends import WorkflowSends
@@ -683,6 +684,18 @@ class WorkflowAgent:
         if self._busy[instance_id] <= 0:
             del self._busy[instance_id]
 
+    def signal_inbox(self, workflow: str) -> tuple[str, int] | None:
+        inbox = self._children.inbox(workflow)
+        if self._workflows is not None and workflow not in self._workflows:
+            # Not in this worker's code: another version's during a rolling update if its
+            # inbox exists (as for a child's parent, _decode); else no workflow of this app.
+            try:
+                if not self._topics.exists(inbox):
+                    return None
+            except BrokerError:
+                pass  # unknown for now: sent, and sent again when its attempt times out
+        return inbox, self._children.partitions
+
     def publish_later(self, records: list[Outgoing]) -> None:
         self._publisher.publish_later(records)
 
@@ -744,7 +757,7 @@ class WorkflowAgent:
             self._busy[instance_id] += 1
         elif isinstance(effect, CancelTimer):
             self._stop_timer(key)
-        elif isinstance(effect, (SendCommand, StopSend)):
+        elif isinstance(effect, (SendCommand, StopSend, SendSignal, StopSignal)):
             self._sends.carry_out(instance_id, effect)
 
     def _end_attempt(self, key: tuple[str, str], result: ActivityResult | None, why: str = "") -> None:

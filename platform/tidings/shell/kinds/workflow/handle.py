@@ -164,7 +164,7 @@ class WorkflowHandle:
         """
         outcome = await self.result(instance_id, timeout, bootstrap=bootstrap)
         if isinstance(outcome, Faulted):
-            raise WorkflowFaulted(f"{self.name} {instance_id!r} faulted: {outcome.error}")
+            raise WorkflowFaulted(f"{self.name} {instance_id!r} faulted: {outcome.error}", outcome.error)
         if isinstance(outcome, Cancelled):
             raise WorkflowCancelled(f"{self.name} {instance_id!r} was cancelled")
         return outcome.value

@@ -19,6 +19,13 @@ and watch events topics for filter steps (the pure step: ``core/workflow/sends.p
   after a restart; reading earlier than needed is harmless because the correlation id is
   unique to the step. What it finds is fed in as ``EventsSeen`` and, when the filter
   accepts it, journaled as the step's result like any other input.
+- ``SendSignal`` (``ctx.signal``, ``core/workflow/signal_sends.py``): at ``not_before`` a
+  ``signal`` request is produced to the target workflow's inbox (the target instance's
+  partition), with the step key as request id and signal id and ``reply_to`` this
+  workflow's replies topic; the target's ``WorkflowReply`` comes back there (keyed by the
+  request id, so forwarded to the instance's partition like any reply) and is fed in as
+  ``SignalReplied``. At the attempt's end ``SignalTimedOut`` is fed in. A workflow the app
+  does not declare is answered ``rejected`` at once (its inbox topic does not exist).
 """
 
 from __future__ import annotations
@@ -37,7 +44,10 @@ from ....codec.content import decode_record
 from ....codec.payloads import load_payload, payload_of
 from ....core.limits import check_command, check_id
 from ....core.partitioning import partition_for
+from ....core.limits import check_inbox
 from ....core.records import CommandEnvelope, EventEnvelope, ReplyEnvelope
+from ....core.workflow.signal_sends import SendSignal, SignalReplied, SignalTimedOut, StopSignal
+from ....core.workflow_records import WorkflowInbox, WorkflowReply
 from ....core.workflow import WorkflowInstance
 from ....core.workflow.inbox_rules import StoredEnd
 from ....core.workflow.sends import (
@@ -173,6 +183,11 @@ class StepHost(Protocol):
         """The trace context of the instance's run (journaled in its ``Started``), or None."""
         ...
 
+    def signal_inbox(self, workflow: str) -> tuple[str, int] | None:
+        """The inbox topic of the app's workflow ``workflow`` and its partition count; None
+        when the app declares no such workflow."""
+        ...
+
 
 class WorkflowSends:
     """The send steps of one workflow agent: commands out, replies and watched events in."""
@@ -196,6 +211,9 @@ class WorkflowSends:
         """Turn one record of the replies topic into ``CommandReplied`` for its pending step."""
         agent = self._agent
         name = agent.name
+        if _is_workflow_reply(record.value):
+            self._signal_reply(record, commit, now_ms)
+            return
         try:
             reply = decode_record(record.value, ReplyEnvelope, headers=record.headers,
                                   timestamp_ms=record.timestamp_ms)
@@ -240,6 +258,36 @@ class WorkflowSends:
             commit.dead.append(agent.dead_letter(record, SchemaError(
                 f"send step {path} of workflow {name!r} {instance_id[:200]!r} refused the reply: {refusal}")))
 
+    def _signal_reply(self, record: Incoming, commit: Commit, now_ms: int) -> None:
+        """Turn a target workflow's answer to a signal step into ``SignalReplied``."""
+        agent = self._agent
+        try:
+            reply = avro.decode_as(record.value or b"", WorkflowReply)
+            check_id(reply.request_id, "request_id")
+            instance_id, path = self._step_of(reply.request_id)
+        except RecordError as exc:
+            commit.dead.append(agent.dead_letter(record, exc))
+            return
+        forward = agent.forward(record, instance_id)
+        if forward is not None:
+            commit.dead.append(forward)  # keyed by the request id: decided where the instance lives
+            return
+        known = agent.known(instance_id, commit, now_ms)
+        if known is None:
+            # No signal of this instance ever went out: not a late repeat, a record nobody asked for.
+            commit.dead.append(agent.dead_letter(record, SchemaError(
+                f"an answer to {reply.request_id[:200]!r}, for an instance of workflow {agent.name!r} "
+                "that was never started")))
+            return
+        if not isinstance(known, WorkflowInstance):
+            log.debug("workflow %s drops an answer to %r: the instance has ended", agent.name,
+                      reply.request_id[:200])
+            return
+        refusal = agent.refusal(known, SignalReplied(path, reply.request_id, reply.answer, reply.reason), commit, now_ms)
+        if refusal is not None:
+            # A repeat of an answer already used (every resend is answered) is no fault of the record.
+            log.debug("workflow %s drops an answer to %r: %s", agent.name, reply.request_id[:200], refusal)
+
     def _step_of(self, correlation_id: str) -> tuple[str, str]:
         """Return (instance id, path) of the step whose key is ``correlation_id``."""
         if correlation_id.startswith(self._prefix):
@@ -256,11 +304,14 @@ class WorkflowSends:
 
     # -- effects ---------------------------------------------------------------------------
 
-    def carry_out(self, instance_id: str, effect: SendCommand | StopSend) -> None:
+    def carry_out(self, instance_id: str, effect: SendCommand | StopSend | SendSignal | StopSignal) -> None:
         """Schedule a send and its timeout (and a watch), or stop everything of a step."""
         key = (instance_id, effect.path)
-        if isinstance(effect, StopSend):
+        if isinstance(effect, (StopSend, StopSignal)):
             self._stop(key)
+            return
+        if isinstance(effect, SendSignal):
+            self._schedule_signal(instance_id, effect)
             return
         sending = self._sending.get(key)
         if sending is None:
@@ -281,6 +332,54 @@ class WorkflowSends:
                                           SendTimedOut(effect.path, effect.attempt))
         if effect.watch_from is not None and sending.watch is None:
             sending.watch = self._watch(instance_id, effect)
+
+    def _schedule_signal(self, instance_id: str, effect: SendSignal) -> None:
+        key = (instance_id, effect.path)
+        sending = self._sending.get(key)
+        if sending is None:
+            sending = self._sending[key] = _Sending()
+            self._agent.hold(instance_id)  # not evictable while its signal is pending
+        sending.stop_timers()
+        loop = asyncio.get_running_loop()
+        now = self._agent.now()
+        delay = effect.not_before / 1000 - now
+        if delay > 0:
+            sending.send = loop.call_later(delay, self._send_signal, instance_id, effect)
+        else:
+            self._send_signal(instance_id, effect)
+        end = effect.not_before + (effect.timeout_ms or self._command_timeout_ms)
+        if effect.deadline_at is not None:
+            end = min(end, effect.deadline_at)
+        sending.timeout = loop.call_later(max(0.0, end / 1000 - now), self._feed, instance_id,
+                                          SignalTimedOut(effect.path, effect.attempt))
+
+    def _send_signal(self, instance_id: str, effect: SendSignal) -> None:
+        target = self._agent.signal_inbox(effect.workflow)
+        if target is None:
+            self._feed(instance_id, SignalReplied(effect.path, effect.signal_id, "rejected",
+                                                  f"this app declares no workflow {effect.workflow[:200]!r}"))
+            return
+        topic, partitions = target
+        try:
+            request = check_inbox(WorkflowInbox(
+                request_id=effect.signal_id,
+                instance_id=effect.instance_id,
+                kind="signal",
+                timestamp_ms=int(self._agent.now() * 1000),
+                payload=effect.payload.encode(),
+                signal=effect.name,
+                reply_to=self._agent.replies_topic,
+                signal_id=effect.signal_id,
+            ))
+            value = avro.encode(request)
+        except RecordError as exc:  # no attempt would change that
+            self._feed(instance_id, SignalReplied(effect.path, effect.signal_id, "rejected",
+                                                  f"the signal cannot be sent: {exc}"))
+            return
+        record = Outgoing(topic, effect.instance_id.encode(), value, partition_for(effect.instance_id, partitions))
+        if not self._outbox:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._outbox.append(record)
 
     def _send(self, instance_id: str, effect: SendCommand) -> None:
         aggregate = effect.aggregate
@@ -386,6 +485,14 @@ class WorkflowSends:
         if self._tail is not None:
             self._tail.close()
             self._tail = None
+
+
+def _is_workflow_reply(value: bytes | None) -> bool:
+    """An Avro ``WorkflowReply`` (a target's answer to a signal step), told by its schema fingerprint."""
+    if value is None or len(value) < 10 or value[:2] != avro.MAGIC:
+        return False
+    version = avro.CATALOGUE.by_fingerprint.get(value[2:10])
+    return version is not None and version.record_type is WorkflowReply
 
 
 class EventsTail:
