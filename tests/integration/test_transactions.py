@@ -209,7 +209,9 @@ def test_records_sent_during_a_commit_go_into_the_next_transaction_in_order(
                 held.append(publisher.send(sent[-1]))
                 await asyncio.sleep(0.0005)
             await first_commit
-            assert publisher.commits == 1 and len(held) > 3
+            # How many batches fit inside the commit is the machine's speed (a loaded one
+            # commits in fewer steps of the loop): one held is enough to check the order.
+            assert publisher.commits == 1 and held, "no batch was sent while the commit ran"
             await publisher.commit_offsets({(names["input"], 0): 3})
             first_positions = await first
             held_positions = [p for future in held for p in await future]
