@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -52,3 +57,19 @@ def workflow_workers(
     started = WorkflowWorkers(kafka_bootstrap, app_id, tmp_path, calls, guarantee)
     yield started
     started.kill_all()
+
+
+def workflow_cli(bootstrap: str, app_id: str, calls: Calls) -> Callable[..., tuple[int, Any]]:
+    """``tidings COMMAND tests.integration.workflow_apps:app ARGS...`` as a child process:
+    its exit status and its stdout as JSON (its stderr when stdout is empty)."""
+    env = {**os.environ, "TIDINGS_BOOTSTRAP": bootstrap, "TEST_APP_ID": app_id,
+           "TEST_CALLS_DIR": str(calls.directory)}
+
+    def tidings(*args: str) -> tuple[int, Any]:
+        done = subprocess.run(
+            [sys.executable, "-m", "tidings.cli.main", args[0], "tests.integration.workflow_apps:app", *args[1:]],
+            capture_output=True, text=True, env=env, cwd=ROOT, timeout=120,
+        )
+        return done.returncode, json.loads(done.stdout) if done.stdout.strip() else done.stderr
+
+    return tidings

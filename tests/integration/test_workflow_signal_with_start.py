@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 from collections import Counter
@@ -20,7 +19,7 @@ from tidings.errors import ReplyTimeout, WorkflowEnded
 from tidings.testing.eventually import assert_eventually
 from tests.integration.workflow_apps import Calls
 from tests.workers import both_guarantees
-from tests.workflow_workers import ROOT, WorkflowWorkers, calls, workflow_app, workflow_workers  # noqa: F401
+from tests.workflow_workers import ROOT, WorkflowWorkers, calls, workflow_app, workflow_cli, workflow_workers  # noqa: F401
 from tests.kafka_clients import kafka
 
 CALLERS = 50
@@ -147,15 +146,7 @@ def test_the_cli_and_a_json_envelope_signal_with_start(
     kafka_bootstrap: str, app_id: str, workflow_app: App, workflow_workers: WorkflowWorkers, calls: Calls
 ) -> None:
     workflow_workers.start()
-    env = {**os.environ, "TIDINGS_BOOTSTRAP": kafka_bootstrap, "TEST_APP_ID": app_id,
-           "TEST_CALLS_DIR": str(calls.directory)}
-
-    def tidings(*args: str) -> tuple[int, Any]:
-        done = subprocess.run(
-            [sys.executable, "-m", "tidings.cli.main", args[0], "tests.integration.workflow_apps:app", *args[1:]],
-            capture_output=True, text=True, env=env, cwd=ROOT, timeout=120,
-        )
-        return done.returncode, json.loads(done.stdout) if done.stdout.strip() else done.stderr
+    tidings = workflow_cli(kafka_bootstrap, app_id, calls)
 
     def sws(instance: str, payload: str, *more: str) -> tuple[int, Any]:
         return tidings("signal", "collector", instance, "item", payload, "--start", "2", "--timeout", "60", *more)

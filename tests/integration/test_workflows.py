@@ -22,7 +22,7 @@ from tidings.errors import WorkflowCancelled, WorkflowEnded, WorkflowFaulted, Wo
 from tidings.testing.eventually import assert_eventually
 from tidings.testing.topics import read_topic
 from tests.integration.workflow_apps import Calls
-from tests.workflow_workers import ROOT, WorkflowWorkers, calls, workflow_app, workflow_workers  # noqa: F401
+from tests.workflow_workers import ROOT, WorkflowWorkers, calls, workflow_app, workflow_cli, workflow_workers  # noqa: F401
 from tests.kafka_clients import kafka
 
 
@@ -241,15 +241,7 @@ def test_the_cli_starts_signals_and_reads_the_status_and_result(
     kafka_bootstrap: str, app_id: str, workflow_app: App, workflow_workers: WorkflowWorkers, calls: Calls
 ) -> None:
     workflow_workers.start()
-    env = {**os.environ, "TIDINGS_BOOTSTRAP": kafka_bootstrap, "TEST_APP_ID": app_id,
-           "TEST_CALLS_DIR": str(calls.directory)}
-
-    def tidings(*args: str) -> tuple[int, Any]:
-        done = subprocess.run(
-            [sys.executable, "-m", "tidings.cli.main", args[0], "tests.integration.workflow_apps:app", *args[1:]],
-            capture_output=True, text=True, env=env, cwd=ROOT, timeout=120,
-        )
-        return done.returncode, json.loads(done.stdout) if done.stdout.strip() else done.stderr
+    tidings = workflow_cli(kafka_bootstrap, app_id, calls)
 
     assert tidings("start", "approve", "cli-1") == (0, {"started": "cli-1", "workflow": "approve"})
     assert tidings("signal", "approve", "cli-1", "approval", "true", "--timeout", "60") == (
