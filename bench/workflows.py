@@ -121,6 +121,9 @@ class WorkflowFigures:
     kill_after_s: float | None = None
     recovery_s: float | None = None
     first_after_restart_s: float | None = None
+    # Recovery: slow-activity bodies that ran to the end twice, and that started twice.
+    bodies_twice: int | None = None
+    bodies_started_twice: int | None = None
     flow_s: float | None = None
     bounded_s: float | None = None
     one_activity_cpu: Cpu | None = None
@@ -181,6 +184,7 @@ def run(
 
     # A restarted worker (recovery) binds the same port again: its predecessor is dead by then.
     port = free_port()
+    bodies = workdir / f"{app_id}-bodies.log"
 
     def worker(name: str) -> WorkerProcess:
         process = WorkerProcess("bench.workflow_apps:app", bootstrap=bootstrap,
@@ -189,6 +193,7 @@ def run(
                                 env={"BENCH_WORKFLOW_APP_ID": app_id,
                                      "BENCH_WORKFLOW_FLOW": "1" if flows else "0",
                                      "TIDINGS_INSTANCE_ID": "wf-worker",
+                                     "BENCH_WORKFLOW_BODIES": str(bodies),
                                      **worker_env(port, exactly_once=exactly_once)}, cwd=ROOT)
         stack.callback(process.stop)
         return process
@@ -214,6 +219,8 @@ def run(
     finally:
         progress(f"workflows: stopping worker (pid {started[-1].pid})")
         started[-1].stop()
+    if figures.get("recovery_s") is not None:
+        figures["bodies_twice"], figures["bodies_started_twice"] = workflow_apps.bodies_twice(str(bodies))
     return WorkflowFigures(workload=workload, replay_s=replay_s, idle_bytes=idle_bytes,
                            exactly_once=exactly_once, **figures)
 
@@ -479,7 +486,9 @@ def rows(f: WorkflowFigures, raw_e2e: str = "—", raw_round_trips_s: Sequence[f
     if f.recovery_s is not None:
         listed.append(Row(f"recovery after SIGKILL, {w.recovery:,} in flight "
                           f"({w.recovery_sleep_s * 1000:.0f} ms activity), restart → all finished",
-                          f"{f.recovery_s:.2f} s", "≤ 2 s"))
+                          f"{f.recovery_s:.2f} s" + ("" if f.bodies_twice is None else
+                                                     f" ({f.bodies_twice:,} bodies ran twice)"),
+                          "≤ 2 s, below both peers"))
     if f.replay_s:
         replays = " / ".join(f"{f.replay_s[n] * 1000:,.0f}" for n in w.replay_steps)
         lengths = " / ".join(f"{n // 1000}k" for n in w.replay_steps)
@@ -529,7 +538,9 @@ def notes(f: WorkflowFigures, raw_round_trips_s: Sequence[float] = ()) -> list[s
             f"workflow runs: one worker process (4 partitions, up to 256 activity threads per workflow); "
             f"recovery: {w.recovery:,} started, SIGKILL {f.kill_after_s:.2f} s after the first start, "
             f"first outcome {f.first_after_restart_s:.2f} s after the restart (worker start + group "
-            f"join + recovery), last {f.recovery_s:.2f} s.")
+            f"join + recovery), last {f.recovery_s:.2f} s; activity bodies run to the end twice: "
+            f"{f.bodies_twice}, started twice: {f.bodies_started_twice} (a body that ended but whose "
+            "step record was not yet stored when the worker died runs again: at-least-once).")
     if raw_round_trips_s and not f.exactly_once:
         lines.append(hops_note(f.latencies_s, raw_round_trips_s))
     lines += metrics_notes(f)
