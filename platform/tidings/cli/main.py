@@ -66,6 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = build_parser()
     args = parser.parse_args(argv)
+    # What `tidings worker --processes N` starts its children with.
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     try:
         return int(args.run(args))
     except KafkaUnreachable as exc:
