@@ -24,7 +24,7 @@ from types import FrameType
 
 from tidings.broker import KAFKA_VERSION, LocalBroker
 
-from . import aggregates, cluster, dedup, faust_stream, listing, peers, raw_kafka, sagas, schedules, workflows
+from . import aggregates, cluster, dedup, faust_stream, listing, peers, processes, raw_kafka, sagas, schedules, workflows
 from .report import Progress, Row, latency, machine, rate, table
 
 #: (raw confluent records, raw aiokafka records, aggregate workload) per mode.
@@ -49,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="skip the flow throughput row (part of the workflow rows)")
     parser.add_argument("--no-cluster", action="store_true",
                         help="skip the three-node rows (a local three-node cluster, replication 3)")
+    parser.add_argument("--no-processes", action="store_true",
+                        help="skip the row of two worker processes against one (tidings worker --processes 2)")
     parser.add_argument("--no-sagas", action="store_true", help="skip the saga transfers row")
     parser.add_argument("--no-tracing", action="store_true",
                         help="skip the saga transfers row with traces on (OpenTelemetry)")
@@ -157,6 +159,8 @@ def _measure(
         flows=not args.no_flows)
     wf_eos = None if args.no_workflows or args.no_exactly_once else workflows.run(
         bootstrap, wf_workload, workdir=workdir, stack=stack, progress=progress, exactly_once=True)
+    procs = None if args.no_workflows or args.no_processes else processes.run(
+        bootstrap, wf_workload.one_activity, workdir=workdir, stack=stack, progress=progress)
     saga = None if args.no_sagas else sagas.run(
         bootstrap, sagas.QUICK if args.quick else sagas.DEFAULT, workdir=workdir, stack=stack,
         progress=progress)
@@ -209,6 +213,8 @@ def _measure(
             ten_steps_per_s=wf.workload.ten_steps * workflows.workflow_apps.STEPS / wf.ten_steps_s,
             idle_latencies_s=wf.latencies_s, raw_round_trips_s=raw.round_trips_s,
             recovery_s=wf.recovery_s, bodies_run_twice=wf.bodies_twice)
+    if procs is not None:
+        rows += processes.rows(procs)
     if wf is not None and wf_eos is not None:
         rows += workflows.exactly_once_rows(wf_eos, wf, raw.round_trips_s)
     if saga is not None:
