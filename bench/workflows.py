@@ -67,7 +67,7 @@ from confluent_kafka.admin import NewTopic
 from tidings.shell.runtime.topics import apply_topics
 from tidings.testing.processes import WorkerProcess
 
-from . import workflow_apps
+from . import hops, workflow_apps
 from .aggregates import Cpu, CpuMeter
 from .report import (
     EXACTLY_ONCE_LATENCY_TARGET,
@@ -124,6 +124,7 @@ class WorkflowFigures:
     # Recovery: slow-activity bodies that ran to the end twice, and that started twice.
     bodies_twice: int | None = None
     bodies_started_twice: int | None = None
+    hop_notes: tuple[str, ...] | list[str] = ()
     flow_s: float | None = None
     bounded_s: float | None = None
     one_activity_cpu: Cpu | None = None
@@ -219,6 +220,11 @@ def run(
     finally:
         progress(f"workflows: stopping worker (pid {started[-1].pid})")
         started[-1].stop()
+    calls = figures.pop("latency_calls")
+    try:
+        figures["hop_notes"] = hops.summary(hops.split(bootstrap, app_id, "one-activity", calls))
+    except Exception as exc:  # noqa: BLE001 - an explanation, not a figure: never fail the run for it
+        figures["hop_notes"] = [f"hops: not split ({type(exc).__name__}: {exc})"]
     if figures.get("recovery_s") is not None:
         figures["bodies_twice"], figures["bodies_started_twice"] = workflow_apps.bodies_twice(str(bodies))
     return WorkflowFigures(workload=workload, replay_s=replay_s, idle_bytes=idle_bytes,
@@ -271,11 +277,14 @@ async def _drive(
     progress(f"workflows: one-activity latency, {w.latency_runs} runs one at a time")
     scraped = scraper.before()
     latencies = []
+    calls: dict[str, tuple[float, float]] = {}  # wall clock, for the hops (bench.hops)
     for n in range(w.latency_runs):
+        called = time.time()
         began = time.perf_counter()
         await one.start(f"lat-{n}", n, bootstrap=bootstrap)
         await one.value(f"lat-{n}", TIMEOUT_S, bootstrap=bootstrap)
         latencies.append(time.perf_counter() - began)
+        calls[f"lat-{n}"] = (called, time.time())
     latency_phase = scraper.since(scraped)
 
     progress(f"workflows: {w.one_activity:,} one-activity workflows at once")
@@ -305,7 +314,7 @@ async def _drive(
     ten_s = await all_at_once(ten, "ten", w.ten_steps, lambda n: n)
     ten_cpu = meter.since(before)
     ten_phase = scraper.since(scraped)
-    measured = dict(latencies_s=latencies, one_activity_s=one_s, one_activity_cpu=one_cpu,
+    measured = dict(latencies_s=latencies, latency_calls=calls, one_activity_s=one_s, one_activity_cpu=one_cpu,
                     flow_s=flow_s, flow_cpu=flow_cpu, bounded_s=bounded_s, ten_steps_s=ten_s,
                     ten_steps_cpu=ten_cpu, latency_phase=latency_phase,
                     one_activity_phase=one_phase, flow_phase=flow_phase, ten_steps_phase=ten_phase)
@@ -543,6 +552,8 @@ def notes(f: WorkflowFigures, raw_round_trips_s: Sequence[float] = ()) -> list[s
             "step record was not yet stored when the worker died runs again: at-least-once).")
     if raw_round_trips_s and not f.exactly_once:
         lines.append(hops_note(f.latencies_s, raw_round_trips_s))
+    lines += [line if not f.exactly_once else line.replace("one-activity idle", "exactly-once one-activity idle", 1)
+              for line in f.hop_notes]
     lines += metrics_notes(f)
     if not f.exactly_once:
         lines += _flow_notes(f)
