@@ -18,7 +18,7 @@ from tidings.cli.main import main
 from tidings.core.workflow import JournalRecord, Retry, WorkflowContext, WorkflowDefinition, define_workflow
 from tidings.core.workflow.journal import StepStarted, record_to_json
 from tidings.core.workflow.replay_check import check_journals
-from tidings.inspection.journals import ExportError, Journals, read_export, write_export
+from tidings.inspection.journals import Journals, read_export, write_export
 from tidings.testing import replay
 from tidings.testing.workflows import WorkflowTestRuntime
 
@@ -216,9 +216,9 @@ def test_a_bad_line_is_one_error_and_its_instance_is_not_checked(line: str, said
 
 def test_a_header_of_another_workflow_or_format_is_refused() -> None:
     text = _export(_journals(ORIGINAL, IDS), workflow="enrich")
-    with pytest.raises(ExportError, match="holds the journals of workflow 'enrich', not 'checkout'"):
+    with pytest.raises(ValueError, match="holds the journals of workflow 'enrich', not 'checkout'"):
         read_export(text.splitlines(), "checkout")
-    with pytest.raises(ExportError, match="export format 9"):
+    with pytest.raises(ValueError, match="export format 9"):
         read_export(['{"export": "tidings.workflow-journal", "version": 9}'], "checkout")
 
 

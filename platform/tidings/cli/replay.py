@@ -8,7 +8,7 @@ import sys
 import time
 from typing import Any
 
-from ..inspection.journals import ExportError, Journals
+from ..inspection.journals import Journals
 from ..shell.kinds.workflow.handle import workflow_named
 from ..testing.replaying import replay
 from .kafka import EXIT_STATUS_EPILOG, add_kafka_arguments, connection, reach_kafka
@@ -23,8 +23,10 @@ keeps such instances on the old steps. No worker runs and nothing is sent: activ
 timers and sends are not carried out. Ended instances are not replayed (their body never
 runs again). Run it in CI before a deploy:
 
-  tidings journal examples.shop.app:app enrich --export enrich.jsonl     # on production's side
-  tidings replay examples.shop.app:app enrich --file enrich.jsonl        # in CI, on the new code
+  tidings journal examples.shop.app:app enrich --export enrich.jsonl
+  tidings replay examples.shop.app:app enrich --file enrich.jsonl
+
+(the first where production's broker is reachable, the second in CI, on the new code)
 
   enrich: 2,113 running instances replayed, 7,887 ended (not replayed); 2,113 would park, 0 would fault.
 
@@ -105,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         file = "/dev/stdin" if args.file == "-" else args.file
         report = replay(app, args.workflow, file=file, bootstrap=kafka, limit=args.limit,
                         timeout=args.timeout, progress=progress, on_read=read)
-    except ExportError as exc:
+    except ValueError as exc:  # the file's header names another workflow or format
         print(f"tidings: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:

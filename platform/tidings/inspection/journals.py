@@ -43,10 +43,6 @@ EXPORT_VERSION: Final = 1
 MAX_LINE: Final = 16 * 1024 * 1024
 
 
-class ExportError(ValueError):
-    """The file is not an export of this workflow (its header says another one, or a newer format)."""
-
-
 @dataclass(slots=True)
 class Journals:
     """Each instance's journal (seq order) and a line per record that could not be read."""
@@ -147,7 +143,7 @@ def read_export(lines: Iterable[str], workflow: str, *, source: str = "the file"
     """Read an export file's lines; every bad line is one error, the rest are kept.
 
     Raises:
-        ExportError: the header names another workflow or a format this version cannot read.
+        ValueError: the header names another workflow or a format this version cannot read.
     """
     journals = Journals()
     for number, line in enumerate(lines, 1):
@@ -183,11 +179,11 @@ def read_export(lines: Iterable[str], workflow: str, *, source: str = "the file"
 
 def _check_header(data: dict[str, Any], workflow: str, source: str) -> None:
     if data.get("export") != EXPORT:
-        raise ExportError(f"{source} is not a workflow journal export (its header says {data.get('export')!r})")
+        raise ValueError(f"{source} is not a workflow journal export (its header says {data.get('export')!r})")
     if data.get("version") != EXPORT_VERSION:
-        raise ExportError(f"{source} is export format {data.get('version')!r}; this tidings reads {EXPORT_VERSION}")
+        raise ValueError(f"{source} is export format {data.get('version')!r}; this tidings reads {EXPORT_VERSION}")
     if data.get("workflow") != workflow:
-        raise ExportError(f"{source} holds the journals of workflow {data.get('workflow')!r}, not {workflow!r}")
+        raise ValueError(f"{source} holds the journals of workflow {data.get('workflow')!r}, not {workflow!r}")
 
 
 def record_of(data: Any) -> JournalRecord:

@@ -59,7 +59,8 @@ def replay(
 
     Raises:
         LookupError: ``app`` declares no workflow ``workflow``.
-        ValueError: ``limit`` is below 1; an ``ExportError`` when ``file`` is not an export of ``workflow``.
+        ValueError: ``limit`` is below 1, or ``file`` is not an export of ``workflow`` (its header names
+            another workflow or format).
         OSError: ``file`` cannot be read.
         BrokerError: the journal topic is missing, or Kafka did not answer within ``timeout``.
     """
