@@ -138,3 +138,9 @@ def test_replay_from_the_topic_refuses_an_unknown_workflow_and_reports_foreign_r
     assert any("cannot be read" in e for e in report["errors"])
     assert any("is not INSTANCE_ID/SEQ" in e for e in report["errors"])
     assert "order-9: not checked" in report["errors"][-1]
+    code, _, err = _tidings(kafka_bootstrap, app_id, "journal", "tests.replay_apps:app", "checkout",
+                            "--export", str(tmp_path / "missing" / "f.jsonl"))
+    assert code == 2 and err.strip().splitlines()[-1].startswith("tidings: cannot write"), err
+    assert "is not INSTANCE_ID/SEQ" in err  # each unreadable record of the topic, one line on stderr
+    code, _, err = _tidings(kafka_bootstrap, app_id, "replay", "tests.replay_apps:app", "checkout", "--limit", "x")
+    assert code == 2 and "--limit takes a whole number" in err
