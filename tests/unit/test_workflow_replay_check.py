@@ -293,3 +293,27 @@ def test_journal_wants_an_id_or_export(capsys: pytest.CaptureFixture[str]) -> No
     assert code == 2 and "either an instance ID or --export" in err
     code, _, err = _cli(capsys, "journal", "tests.replay_apps:app", "checkout", "x", "--export", "f")
     assert code == 2
+
+
+def test_the_verdict_is_the_interpreters_own() -> None:
+    from tidings.core.workflow import WorkflowStatus
+    from tidings.core.workflow.interpreter import WorkflowInstance
+
+    journals = _journals(ORIGINAL, IDS)
+    for code, parks in ((ORIGINAL, False), (_checkout(["charge", "reserve"]), True),
+                        (_checkout(["charge", "reserve"], versioned=True), False)):
+        report = check_journals(code, journals.items(), NOW)
+        for instance_id, records in journals.items():
+            _, decision = WorkflowInstance.replay(code, instance_id, records, NOW)
+            assert (decision.status is WorkflowStatus.PARKED) is parks
+            assert (instance_id in {f.instance_id for f in report.findings}) is parks
+
+
+def test_a_body_that_now_raises_after_the_journal_faults() -> None:
+    journal = _journals(ORIGINAL, ["a"])["a"][:1]  # only the start: the body had not run yet
+
+    async def body(ctx: WorkflowContext, _: None) -> None:
+        raise RuntimeError("the new code breaks at once")
+
+    (finding,) = check_journals(define_workflow("checkout", body), [("a", journal)], NOW).findings
+    assert finding.verdict == "faults" and "the new code breaks at once" in finding.mismatch.reason
