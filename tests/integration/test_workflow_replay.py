@@ -4,8 +4,9 @@ A worker runs ``tests.replay_apps:app`` and leaves five ``checkout`` instances w
 their ``ship`` signal (one more ends). ``tidings replay`` with the same code finds nothing;
 with the first two steps swapped (``:reordered``) it finds each running instance, from the
 topic and from the file ``tidings journal --export`` wrote; with the ``ctx.version`` it
-suggests (``:versioned``) it passes, and a worker running that code resumes the old
-instances on the old order and runs new ones on the new.
+suggests (``:versioned``) it passes. Then the real workers agree: one running the
+reordered code parks exactly those instances, and one running the versioned code resumes
+them on the old order and runs new ones on the new.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tidings.core.workflow import Finished
+from tidings.core.workflow import Finished, WorkflowStatus
 from tidings.core.workflow.journal import Ended, StepStarted
 from tidings.shell.runtime.topics import apply_topics
 from tidings.testing import replay
@@ -46,6 +47,7 @@ def test_the_checker_finds_the_reordered_steps_and_the_suggested_version_passes(
     ids = [f"order-{n}" for n in range(6)]
     workers = Workers(kafka_bootstrap, app_id, tmp_path, app_spec="tests.replay_apps:app")
     versioned_workers = Workers(kafka_bootstrap, app_id, tmp_path, app_spec="tests.replay_apps:versioned")
+    reordered_workers = Workers(kafka_bootstrap, app_id, tmp_path, app_spec="tests.replay_apps:reordered")
     try:
         workers.start()
 
@@ -104,8 +106,18 @@ def test_the_checker_finds_the_reordered_steps_and_the_suggested_version_passes(
         assert replay(replay_apps.build(app_id, "versioned"), "checkout", bootstrap=kafka_bootstrap).ok
         assert not replay(replay_apps.build(app_id, "reordered"), "checkout", bootstrap=kafka_bootstrap).ok
 
-        # And a worker running it resumes the old instances on the old order, new ones on the new.
+        # What the checker foresaw: a worker running the reordered code parks each of them.
         workers.stop_all()
+        reordered_workers.start("w-reordered")
+
+        def parked() -> bool:
+            return all(asyncio.run(handle.status(i)) is WorkflowStatus.PARKED for i in running)
+
+        assert_eventually(parked, timeout=90, message=reordered_workers.log_tail())
+        assert asyncio.run(handle.status("order-0")) is WorkflowStatus.FINISHED
+        reordered_workers.stop_all()
+
+        # And a worker running the versioned code resumes them on the old order, new ones on the new.
         versioned_workers.start("w2")
         asyncio.run(handle.start("order-new", "order-new"))
         for instance_id in [*running, "order-new"]:
@@ -116,6 +128,7 @@ def test_the_checker_finds_the_reordered_steps_and_the_suggested_version_passes(
         assert asyncio.run(handle.result("order-new", timeout=60)) == Finished(["charge", "reserve", "ship"])
     finally:
         workers.kill_all()
+        reordered_workers.kill_all()
         versioned_workers.kill_all()
         handle.close()
 
