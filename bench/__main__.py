@@ -24,7 +24,8 @@ from types import FrameType
 
 from tidings.broker import KAFKA_VERSION, LocalBroker
 
-from . import aggregates, cluster, dedup, faust_stream, listing, peers, processes, raw_kafka, sagas, schedules, workflows
+from . import (aggregates, cluster, dedup, faust_stream, listing, peers, processes, raw_kafka, replay, sagas, schedules,
+               workflows)
 from .report import Progress, Row, latency, machine, rate, table
 
 #: (raw confluent records, raw aiokafka records, aggregate workload) per mode.
@@ -58,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="skip the schedule dispatch lag and memory rows")
     parser.add_argument("--no-listing", action="store_true",
                         help="skip the tidings list rows (10,000 instances, no worker)")
+    parser.add_argument("--no-replay", action="store_true",
+                        help="skip the tidings replay rows (10,000 journals of ten steps, no worker)")
     parser.add_argument("--no-dedup", action="store_true",
                         help="skip the command-id rows (issue 16: 1,000,000 first verdicts held)")
     parser.add_argument("--profile", type=Path, metavar="FILE",
@@ -174,6 +177,8 @@ def _measure(
         bootstrap, dedup.QUICK if args.quick else dedup.DEFAULT, workdir=workdir, stack=stack,
         progress=progress)
     listed = None if args.no_listing else listing.run(bootstrap, listing.DEFAULT_INSTANCES, progress=progress)
+    replayed = None if args.no_replay else replay.run(
+        bootstrap, 2_000 if args.quick else replay.DEFAULT_INSTANCES, workdir=workdir, progress=progress)
     # Last: its three JVMs would share the cores with every row above.
     three = None if args.no_cluster else cluster.run(
         workload, wf_workload, workdir=workdir, progress=progress)
@@ -227,6 +232,8 @@ def _measure(
         rows += dedup.rows(dd)
     if listed is not None:
         rows += listing.rows(listed)
+    if replayed is not None:
+        rows += replay.rows(replayed)
     if three is not None:
         rows += cluster.rows(three, agg, wf)
     notes = ["", *aggregates.notes(agg, raw.round_trips_s)]
@@ -252,6 +259,8 @@ def _measure(
         notes += dedup.notes(dd)
     if listed is not None:
         notes += listing.notes(listed)
+    if replayed is not None:
+        notes += replay.notes(replayed)
     if three is not None:
         notes.append("three-node rows: a local three-node KRaft cluster (three JVMs on this "
                      "machine) started after every other row, topics with replication 3 and "

@@ -24,7 +24,7 @@ Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 COMMANDS: tuple[str, ...] = (
     "worker", "send", "topics", "broker", "demo", "start", "signal", "cancel", "result", "status", "outcomes",
     "deadletters", "offsets", "acls",
-    "journal", "saga", "schedule", "list", "describe", "console",
+    "journal", "replay", "saga", "schedule", "list", "describe", "console",
 )
 
 
