@@ -100,9 +100,12 @@ def tidings_app_id(tidings_bootstrap: str) -> Iterator[str]:
 
 @pytest.fixture
 def tidings_app(
-    tidings_app_id: str, tidings_bootstrap: str, tidings_app_spec: str, monkeypatch: pytest.MonkeyPatch
+    tidings_app_spec: str, tidings_app_id: str, tidings_bootstrap: str, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[App]:
     """The suite's App under the test's own name, its topics created on the session's broker.
+
+    The factory is found first (``tidings_app_spec`` is set up before the app id), so a
+    suite that names none fails at once, with what to set, before any topic is made.
 
     ``TIDINGS_BOOTSTRAP`` names the session's broker for the test, so the App's handles
     and ``app.client()`` reach it; the clients the test opened are closed after it.
