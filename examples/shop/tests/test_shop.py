@@ -3,8 +3,8 @@
 Run with ``pytest -p tidings.testing.pytest_plugin examples/shop/tests`` (the plugin also
 loads by itself wherever tidings is installed). The first tests run the workflows in
 memory on a fake clock (``tidings_runtime``): no Kafka, and the sleeps and windows take no
-time. The last ones run them on a real broker (``tidings_bootstrap``), in a worker process
-(``tidings_worker``) of an App built for the test alone (``tidings_app``), whose topics are
+time. The last one runs them on a real broker (``tidings_bootstrap``), in a worker process
+(``tidings_workers``) of an App built for the test alone (``tidings_app``), whose topics are
 deleted afterwards. docs/testing.md walks through them.
 """
 
@@ -18,7 +18,7 @@ from examples.shop.app import APPROVAL_WINDOW, ENRICH_NAP, Enriched, build
 from tidings import App, Finished, WorkflowStatus
 from tidings.core.workflow.journal import StepStarted
 from tidings.errors import WorkflowEnded
-from tidings.testing import FakeClock, WorkerProcess, WorkflowTestRuntime
+from tidings.testing import FakeClock, WorkflowTestRuntime
 from tidings.testing.pytest_plugin import Workers
 
 # ------------------------------------------------------------------ in memory, no Kafka
@@ -66,35 +66,24 @@ def test_a_crash_during_the_nap_neither_scores_again_nor_postpones_it(
 # ------------------------------------------------------------- on a real broker
 
 
-def test_a_worker_enriches_an_order_and_a_second_start_changes_nothing(
-    tidings_app: App, tidings_worker: WorkerProcess
-) -> None:
-    enrich = tidings_app.workflow_handle("enrich")
+def test_a_worker_enriches_an_order_and_takes_the_approval_signal(tidings_app: App, tidings_workers: Workers) -> None:
+    # One worker of the test's own App; it imports the shop with a three-second window.
+    worker = tidings_workers.start(env={"SHOP_APPROVAL_WINDOW": "3"})
+    enrich, approve = tidings_app.workflow_handle("enrich"), tidings_app.workflow_handle("approve")
     assert enrich.topics.journal.startswith(f"{tidings_app.name}.")  # the test's own topics
 
-    async def scenario() -> tuple[object, object]:
+    async def scenario() -> tuple[object, ...]:
         await enrich.start("order-17", "ABC")
         await enrich.start("order-17", "XYZ")  # a second start stores nothing
-        return await enrich.result("order-17", 60), await enrich.status("order-17")
-
-    outcome, status = asyncio.run(scenario())
-    assert isinstance(outcome, Finished) and isinstance(outcome.value, Enriched)
-    assert (outcome.value.points, status) == (30, WorkflowStatus.FINISHED)
-
-
-def test_a_worker_takes_the_approval_signal_and_refuses_one_after_the_end(
-    tidings_app: App, tidings_workers: Workers
-) -> None:
-    # The worker imports the shop with a two-second window (SHOP_APPROVAL_WINDOW).
-    tidings_workers.start(env={"SHOP_APPROVAL_WINDOW": "2"})
-    approve = tidings_app.workflow_handle("approve")
-
-    async def scenario() -> tuple[object, object]:
         await approve.start("order-18")
         await approve.start("order-19")
         await approve.signal("order-18", "approval", True)
-        return await approve.value("order-18", 60), await approve.value("order-19", 60)
+        return (await enrich.result("order-17", 60), await enrich.status("order-17"),
+                await approve.value("order-18", 60), await approve.value("order-19", 60))
 
-    assert asyncio.run(scenario()) == (True, False)
+    outcome, status, approved, unanswered = asyncio.run(scenario())
+    assert isinstance(outcome, Finished) and isinstance(outcome.value, Enriched), worker.log_tail()
+    assert (outcome.value.points, status) == (30, WorkflowStatus.FINISHED)
+    assert (approved, unanswered) == (True, False)  # order-19's window closed unanswered
     with pytest.raises(WorkflowEnded):
         asyncio.run(approve.signal("order-19", "approval", True))
