@@ -4,6 +4,9 @@
 - ``WorkerProcess``: run ``tidings worker MODULE:APP`` as a child, SIGKILL and restart it.
 - ``read_topic`` / ``group_assignment``: read a topic back; see a group's assignment.
 - ``FakeClock`` / ``WorkflowTestRuntime``: run workflows in memory, without Kafka.
+
+``tidings.testing.pytest_plugin`` offers them as pytest fixtures, with a session broker and an
+App of each test's own (docs/testing.md).
 """
 
 from .eventually import assert_eventually as assert_eventually
