@@ -16,7 +16,8 @@ import pytest
 from tidings import App, WorkflowContext
 from tidings.core.workflow import define_workflow
 from tidings.testing import FakeClock, WorkflowTestRuntime
-from tidings.testing.app_factory import APP_ENV, APP_ID_ENV, AppFactoryError, app_from_environment, build_app
+from tidings.errors import DefinitionError
+from tidings.testing.app_factory import APP_ENV, APP_ID_ENV, app_from_environment, build_app
 from tidings.testing.brokers import delete_topics, docker_answers, session_broker
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,12 +73,12 @@ def test_a_factory_builds_the_app_under_the_name_it_is_given() -> None:
     (f"{__name__}:fixed_name", "named its App 'fixed', not 't-1'"),
 ])
 def test_an_unusable_factory_spec_says_what_to_change(spec: str, message: str) -> None:
-    with pytest.raises(AppFactoryError, match=message):
+    with pytest.raises(DefinitionError, match=message):
         build_app(spec, "t-1")
 
 
 def test_a_worker_of_the_test_app_without_its_variables_exits_saying_which_to_set() -> None:
-    with pytest.raises(AppFactoryError, match=f"set {APP_ENV} .* and {APP_ID_ENV}"):
+    with pytest.raises(DefinitionError, match=f"set {APP_ENV} .* and {APP_ID_ENV}"):
         app_from_environment({APP_ENV: "examples.shop.app:build"})
     env = {k: v for k, v in os.environ.items() if k not in (APP_ENV, APP_ID_ENV)}
     done = subprocess.run([sys.executable, "-m", "tidings.cli.main", "worker", "tidings.testing.app_under_test:app"],

@@ -16,6 +16,8 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
+from tidings.errors import DefinitionError
+
 if TYPE_CHECKING:
     from tidings.shell.app import App
 
@@ -25,35 +27,31 @@ APP_ENV = "TIDINGS_TEST_APP"
 APP_ID_ENV = "TIDINGS_TEST_APP_ID"
 
 
-class AppFactoryError(Exception):
-    """The factory spec or what it built is not usable; the message says what to change."""
-
-
 def load_factory(spec: str) -> Callable[[str], App]:
     """Import ``MODULE`` and return its callable ``FUNCTION`` (``spec`` is ``MODULE:FUNCTION``).
 
     Raises:
-        AppFactoryError: ``spec`` is malformed, its module does not import, or it names no
+        DefinitionError: ``spec`` is malformed, its module does not import, or it names no
             callable (an App itself is refused: it has one fixed name, so tests would share
             its topics).
     """
     from tidings.shell.app import App
 
     if not isinstance(spec, str) or spec.count(":") != 1 or not all(spec.split(":")):
-        raise AppFactoryError(f"the app factory must be MODULE:FUNCTION (e.g. examples.shop.app:build), not {spec!r}")
+        raise _unusable(f"the app factory must be MODULE:FUNCTION (e.g. examples.shop.app:build), not {spec!r}")
     module_name, attribute = spec.split(":")
     if os.getcwd() not in sys.path:  # as `tidings worker` does: a checkout's modules import
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise AppFactoryError(f"cannot import {module_name!r} for the app factory {spec!r}: {exc}") from exc
+        raise _unusable(f"cannot import {module_name!r} for the app factory {spec!r}: {exc}") from exc
     factory = getattr(module, attribute, None)
     if isinstance(factory, App):
-        raise AppFactoryError(f"{spec} is an App with a fixed name; name a function that builds it from a "
+        raise _unusable(f"{spec} is an App with a fixed name; name a function that builds it from a "
                               f"name instead (def build(name: str) -> App)")
     if not callable(factory):
-        raise AppFactoryError(f"{module_name!r} has no function {attribute!r} for the app factory {spec!r}")
+        raise _unusable(f"{module_name!r} has no function {attribute!r} for the app factory {spec!r}")
     return factory  # type: ignore[no-any-return]
 
 
@@ -61,16 +59,16 @@ def build_app(spec: str, app_id: str) -> App:
     """Call the factory ``spec`` names with ``app_id`` and check that it built that App.
 
     Raises:
-        AppFactoryError: As ``load_factory``, or the factory returned no App, or one with
+        DefinitionError: As ``load_factory``, or the factory returned no App, or one with
             another name (it must use the name it is given, or tests would share topics).
     """
     from tidings.shell.app import App
 
     built = load_factory(spec)(app_id)
     if not isinstance(built, App):
-        raise AppFactoryError(f"the app factory {spec} returned {type(built).__name__}, not an App")
+        raise _unusable(f"the app factory {spec} returned {type(built).__name__}, not an App")
     if built.name != app_id:
-        raise AppFactoryError(f"the app factory {spec} named its App {built.name!r}, not {app_id!r}: "
+        raise _unusable(f"the app factory {spec} named its App {built.name!r}, not {app_id!r}: "
                               f"use the name it is given (App(name))")
     return built
 
@@ -79,10 +77,15 @@ def app_from_environment(environ: Mapping[str, str] = os.environ) -> App:
     """The App a test's worker hosts: ``build_app($TIDINGS_TEST_APP, $TIDINGS_TEST_APP_ID)``.
 
     Raises:
-        AppFactoryError: A variable is missing, or as ``build_app``.
+        DefinitionError: A variable is missing, or as ``build_app``.
     """
     spec, app_id = environ.get(APP_ENV), environ.get(APP_ID_ENV)
     if not spec or not app_id:
-        raise AppFactoryError(f"set {APP_ENV} (MODULE:FUNCTION) and {APP_ID_ENV} (the app name): the pytest "
+        raise _unusable(f"set {APP_ENV} (MODULE:FUNCTION) and {APP_ID_ENV} (the app name): the pytest "
                               f"plugin's tidings_worker fixture sets both")
     return build_app(spec, app_id)
+
+
+def _unusable(reason: str) -> DefinitionError:
+    # One reason, said as DefinitionError says every reason: "... is invalid: - reason".
+    return DefinitionError("the tidings test app", [reason])

@@ -8,10 +8,21 @@ same factory (``tidings.testing.app_factory``).
 
 from __future__ import annotations
 
-from tidings.testing.app_factory import AppFactoryError, app_from_environment
+from typing import Any
 
-try:
-    app = app_from_environment()
-except AppFactoryError as exc:
-    # `tidings worker` prints a SystemExit's message and exits 2, as for a bad MODULE:APP.
-    raise SystemExit(f"tidings: {exc}") from exc
+from tidings.errors import DefinitionError
+from tidings.testing.app_factory import app_from_environment
+
+
+def __getattr__(name: str) -> Any:
+    """``app`` is built when it is first asked for (``tidings worker`` does), not on import,
+    so importing this module (tidings' own module walks do) needs no variables set."""
+    if name != "app":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        app = app_from_environment()
+    except DefinitionError as exc:
+        # `tidings worker` shows a SystemExit's message and exits, as for a bad MODULE:APP.
+        raise SystemExit(f"tidings: {exc}") from exc
+    globals()["app"] = app
+    return app

@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tidings.testing.app_factory import APP_ENV, APP_ID_ENV, AppFactoryError, build_app
+from tidings.errors import DefinitionError
+from tidings.testing.app_factory import APP_ENV, APP_ID_ENV, build_app
 from tidings.testing.brokers import SessionBroker, delete_topics, session_broker
 
 if TYPE_CHECKING:
@@ -113,7 +114,7 @@ def tidings_app(
     monkeypatch.setenv("TIDINGS_BOOTSTRAP", tidings_bootstrap)
     try:
         app = build_app(tidings_app_spec, tidings_app_id)
-    except AppFactoryError as exc:
+    except DefinitionError as exc:
         pytest.fail(f"tidings_app: {exc}", pytrace=False)
     app.apply_topics(tidings_bootstrap, out=lambda _line: None)
     yield app
