@@ -19,6 +19,7 @@ from tidings.testing import FakeClock, WorkflowTestRuntime
 from tidings.errors import DefinitionError
 from tidings.testing.app_factory import APP_ENV, APP_ID_ENV, app_from_environment, build_app
 from tidings.testing.brokers import delete_topics, docker_answers, session_broker
+from tidings.testing.pytest_plugin import Workers
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -123,3 +124,11 @@ def test_topics_are_deleted_only_under_one_apps_prefix() -> None:
     for prefix in ("", "t123", "shop"):
         with pytest.raises(ValueError, match="must end with '.'"):
             delete_topics("127.0.0.1:9", prefix)
+
+
+@pytest.mark.parametrize("name", ["", "../elsewhere", "a/b", "w 1", "w1;rm"])
+def test_a_worker_name_that_is_no_plain_name_is_refused_before_anything_starts(tmp_path: Path, name: str) -> None:
+    workers = Workers("127.0.0.1:9", "examples.shop.app:build", "t-1", tmp_path, ROOT, [])
+    with pytest.raises(ValueError, match="letters, digits"):
+        workers.start(name)
+    assert workers.started == [] and list(tmp_path.iterdir()) == []

@@ -165,9 +165,17 @@ class Workers:
             data_dir: Another worker's data directory, to restart that worker's state.
             instance_id: ``TIDINGS_INSTANCE_ID``: a static member takes its partitions back
                 at once when restarted with the same id.
+
+        Raises:
+            ValueError: ``name`` is not a plain name, or a worker of that name is running.
         """
         from tidings.testing.processes import WorkerProcess
 
+        if not isinstance(name, str) or not name or not all(ch.isalnum() or ch in "-_" for ch in name):
+            raise ValueError(f"a worker's name must be letters, digits, '-' or '_' (it names its directory), "
+                             f"not {name!r}")
+        if any(worker.log_path.stem == name and worker.running for worker in self.started):
+            raise ValueError(f"worker {name!r} is running: stop or kill it first, or give another name")
         extra = dict(env or {})
         if instance_id:
             extra["TIDINGS_INSTANCE_ID"] = instance_id
