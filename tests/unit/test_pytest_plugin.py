@@ -132,3 +132,15 @@ def test_a_worker_name_that_is_no_plain_name_is_refused_before_anything_starts(t
     with pytest.raises(ValueError, match="letters, digits"):
         workers.start(name)
     assert workers.started == [] and list(tmp_path.iterdir()) == []
+
+
+def test_the_plugin_is_a_pytest11_entry_point_named_as_its_module() -> None:
+    # Named as the module, `-p tidings.testing.pytest_plugin` loads that entry point, not a second copy.
+    import tomllib
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]["pytest11"]
+    assert declared == {"tidings.testing.pytest_plugin": "tidings.testing.pytest_plugin"}
+    from importlib.metadata import entry_points
+
+    installed = {ep.name: ep.value for ep in entry_points(group="pytest11") if ep.value.startswith("tidings")}
+    assert installed in ({}, declared)  # a venv installed before the entry point existed has none
