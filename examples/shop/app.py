@@ -11,6 +11,11 @@ terminal (README.md, "Workflows and orchestrations")::
 Two environment variables, read when the module is imported (by the worker), serve the
 demo and the tests: ``SHOP_SCORE_LOG`` names a file where the scoring service notes each
 call, and ``SHOP_APPROVAL_WINDOW`` sets ``approve``'s window in seconds.
+
+``build(name)`` declares both workflows on an App of that name: ``app`` is ``build("shop")``,
+and a test suite builds the shop under a name of each test's own, so its topics and
+consumer group are the test's (the pytest plugin's ``tidings_app``: examples/shop/tests,
+docs/testing.md).
 """
 
 from __future__ import annotations
@@ -20,9 +25,7 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict
 
-from tidings import App, Attempt, Retry, WorkflowContext
-
-app = App("shop")
+from tidings import App, Attempt, Retry, WorkflowContext, WorkflowHandle
 
 #: The seed's ``enrich`` waits five minutes after scoring; three seconds keep the demo (and a
 #: try at the command line) short while still leaving time to kill a worker mid-sleep.
@@ -71,8 +74,7 @@ def score(attempt: Attempt, order: str) -> int:
     return POINTS_PER_ITEM * len(order)
 
 
-@app.workflow("enrich")
-async def enrich(ctx: WorkflowContext, order: str) -> Enriched:
+async def enrich_order(ctx: WorkflowContext, order: str) -> Enriched:
     """Score an order, wait ``ENRICH_NAP``, and read the time: the seed's first workflow.
 
     Shows the three kinds of step a body awaits on ``ctx``, each journaled: an activity
@@ -92,8 +94,7 @@ async def enrich(ctx: WorkflowContext, order: str) -> Enriched:
     return Enriched(points=points, at=await ctx.now())
 
 
-@app.workflow("approve")
-async def approve(ctx: WorkflowContext, order: str | None) -> bool:
+async def approve_order(ctx: WorkflowContext, order: str | None) -> bool:
     """Wait up to ``APPROVAL_WINDOW`` for the signal "approval" (a bool): the seed's ``approve``.
 
     Shows a timed wait for a signal sent from outside (``tidings signal``,
@@ -110,3 +111,21 @@ async def approve(ctx: WorkflowContext, order: str | None) -> bool:
     """
     answer = await ctx.wait_signal_for("approval", APPROVAL_WINDOW, type=bool)
     return answer if answer is not None else False
+
+
+def build(name: str = "shop") -> App:
+    """Return an App named ``name`` with the shop's workflows, ``enrich`` and ``approve``.
+
+    Args:
+        name: The app's name, the prefix of its topics and its consumer group.
+    """
+    shop = App(name)
+    shop.workflow("enrich")(enrich_order)
+    shop.workflow("approve")(approve_order)
+    return shop
+
+
+app = build()
+#: The handles of ``app``, for the demo, the README's commands and programs of its own.
+enrich: WorkflowHandle = app.workflow_handle("enrich")
+approve: WorkflowHandle = app.workflow_handle("approve")

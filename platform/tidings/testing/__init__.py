@@ -5,6 +5,9 @@
 - ``read_topic`` / ``group_assignment``: read a topic back; see a group's assignment.
 - ``FakeClock`` / ``WorkflowTestRuntime``: run workflows in memory, without Kafka.
 - ``replay``: would the code now park running instances? (``tidings replay``, a deploy check)
+
+``tidings.testing.pytest_plugin`` offers them as pytest fixtures, with a session broker and an
+App of each test's own (docs/testing.md).
 """
 
 from .eventually import assert_eventually as assert_eventually
