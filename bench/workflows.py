@@ -124,6 +124,7 @@ class WorkflowFigures:
     # Recovery: slow-activity bodies that ran to the end twice, and that started twice.
     bodies_twice: int | None = None
     bodies_started_twice: int | None = None
+    recovery_phases: str = ""
     hop_notes: tuple[str, ...] | list[str] = ()
     flow_s: float | None = None
     bounded_s: float | None = None
@@ -335,6 +336,7 @@ async def _drive(
              "on the same data dir")
     restarted = worker("wf-worker-restarted")
     began = time.perf_counter()
+    restart_wall = time.time()
     restarted.start()
     ended: list[float] = []
 
@@ -346,7 +348,29 @@ async def _drive(
     recovery_s = max(ended)
     progress(f"workflows: all {w.recovery:,} finished {recovery_s:.2f} s after the restart")
     return dict(measured, sends_s=sends_s, kill_after_s=kill_after_s, recovery_s=recovery_s,
-                first_after_restart_s=min(ended))
+                first_after_restart_s=min(ended),
+                recovery_phases=recovery_phases(restarted.log_tail(400), restart_wall))
+
+
+#: What the restarted worker's log says, and when: (label, the line's text).
+_PHASES = (("imports done", "[^Worker]: Starting..."), ("joined", "Worker ready: joined group"),
+           ("last catch-up began", "from the journal: offsets"))
+
+
+def recovery_phases(log: str, restart_wall: float) -> str:
+    """When, after the restart, the restarted worker's log says it got past each phase."""
+    import datetime as dt
+
+    found: dict[str, float] = {}
+    for line in log.splitlines():
+        for label, text in _PHASES:
+            if text in line and line.startswith("[") and (label not in found or label.startswith("last")):
+                try:
+                    at = dt.datetime.strptime(line[1:24], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+                except ValueError:
+                    continue
+                found[label] = at - restart_wall
+    return ", ".join(f"{label} {found[label]:.2f} s" for label, _ in _PHASES if label in found)
 
 
 def flow_seconds(bootstrap: str, app_id: str, count: int) -> float:
@@ -546,8 +570,8 @@ def notes(f: WorkflowFigures, raw_round_trips_s: Sequence[float] = ()) -> list[s
         lines.append(
             f"workflow runs: one worker process (4 partitions, up to 256 activity threads per workflow); "
             f"recovery: {w.recovery:,} started, SIGKILL {f.kill_after_s:.2f} s after the first start, "
-            f"first outcome {f.first_after_restart_s:.2f} s after the restart (worker start + group "
-            f"join + recovery), last {f.recovery_s:.2f} s; activity bodies run to the end twice: "
+            f"after the restart: {f.recovery_phases or 'no log'}, first outcome {f.first_after_restart_s:.2f} s, "
+            f"last {f.recovery_s:.2f} s; activity bodies run to the end twice: "
             f"{f.bodies_twice}, started twice: {f.bodies_started_twice} (a body that ended but whose "
             "step record was not yet stored when the worker died runs again: at-least-once).")
     if raw_round_trips_s and not f.exactly_once:
