@@ -835,7 +835,14 @@ class WorkflowAgent:
 
     def _submit(self, commit: _Commit) -> asyncio.Future[None]:
         """Produce ``commit``'s journal records now; queue the rest for the committer."""
-        done = self._commits.submit(commit, commit.journal)
+        records = commit.journal
+        if self._exactly_once and commit.kept:
+            # Outcomes and statuses go to the app's own topics: in the journal's transaction
+            # they become visible with it, so they need not wait for its acknowledgement
+            # (AddPartitionsToTxn and the produce, two round trips at idle) to be produced.
+            # Replies stay behind it: a hostile reply_to refused would doom the journal too.
+            records, commit.kept = [*commit.journal, *commit.kept], []
+        done = self._commits.submit(commit, records)
         self._last_commit = done
         # Nothing awaits in between: the committer cannot take the commit before these
         # are out of its effects.
@@ -894,6 +901,12 @@ class WorkflowAgent:
             if any(pending.commit.effects for pending in waiting):
                 assert self._committed is not None
                 await self._committed()
+            elif any(pending.commit.ended for pending in waiting):
+                # An outcome a caller may be waiting for, produced by no input (an activity's
+                # result): have its transaction committed now, not at the publisher's
+                # MAX_OPEN_S. Nothing here depends on it, so it is not awaited.
+                assert self._committed is not None
+                self._committed().add_done_callback(_retrieved)
         else:
             kept = [record for pending in waiting for record in pending.commit.kept]
             if kept:
@@ -1055,3 +1068,9 @@ class WorkflowAgent:
         self._threaded = ThreadedAttempts(self._activity_threads, asyncio.get_running_loop(),
                                           self._threaded_ended)
         self.journaled.spawn(self._inputs.run, self._commits.run, self._decide_replies)
+
+
+def _retrieved(future: asyncio.Future[None]) -> None:
+    """Take a commit's failure that nothing awaits: the committer reports it (and stops the worker)."""
+    if not future.cancelled():
+        future.exception()
