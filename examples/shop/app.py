@@ -7,6 +7,7 @@ terminal (README.md, "Workflows and orchestrations")::
     tidings result examples.shop.app:app enrich order-17
     tidings start examples.shop.app:app approve order-18
     tidings signal examples.shop.app:app approve order-18 approval true
+    tidings update examples.shop.app:app cart cart-7 add_item '{"sku": "A-1", "qty": 2}' --start '"ann"'
 
 Two environment variables, read when the module is imported (by the worker), serve the
 demo and the tests: ``SHOP_SCORE_LOG`` names a file where the scoring service notes each
@@ -21,6 +22,7 @@ from datetime import datetime, timedelta
 from pydantic import BaseModel, ConfigDict
 
 from tidings import App, Attempt, Retry, WorkflowContext
+from tidings.core.workflow import UpdateDeclaration
 
 app = App("shop")
 
@@ -110,3 +112,38 @@ async def approve(ctx: WorkflowContext, order: str | None) -> bool:
     """
     answer = await ctx.wait_signal_for("approval", APPROVAL_WINDOW, type=bool)
     return answer if answer is not None else False
+
+
+class Item(BaseModel):
+    """What ``cart``'s update "add_item" carries."""
+
+    model_config = ConfigDict(frozen=True)
+
+    sku: str
+    qty: int
+
+
+def positive(item: Item) -> None:
+    """The validator of "add_item": run on arrival, before anything is stored; raising rejects."""
+    if item.qty <= 0:
+        raise ValueError(f"the quantity of {item.sku} must be positive, got {item.qty}")
+
+
+@app.workflow("cart", updates=[UpdateDeclaration("add_item", Item, positive), "checkout"])
+async def cart(ctx: WorkflowContext, owner: str) -> list[Item]:
+    """A shopping cart that takes updates: each "add_item" is answered with the number of items,
+    "checkout" with the items, and ends the cart.
+
+    Shows updates (docs/workflows.md, "Updates"): the body takes them as steps, oldest first,
+    and answers each (``call.reply``) once it has what it needs; the caller of
+    ``cart.update(...)`` / ``tidings update`` gets that answer once it is journaled. A
+    quantity of 0 or less is refused by the validator and journals nothing.
+    """
+    items: list[Item] = []
+    while True:
+        call = await ctx.race([ctx.wait_update("add_item"), ctx.wait_update("checkout")])
+        if call.name == "checkout":
+            await call.reply(items)
+            return items
+        items.append(call.payload)
+        await call.reply(len(items))

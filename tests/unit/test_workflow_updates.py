@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+import json
 from typing import Any
 
 import pytest
@@ -237,3 +238,113 @@ def test_a_signal_and_an_update_of_one_name_do_not_mix() -> None:
     assert [type(r) for r in handle.journal("b-1")][:3] == [Started, StepStarted, UpdateReceived]
     assert any(isinstance(r, SignalReceived) for r in handle.journal("b-1"))
     assert any(isinstance(r, StepCompleted) and r.result == '"update"' for r in handle.journal("b-1"))
+
+
+# -- the inbox rules and the JSON envelope, pure ----------------------------------------------
+
+from dataclasses import dataclass, field  # noqa: E402
+
+from tidings.codec.workflow import inbox_from_json  # noqa: E402
+from tidings.core.limits import check_inbox  # noqa: E402
+from tidings.core.workflow import Start  # noqa: E402
+from tidings.core.workflow.inbox_rules import (  # noqa: E402
+    ACCEPTED,
+    NOT_FOUND,
+    AwaitUpdate,
+    Feed,
+    InboxReply,
+    Refuse,
+    Reply,
+    StoredEnd,
+    answer_fed,
+    decide_request,
+)
+from tidings.core.workflow_records import WorkflowInbox  # noqa: E402
+from tidings.errors import LimitError, SchemaError  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Req:
+    kind: str = "update"
+    payload: bytes | None = b"3"
+    update: str | None = "add_item"
+    update_id: str | None = "u-1"
+    wait_for: str | None = None
+    reply_to: str | None = "x.replies"
+    request_id: str = "r-1"
+    input: bytes | None = None
+    signal: str | None = None
+    signal_id: str | None = None
+    wait: bool = False
+    metadata: dict[str, str] = field(default_factory=dict)
+
+
+def live() -> WorkflowInstance:
+    instance = WorkflowInstance(cart_definition(), "c-1")
+    instance.advance(Start("ann"), 1)
+    return instance
+
+
+def test_rules_for_an_update_to_each_kind_of_instance() -> None:
+    assert decide_request(Req(), None) == Reply(NOT_FOUND)
+    ended = StoredEnd("FINISHED", "finished", "[]")
+    verdict = decide_request(Req(), ended)
+    assert isinstance(verdict, Reply) and verdict.reply.answer == "ended" and verdict.reply.outcome == "finished"
+    fed = decide_request(Req(), live())
+    assert fed == Feed(Update("add_item", 3, "u-1", ReplyAddress("x.replies", "r-1")))
+    accepted_only = decide_request(Req(wait_for="accepted"), live())
+    assert isinstance(accepted_only, Feed) and accepted_only.message.reply is None  # type: ignore[union-attr]
+    starts = decide_request(Req(kind="update_with_start", input=b'"ann"'), None)
+    assert isinstance(starts, Feed) and isinstance(starts.message, Start)
+    assert starts.message.update == Update("add_item", 3, "u-1", ReplyAddress("x.replies", "r-1"))
+
+
+def test_rules_refuse_unusable_updates() -> None:
+    for request in (Req(update=None), Req(update_id=None), Req(wait_for="soon"), Req(payload=b"{nope")):
+        assert isinstance(decide_request(request, live()), Refuse), request
+    # An update-with-start's input is read only when it starts the instance (as a second start's).
+    assert isinstance(decide_request(Req(kind="update_with_start", input=b"{nope"), None), Refuse)
+    assert isinstance(decide_request(Req(kind="update_with_start", input=b"{nope"), live()), Feed)
+
+
+def test_rules_answer_a_repeat_from_the_journal() -> None:
+    instance = live()
+    instance.advance(Update("add_item", 3, "u-1", ReplyAddress("x", "r-1")), 2)
+    assert decide_request(Req(), instance) == AwaitUpdate("u-1")  # pending: waits for the body
+    assert decide_request(Req(wait_for="accepted"), instance) == Reply(ACCEPTED)
+
+
+def test_answer_fed_for_updates() -> None:
+    instance = live()
+    assert answer_fed(Req(), instance, None, None) is None  # the AnswerUpdate effect answers it
+    assert answer_fed(Req(wait_for="accepted"), instance, None, None) == Reply(ACCEPTED)
+    assert answer_fed(Req(), instance, "no", None) == Reply(InboxReply("rejected", reason="no"))
+
+
+def test_the_json_envelope_of_an_update() -> None:
+    inbox = inbox_from_json(json.dumps({"kind": "update", "instance_id": "c-1", "update": "add_item",
+                                        "update_id": "u-1", "payload": {"qty": 2}, "wait_for": "accepted",
+                                        "reply_to": "x.replies"}).encode())
+    assert (inbox.update, inbox.update_id, inbox.wait_for, inbox.payload) == (
+        "add_item", "u-1", "accepted", b'{"qty":2}')
+    with_start = inbox_from_json(json.dumps({"kind": "update_with_start", "instance_id": "c-1", "input": "ann",
+                                             "update": "add_item", "update_id": "u-2"}).encode())
+    assert with_start.input == b'"ann"'
+    for bad in ({"kind": "update", "instance_id": "c-1", "update_id": "u"},
+                {"kind": "update", "instance_id": "c-1", "update": "a"},
+                {"kind": "update", "instance_id": "c-1", "update": "a", "update_id": 7},
+                {"kind": "signal", "instance_id": "c-1", "signal": "s", "update_id": "u"},
+                {"kind": "start", "instance_id": "c-1", "wait_for": "accepted"}):
+        with pytest.raises(SchemaError):
+            inbox_from_json(json.dumps(bad).encode())
+
+
+def test_the_limits_of_an_update_request() -> None:
+    base = WorkflowInbox("r", "c-1", "update", 1, payload=b"1", update="a", update_id="u")
+    assert check_inbox(base) is base
+    from dataclasses import replace
+
+    for bad in (replace(base, update_id=None), replace(base, update=None), replace(base, update="n" * 300),
+                replace(base, update_id="u" * 300), replace(base, payload=b"1" * 600_000)):
+        with pytest.raises(LimitError):
+            check_inbox(bad)

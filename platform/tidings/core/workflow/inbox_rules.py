@@ -302,7 +302,7 @@ def answer_fed(
     """
     if request.kind in UPDATE_KINDS:
         if rejected is not None:
-            return Reply(InboxReply("rejected", reason=f"the workflow rejected the update: {rejected}"))
+            return Reply(InboxReply("rejected", reason=rejected))
         return Reply(ACCEPTED) if request.wait_for == "accepted" else None
     if request.kind == SIGNAL_WITH_START:
         if rejected is None:

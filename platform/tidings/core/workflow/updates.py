@@ -230,7 +230,7 @@ def check_update(definition: Any, message: Update) -> str | tuple[str, None]:
         try:
             declared.validator(value)
         except Exception as exc:  # noqa: BLE001 - the validator's rejection, whatever it raised
-            return f"update {message.name!r} was rejected by its validator: {type(exc).__name__}: {exc}"
+            return f"the validator of update {message.name!r} refused it: {type(exc).__name__}: {exc}"
     return text, None
 
 
