@@ -378,6 +378,9 @@ class WorkflowHandle:
         wait: bool = False,
         signal_id: str | None = None,
         input: bytes | None = None,
+        update: str | None = None,
+        update_id: str | None = None,
+        wait_for: str | None = None,
     ) -> PendingReply:
         """Send one raw inbox request, as any producer may, and return its answer.
 
@@ -389,13 +392,17 @@ class WorkflowHandle:
             wait: For a query: answer once the instance has ended (``PendingReply.reply``
                 stays None until then).
             signal_id: A signal's id (a repeat of a stored one stores nothing).
-            input: A signal-with-start's input, JSON bytes (not checked here).
+            input: A signal-with-start's or an update-with-start's input, JSON bytes (not checked here).
+            update, update_id, wait_for: An update's name, id and what its caller waits for
+                (``completed``: ``PendingReply.reply`` stays None until the body answers).
 
         Returns:
             The answer: what the hosted worker would put on the replies topic.
         """
         _check_id(instance_id)
-        request = _Request(kind, payload, signal, wait, signal_id, input)
+        self._runtime._order += 1
+        request = _Request(kind, payload, signal, wait, signal_id, input, update, update_id, wait_for,
+                           request_id=f"request-{self._runtime._order}", reply_to=_REPLY_TO)
         return self._runtime._take(self.name, instance_id, request)[0]
 
     def outcome(self, instance_id: str) -> Outcome | None:

@@ -439,8 +439,10 @@ class WorkflowAgent:
             commit.links.extend(self._children.repeated_start(request, known, self._store, self.definition.name, now_ms))
         if isinstance(verdict, AwaitUpdate):
             if request.reply_to:
-                self._update_waiters.setdefault((request.instance_id, verdict.update_id), []).append(
-                    ReplyAddress(request.reply_to, request.request_id, as_json))
+                waiting = self._update_waiters.setdefault((request.instance_id, verdict.update_id), [])
+                address = ReplyAddress(request.reply_to, request.request_id, as_json)
+                if address not in waiting:  # a caller resends under one request id while it waits
+                    waiting.append(address)
             return
         if isinstance(verdict, AwaitEnd):
             if request.reply_to:
