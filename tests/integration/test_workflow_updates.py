@@ -27,6 +27,7 @@ from tidings.testing.eventually import assert_eventually
 from tests.integration.workflow_apps import Calls
 from tests.workflow_workers import ROOT, WorkflowWorkers, calls, workflow_app, workflow_cli, workflow_workers  # noqa: F401
 from tests.kafka_clients import kafka
+from tests.workers import both_guarantees
 
 
 def run(coro: Any) -> Any:
@@ -104,6 +105,7 @@ def test_update_with_start_starts_once_with_the_update(
     assert journal(workflow_app, "s-2") == []  # a rejected update-with-start starts nothing
 
 
+@both_guarantees
 def test_an_update_accepted_survives_a_sigkill_before_its_answer(
     kafka_bootstrap: str, workflow_app: App, workflow_workers: WorkflowWorkers, calls: Calls
 ) -> None:
