@@ -115,7 +115,8 @@ PHASE_1 = [
 ]
 
 PHASE_2 = [
-    upd("u-1", "add_item", b"3", "a"),  # ended, known by its stored end
+    upd("u-1", "add_item", b"3", "a"),  # ended, known by its stored end: a repeat gets its first answer
+    upd("u-1", "add_item", b"3", "new"),  # ended: a new id is answered "ended"
     upd("u-2", "add_item", b"9", "c"),  # its id came back from the journal: the first answer, 1
     upd("u-2", "close", None, "y"),  # completed: [5]
     sws("s-1", b"1", "a"),  # its id came back from the journal: nothing stored
@@ -249,7 +250,9 @@ def test_the_hosted_worker_and_the_in_memory_runtime_answer_one_inbox_sequence_a
     assert by_update[("u-1", "z", False)] == InboxReply("completed", result="[3,4]")
     assert by_update[("u-2", "c", True)] == InboxReply("completed", result="1")
     assert by_update[("u-2", "y", True)] == InboxReply("completed", result="[5]")
-    assert hosted[len(PHASE_1) + 5] == InboxReply("status", "FINISHED", "finished", "[1,3]")
+    assert by_update[("u-1", "a", True)] == InboxReply("completed", result="1")
+    assert by_update[("u-1", "new", True)].answer == "ended"
+    assert hosted[len(PHASE_1) + 6] == InboxReply("status", "FINISHED", "finished", "[1,3]")
     by_step = dict(zip(range(len(steps)), hosted))
     assert by_step[9] == InboxReply("status", "FINISHED", "finished", "[7,8]")  # the waiting query
     assert by_step[22] == InboxReply("status", "CANCELLED", "cancelled")

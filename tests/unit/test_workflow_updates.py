@@ -139,10 +139,18 @@ def test_an_update_to_an_ended_or_unknown_instance() -> None:
     with pytest.raises(WorkflowNotFound):
         handle.update("nobody", "add_item", 1)
     handle.start("c-1", "ann")
+    assert handle.update("c-1", "add_item", 2, update_id="first") == 1
     handle.update("c-1", "add_item", 0)
     before = handle.journal("c-1")
     with pytest.raises(WorkflowEnded):
         handle.update("c-1", "add_item", 1)
+    assert handle.journal("c-1") == before
+    # A repeat of an update it answered before its end gets that answer, after a restart too.
+    assert handle.update("c-1", "add_item", 9, update_id="first") == 1
+    rt.restart()
+    assert handle.update("c-1", "add_item", 9, update_id="first") == 1
+    with pytest.raises(WorkflowEnded):
+        handle.update("c-1", "add_item", 9, update_id="never")
     assert handle.journal("c-1") == before
 
 
@@ -290,6 +298,8 @@ def test_rules_for_an_update_to_each_kind_of_instance() -> None:
     ended = StoredEnd("FINISHED", "finished", "[]")
     verdict = decide_request(Req(), ended)
     assert isinstance(verdict, Reply) and verdict.reply.answer == "ended" and verdict.reply.outcome == "finished"
+    answered = StoredEnd("FINISHED", "finished", "[]", answered=UpdateAnswered(5, "u-1", 3, result="2"))
+    assert decide_request(Req(), answered) == Reply(InboxReply("completed", result="2"))
     fed = decide_request(Req(), live())
     assert fed == Feed(Update("add_item", 3, "u-1", ReplyAddress("x.replies", "r-1")))
     accepted_only = decide_request(Req(wait_for="accepted"), live())

@@ -18,7 +18,8 @@ request       never started   live, not ended               ended
 ``with_``     with the        ``signalled``
 ``start``     signal, answer
               ``started``
-``update``    ``not_found``   a new id: feed ``Update``;    ``ended``, stores nothing
+``update``    ``not_found``   a new id: feed ``Update``;    ``ended``, stores nothing (an
+                                                            id it answered: that answer)
                               a stored one: its answer, or
                               ``AwaitUpdate`` until it
 ``update_``   feed ``Start``  as ``update``                 ``ended``, stores nothing
@@ -170,6 +171,9 @@ class StoredEnd:
     result: str | None = None
     error: StepError | None = None
     reason: str | None = None
+    answered: UpdateAnswered | None = None
+    """For an update request: the journal's answer to its update id, if the instance gave one
+    (the host reads it from the stored journal; a repeat gets it after the end too)."""
 
 
 Known = WorkflowInstance | StoredEnd | None
@@ -409,6 +413,9 @@ def _update(request: InboxRequest, known: Known) -> InboxVerdict:
     if known is None and not starts:
         return Reply(NOT_FOUND)
     if known is not None and _ended(known):
+        stored = known.answered if isinstance(known, StoredEnd) else known.update_state(update_id)
+        if isinstance(stored, UpdateAnswered) and stored.update_id == update_id:
+            return Reply(update_answer(stored))  # answered before the end: its first answer
         return Reply(_with_answer("ended", answer_status(known)))
     if isinstance(known, WorkflowInstance):
         state = known.update_state(update_id)

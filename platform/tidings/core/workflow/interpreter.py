@@ -273,6 +273,7 @@ class WorkflowInstance:
         if isinstance(last, Ended):
             # An ended instance is its outcome; its body never runs again.
             instance._set_outcome(last)
+            instance._updates = updates.answers_of(updates.book_of(records))
             instance._effects.append(PublishOutcome(instance._outcome))  # type: ignore[arg-type]
             first = records[0]
             if isinstance(first, Started):  # a child's report is sent again: the parent ignores repeats
@@ -766,7 +767,8 @@ class WorkflowInstance:
         self._pending = {}
         self._signals = self._waiters = self._children = None
         self._signal_ids = None  # an ended instance answers every signal "ended"
-        self._updates = None  # and every update
+        # and every update "ended" but one it answered: a repeat of that gets its first answer.
+        self._updates = updates.answers_of(self._updates)
         self._ready.clear()
 
     def _park(self, reason: str) -> None:

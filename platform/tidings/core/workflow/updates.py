@@ -13,8 +13,9 @@ the caller (the ``AnswerUpdate`` effect).
 An update id is stored once per instance: a repeat (a caller retrying after a timeout, or
 after a worker's restart) stores nothing and gets the first answer, or waits for it while
 the body has not answered yet. The ids are the journal's, rebuilt on replay, so the rule
-holds across restarts for as long as the instance lives. An instance that ends with updates
-it has not answered answers their callers ``ended``.
+holds across restarts, and after the instance ended too (its journal keeps the answers). An
+instance that ends with updates it has not answered answers their callers ``ended``, and every
+update it had not answered before its end ``ended``.
 
 Pure: no I/O. The step handlers are part of ``WorkflowInstance`` (they use its private
 methods), as those of ``steps.py`` are.
@@ -120,6 +121,24 @@ class UpdateBook:
         if answered is not None:
             return answered
         return PENDING if update_id in self.pending else None
+
+
+def answers_of(book: UpdateBook | None) -> UpdateBook | None:
+    """What an ended instance keeps of its updates: the answers given (None: there was none),
+    so a repeat of an answered update still gets its first answer after the end."""
+    if book is None or not book.answered:
+        return None
+    kept = UpdateBook()
+    kept.answered = book.answered
+    return kept
+
+
+def answer_in(records: Iterable[JournalRecord], update_id: str) -> UpdateAnswered | None:
+    """The stored answer to update ``update_id`` in a journal, if it holds one."""
+    for record in records:
+        if type(record) is UpdateAnswered and record.update_id == update_id:  # type: ignore[union-attr]
+            return record  # type: ignore[return-value]
+    return None
 
 
 def address_of(record: UpdateReceived) -> ReplyAddress | None:

@@ -61,13 +61,14 @@ from ....core.workflow.inbox_rules import (
     Feed,
     InboxReply,
     Refuse,
+    UPDATE_KINDS,
     StoredEnd,
     answer_fed,
     answer_status,
     decide_request,
 )
 from ....core.workflow.inbox import Start
-from ....core.workflow.updates import AnswerUpdate, ReplyAddress, Update
+from ....core.workflow.updates import AnswerUpdate, ReplyAddress, Update, answer_in
 from ....core.workflow_records import WorkflowInbox, WorkflowJournalEntry, WorkflowStatusRecord
 from ....errors import BrokerError, RecordError, RecordRejected, SchemaError
 from ...runtime.hosting import Input, Runtime, TopicPartition
@@ -414,6 +415,9 @@ class WorkflowAgent:
         if record.offset <= self._inbox_applied.get(record.partition, -1):
             return  # journaled before a crash; the inbox offset was not committed yet
         known = self._known(request.instance_id, commit, now_ms)
+        if isinstance(known, StoredEnd) and request.kind in UPDATE_KINDS and request.update_id:
+            # Ended and not in memory: a repeat of an update it answered gets that answer.
+            known = replace(known, answered=answer_in(self._store.journal(request.instance_id), request.update_id))
         verdict = decide_request(request, known)
         as_json = is_json_request(record)  # a JSON request is answered in JSON
         if isinstance(verdict, Feed):
