@@ -19,7 +19,7 @@ from tidings import App, Client
 from tidings.codec import avro
 from tidings.core.records import DeadLetter
 from tidings.testing.topics import read_topic
-from tidings.core.workflow import Started
+from tidings.core.workflow import Started, StepStarted
 from tidings.core.workflow.journal import UpdateAnswered, UpdateReceived
 from tidings.core.workflow_records import WorkflowInbox
 from tidings.errors import WorkflowEnded, WorkflowNotFound, WorkflowUpdateFailed, WorkflowUpdateRejected
@@ -79,8 +79,12 @@ def test_updates_are_answered_rejected_stored_before_the_wait_and_deduplicated(
             assert await client.update("cart", "c-1", "add_item", 7, update_id="u-1", timeout=30) == 1
 
         run(scenario())
-        received, answered = updates_in(journal(workflow_app, "c-1"))
+        records = journal(workflow_app, "c-1")
+        received, answered = updates_in(records)
         assert [r.update_id for r in received].count("u-1") == 1
+        # u-1 was stored while the body slept, before it first waited for an update.
+        first_wait = next(r for r in records if isinstance(r, StepStarted) and r.kind == "update")
+        assert received[0].update_id == "u-1" and received[0].seq < first_wait.seq
         assert len(received) == len(answered) == 5  # 5, 100, 99, 2 and close; nothing rejected
         assert len(calls.lines("gated")) == 1
     finally:
