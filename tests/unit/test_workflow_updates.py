@@ -2,16 +2,35 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
 import json
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
+from tidings.codec.workflow import inbox_from_json
+from tidings.core.limits import check_inbox
+from tidings.core.workflow.inbox_rules import (
+    ACCEPTED,
+    NOT_FOUND,
+    AwaitUpdate,
+    Feed,
+    InboxReply,
+    Refuse,
+    Reply,
+    StoredEnd,
+    answer_fed,
+    decide_request,
+)
+from tidings.core.workflow_records import WorkflowInbox
+
 from tidings import Retry, WorkflowContext
 from tidings.core.workflow import (
+    ActivityResult,
     Finished,
     SignalReceived,
+    Start,
     Started,
     StepCompleted,
     StepStarted,
@@ -25,6 +44,8 @@ from tidings.core.workflow.journal import UpdateAnswered, UpdateReceived
 from tidings.core.workflow.updates import AnswerUpdate, ReplyAddress
 from tidings.errors import (
     DefinitionError,
+    LimitError,
+    SchemaError,
     WorkflowEnded,
     WorkflowNotFound,
     WorkflowUpdateFailed,
@@ -182,34 +203,20 @@ def test_update_with_start_starts_once_and_stores_the_update_with_the_start() ->
 def test_replay_gives_the_stored_update_and_sends_no_answer_again() -> None:
     definition = cart_definition()
     instance = WorkflowInstance(definition, "c-1")
-    from tidings.core.workflow import Start
-
-    instance.advance(Start("ann"), 1)
+    started = instance.advance(Start("ann"), 1)
     decision = instance.advance(Update("add_item", 2, "u-1", ReplyAddress("r", "q-1")), 2)
     assert isinstance(decision.records[0], UpdateReceived)
     path = next(r.path for r in decision.records if isinstance(r, StepStarted) and r.kind == "activity")
-    from tidings.core.workflow import ActivityResult
-
     answered = instance.advance(ActivityResult(path, 1, value=4), 3)
     answers = [e for e in answered.effects if isinstance(e, AnswerUpdate)]
     assert answers == [AnswerUpdate("u-1", "completed", ReplyAddress("r", "q-1"), "1")]
-    journal = [*instance_records(instance, decision, answered)]
+    journal = [*started.records, *decision.records, *answered.records]
     replayed, replay_decision = WorkflowInstance.replay(definition, "c-1", journal, 4)
     assert replayed.status is WorkflowStatus.RUNNING
     assert not [e for e in replay_decision.effects if isinstance(e, AnswerUpdate)]
     assert isinstance(replayed.update_state("u-1"), UpdateAnswered)
     # A repeat of the id stores nothing.
     assert replayed.advance(Update("add_item", 5, "u-1"), 5).records == ()
-
-
-def instance_records(instance: WorkflowInstance, *decisions: Any) -> list[Any]:
-    started = Started(1, '"ann"', 1)
-    records: list[Any] = [started]
-    step = StepStarted(2, "1", "update", "add_item", 1)
-    records.append(step)
-    for decision in decisions:
-        records.extend(decision.records)
-    return records
 
 
 def test_a_stuck_update_survives_a_crash_and_is_answered_after_recovery() -> None:
@@ -249,26 +256,6 @@ def test_a_signal_and_an_update_of_one_name_do_not_mix() -> None:
 
 
 # -- the inbox rules and the JSON envelope, pure ----------------------------------------------
-
-from dataclasses import dataclass, field  # noqa: E402
-
-from tidings.codec.workflow import inbox_from_json  # noqa: E402
-from tidings.core.limits import check_inbox  # noqa: E402
-from tidings.core.workflow import Start  # noqa: E402
-from tidings.core.workflow.inbox_rules import (  # noqa: E402
-    ACCEPTED,
-    NOT_FOUND,
-    AwaitUpdate,
-    Feed,
-    InboxReply,
-    Refuse,
-    Reply,
-    StoredEnd,
-    answer_fed,
-    decide_request,
-)
-from tidings.core.workflow_records import WorkflowInbox  # noqa: E402
-from tidings.errors import LimitError, SchemaError  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -352,8 +339,6 @@ def test_the_json_envelope_of_an_update() -> None:
 def test_the_limits_of_an_update_request() -> None:
     base = WorkflowInbox("r", "c-1", "update", 1, payload=b"1", update="a", update_id="u")
     assert check_inbox(base) is base
-    from dataclasses import replace
-
     for bad in (replace(base, update_id=None), replace(base, update=None), replace(base, update="n" * 300),
                 replace(base, update_id="u" * 300), replace(base, payload=b"1" * 600_000)):
         with pytest.raises(LimitError):
