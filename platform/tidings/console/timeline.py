@@ -20,12 +20,12 @@ from ..core.workflow.journal import (
     Ended,
     JournalRecord,
     SignalReceived,
-    UpdateAnswered,
-    UpdateReceived,
     Started,
     StepCompleted,
     StepFailed,
     StepStarted,
+    UpdateAnswered,
+    UpdateReceived,
     VersionMarker,
 )
 from ..inspection.journal_text import instant

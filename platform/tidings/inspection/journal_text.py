@@ -25,13 +25,13 @@ from ..core.workflow.journal import (
     Ended,
     JournalRecord,
     SignalReceived,
-    UpdateAnswered,
-    UpdateReceived,
     Started,
     StepAttemptFailed,
     StepCompleted,
     StepFailed,
     StepStarted,
+    UpdateAnswered,
+    UpdateReceived,
     VersionMarker,
 )
 
