@@ -24,7 +24,8 @@ from types import FrameType
 
 from tidings.broker import KAFKA_VERSION, LocalBroker
 
-from . import aggregates, cluster, dedup, faust_stream, listing, raw_kafka, sagas, schedules, workflows
+from . import (aggregates, cluster, dedup, faust_stream, listing, peers, processes, raw_kafka, replay, sagas, schedules,
+               workflows)
 from .report import Progress, Row, latency, machine, rate, table
 
 #: (raw confluent records, raw aiokafka records, aggregate workload) per mode.
@@ -49,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="skip the flow throughput row (part of the workflow rows)")
     parser.add_argument("--no-cluster", action="store_true",
                         help="skip the three-node rows (a local three-node cluster, replication 3)")
+    parser.add_argument("--no-processes", action="store_true",
+                        help="skip the row of two worker processes against one (tidings worker --processes 2)")
     parser.add_argument("--no-sagas", action="store_true", help="skip the saga transfers row")
     parser.add_argument("--no-tracing", action="store_true",
                         help="skip the saga transfers row with traces on (OpenTelemetry)")
@@ -56,11 +59,20 @@ def main(argv: list[str] | None = None) -> int:
                         help="skip the schedule dispatch lag and memory rows")
     parser.add_argument("--no-listing", action="store_true",
                         help="skip the tidings list rows (10,000 instances, no worker)")
+    parser.add_argument("--no-replay", action="store_true",
+                        help="skip the tidings replay rows (10,000 journals of ten steps, no worker)")
     parser.add_argument("--no-dedup", action="store_true",
                         help="skip the command-id rows (issue 16: 1,000,000 first verdicts held)")
     parser.add_argument("--profile", type=Path, metavar="FILE",
                         help="cProfile the worker; write its stats to FILE and print the top")
+    parser.add_argument("--peers", type=Path, action="append", default=[], metavar="FILE",
+                        help="a peer's results file, as ../shared/peers/*/run.sh writes it (repeat for "
+                        "each peer): adds the rows 'tidings ÷ best peer' with that file's date and load")
     args = parser.parse_args(argv)
+    try:
+        peer_figures = [peers.read(path) for path in args.peers]
+    except (OSError, ValueError) as exc:
+        parser.error(f"--peers: {exc}")
     raw_records, aio_records, workload = QUICK if args.quick else DEFAULT
     if args.commands or args.in_flight:
         workload = aggregates.Workload(
@@ -82,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tidings-bench-")))
             bootstrap, started_broker = _broker(stack, workdir, progress)
             rows, notes = _measure(bootstrap, raw_records, aio_records, workload, args,
-                                   workdir, stack, progress)
+                                   workdir, stack, progress, peer_figures)
             progress("stopping what the bench started")
     except KeyboardInterrupt:
         print("\ninterrupted; everything the bench started was stopped", file=sys.stderr)
@@ -95,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         print(line)
     print()
     print(table(rows))
+    for note in peers.notes(peer_figures):
+        print(note)
     for note in notes:
         print(note)
     if args.profile is not None:
@@ -127,6 +141,7 @@ def _measure(
     workdir: Path,
     stack: ExitStack,
     progress: Progress,
+    peer_figures: list[peers.PeerFigures],
 ) -> tuple[list[Row], list[str]]:
     raw = raw_kafka.confluent(bootstrap, raw_records, pings=workload.pings, progress=progress)
     aio = None if args.no_aiokafka else raw_kafka.aiokafka(bootstrap, aio_records, progress=progress)
@@ -147,6 +162,8 @@ def _measure(
         flows=not args.no_flows)
     wf_eos = None if args.no_workflows or args.no_exactly_once else workflows.run(
         bootstrap, wf_workload, workdir=workdir, stack=stack, progress=progress, exactly_once=True)
+    procs = None if args.no_workflows or args.no_processes else processes.run(
+        bootstrap, wf_workload.one_activity, workdir=workdir, stack=stack, progress=progress)
     saga = None if args.no_sagas else sagas.run(
         bootstrap, sagas.QUICK if args.quick else sagas.DEFAULT, workdir=workdir, stack=stack,
         progress=progress)
@@ -160,6 +177,8 @@ def _measure(
         bootstrap, dedup.QUICK if args.quick else dedup.DEFAULT, workdir=workdir, stack=stack,
         progress=progress)
     listed = None if args.no_listing else listing.run(bootstrap, listing.DEFAULT_INSTANCES, progress=progress)
+    replayed = None if args.no_replay else replay.run(
+        bootstrap, 2_000 if args.quick else replay.DEFAULT_INSTANCES, workdir=workdir, progress=progress)
     # Last: its three JVMs would share the cores with every row above.
     three = None if args.no_cluster else cluster.run(
         workload, wf_workload, workdir=workdir, progress=progress)
@@ -193,6 +212,14 @@ def _measure(
         rows += aggregates.exactly_once_rows(agg_eos, agg)
     if wf is not None:
         rows += workflows.rows(wf, raw_e2e, raw.round_trips_s)
+    if wf is not None:
+        rows += peers.rows(
+            peer_figures, one_activity_per_s=wf.workload.one_activity / wf.one_activity_s,
+            ten_steps_per_s=wf.workload.ten_steps * workflows.workflow_apps.STEPS / wf.ten_steps_s,
+            idle_latencies_s=wf.latencies_s, raw_round_trips_s=raw.round_trips_s,
+            recovery_s=wf.recovery_s, bodies_run_twice=wf.bodies_twice)
+    if procs is not None:
+        rows += processes.rows(procs)
     if wf is not None and wf_eos is not None:
         rows += workflows.exactly_once_rows(wf_eos, wf, raw.round_trips_s)
     if saga is not None:
@@ -205,6 +232,8 @@ def _measure(
         rows += dedup.rows(dd)
     if listed is not None:
         rows += listing.rows(listed)
+    if replayed is not None:
+        rows += replay.rows(replayed)
     if three is not None:
         rows += cluster.rows(three, agg, wf)
     notes = ["", *aggregates.notes(agg, raw.round_trips_s)]
@@ -230,6 +259,8 @@ def _measure(
         notes += dedup.notes(dd)
     if listed is not None:
         notes += listing.notes(listed)
+    if replayed is not None:
+        notes += replay.notes(replayed)
     if three is not None:
         notes.append("three-node rows: a local three-node KRaft cluster (three JVMs on this "
                      "machine) started after every other row, topics with replication 3 and "

@@ -60,6 +60,28 @@ def _fold(event: Added, total: int) -> int:
     return total + event.amount
 
 
+def _note(path: str, line: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+def bodies_twice(path: str) -> tuple[int, int]:
+    """(bodies that ran to the end twice or more, bodies started twice or more) in ``path``."""
+    from collections import Counter
+
+    try:
+        lines = open(path, encoding="utf-8").read().splitlines()
+    except FileNotFoundError:
+        return 0, 0
+    counts = Counter(lines)
+    ended = sum(1 for line, n in counts.items() if line.startswith("E ") and n > 1)
+    started = sum(1 for line, n in counts.items() if line.startswith("S ") and n > 1)
+    return ended, started
+
+
 def build(app_id: str, *, flow: bool = False) -> App:
     """Return the workflow bench App named ``app_id``; with ``flow``, with its flow stage."""
     app = App(app_id, partitions=PARTITIONS, command_timeout=120)
@@ -75,8 +97,16 @@ def build(app_id: str, *, flow: bool = False) -> App:
             total = await ctx.activity(f"step-{step}", Retry.times(3), lambda a, t=total: t + 1, type=int)
         return total
 
+    bodies = os.environ.get("BENCH_WORKFLOW_BODIES")
+
     def nap(attempt: Attempt, seconds: float) -> str:
+        # One line per body start and end, appended with O_APPEND (atomic for a short line, and
+        # kept across a SIGKILL), so the bench counts the bodies that ran twice (issue 20).
+        if bodies:
+            _note(bodies, f"S {attempt.idempotency_key}\n")
         time.sleep(seconds)
+        if bodies:
+            _note(bodies, f"E {attempt.idempotency_key}\n")
         return "done"
 
     @app.workflow("slow-activity")

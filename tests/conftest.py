@@ -1,21 +1,20 @@
 """Fixtures every test directory shares: one Kafka broker per session, fresh app ids.
 
-The broker comes from, in order: ``TIDINGS_BOOTSTRAP``; testcontainers' Kafka when a Docker
-engine answers; a local Apache Kafka that tidings provisions and starts in a temp dir. Tests that
-need it fail (never skip) when none of these works.
+The broker is the tidings pytest plugin's (``tidings_bootstrap``, tidings/testing/brokers.py):
+``TIDINGS_BOOTSTRAP``; testcontainers' Kafka when a Docker engine answers; a local Apache Kafka
+that tidings provisions and starts in a temp dir, stopped by its PID at the end. Tests that need
+it fail (never skip) when none of these works.
 """
 
 from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator
 
 import pytest
 
-from tidings.broker import LocalBroker
-from tests.kafka_clients import kafka
+from tidings.testing.brokers import delete_topics
 from tests.kafka_cluster import kafka_cluster as kafka_cluster  # registers the fixture
 from tests.secured_broker import secured_broker  # noqa: F401 - a fixture, for every test dir
 
@@ -36,25 +35,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="session")
-def kafka_bootstrap(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[str]:
-    """Yield the bootstrap address of the session's Kafka broker, starting one if needed."""
-    configured = os.environ.get("TIDINGS_BOOTSTRAP")
-    if configured:
-        yield configured
-    elif _docker_answers():
-        with _kafka_container() as bootstrap:
-            yield bootstrap
-    else:
-        broker = LocalBroker(
-            tmp_path_factory.mktemp("kafka"), on_progress=_terminal_writer(request.config)
-        )
-        bootstrap = broker.start()
-        try:
-            yield bootstrap
-        finally:
-            broker.stop()
+def kafka_bootstrap(tidings_bootstrap: str) -> str:
+    """The bootstrap address of the session's Kafka broker: the tidings pytest plugin's
+    ``tidings_bootstrap`` (tidings.testing.pytest_plugin, loaded by the ini options'
+    ``-p``), so the project's tests and the plugin's fixtures share one broker."""
+    return tidings_bootstrap
 
 
 @pytest.fixture
@@ -87,54 +72,4 @@ def app_id(request: pytest.FixtureRequest) -> Iterator[str]:
 
 def _delete_topics(bootstrap: str, prefix: str) -> None:
     # Best effort: a broker that does not answer fails the next test that needs it, not this one.
-
-    admin = kafka(bootstrap).admin()
-    try:
-        names = [name for name in admin.list_topics(timeout=10).topics if name.startswith(prefix)]
-        if names:
-            for future in admin.delete_topics(names, operation_timeout=30).values():
-                future.result(timeout=30)
-    except Exception:  # noqa: BLE001 - cleanup must not fail a test that passed
-        pass
-
-
-def _docker_answers() -> bool:
-    # No engine is the common case here; answer within a second or two and never raise.
-    try:
-        import docker
-
-        client = docker.from_env(timeout=2)
-        try:
-            return bool(client.ping())
-        finally:
-            client.close()
-    except Exception:
-        return False
-
-
-@contextmanager
-def _kafka_container() -> Iterator[str]:
-    try:
-        from testcontainers.community.kafka import KafkaContainer
-    except ImportError:  # testcontainers < 4.10 keeps it at the old path
-        from testcontainers.kafka import KafkaContainer
-    with KafkaContainer().with_kraft() as kafka:
-        yield kafka.get_bootstrap_server()
-
-
-def _terminal_writer(config: pytest.Config) -> Callable[[str], None]:
-    # Session fixtures run under output capture; suspend it around each line so a 40 s first
-    # download shows its progress instead of looking like a hang.
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    capture = config.pluginmanager.get_plugin("capturemanager")
-
-    def write(line: str) -> None:
-        if reporter is None:
-            return
-        if capture is None:
-            reporter.write_line(f"[tidings broker] {line}")
-            return
-        with capture.global_and_fixture_disabled():
-            reporter.write_line(f"[tidings broker] {line}")
-
-    return write
+    delete_topics(bootstrap, prefix)

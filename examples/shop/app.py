@@ -1,4 +1,4 @@
-"""The shop app: the seeds' ``enrich`` and ``approve`` workflows, declared on an App.
+"""The shop app: the seeds' ``enrich`` and ``approve`` workflows and a ``cart`` that takes updates.
 
 Run a worker with ``tidings worker examples.shop.app:app``, then drive it from another
 terminal (README.md, "Workflows and orchestrations")::
@@ -12,6 +12,11 @@ terminal (README.md, "Workflows and orchestrations")::
 Two environment variables, read when the module is imported (by the worker), serve the
 demo and the tests: ``SHOP_SCORE_LOG`` names a file where the scoring service notes each
 call, and ``SHOP_APPROVAL_WINDOW`` sets ``approve``'s window in seconds.
+
+``build(name)`` declares the workflows on an App of that name: ``app`` is ``build("shop")``,
+and a test suite builds the shop under a name of each test's own, so its topics and
+consumer group are the test's (the pytest plugin's ``tidings_app``: examples/shop/tests,
+docs/testing.md).
 """
 
 from __future__ import annotations
@@ -21,10 +26,8 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict
 
-from tidings import App, Attempt, Retry, WorkflowContext
+from tidings import App, Attempt, Retry, WorkflowContext, WorkflowHandle
 from tidings.core.workflow import UpdateDeclaration
-
-app = App("shop")
 
 #: The seed's ``enrich`` waits five minutes after scoring; three seconds keep the demo (and a
 #: try at the command line) short while still leaving time to kill a worker mid-sleep.
@@ -73,8 +76,7 @@ def score(attempt: Attempt, order: str) -> int:
     return POINTS_PER_ITEM * len(order)
 
 
-@app.workflow("enrich")
-async def enrich(ctx: WorkflowContext, order: str) -> Enriched:
+async def enrich_order(ctx: WorkflowContext, order: str) -> Enriched:
     """Score an order, wait ``ENRICH_NAP``, and read the time: the seed's first workflow.
 
     Shows the three kinds of step a body awaits on ``ctx``, each journaled: an activity
@@ -94,8 +96,7 @@ async def enrich(ctx: WorkflowContext, order: str) -> Enriched:
     return Enriched(points=points, at=await ctx.now())
 
 
-@app.workflow("approve")
-async def approve(ctx: WorkflowContext, order: str | None) -> bool:
+async def approve_order(ctx: WorkflowContext, order: str | None) -> bool:
     """Wait up to ``APPROVAL_WINDOW`` for the signal "approval" (a bool): the seed's ``approve``.
 
     Shows a timed wait for a signal sent from outside (``tidings signal``,
@@ -129,8 +130,11 @@ def positive(item: Item) -> None:
         raise ValueError(f"the quantity of {item.sku} must be positive, got {item.qty}")
 
 
-@app.workflow("cart", updates=[UpdateDeclaration("add_item", Item, positive), "checkout"])
-async def cart(ctx: WorkflowContext, owner: str) -> list[Item]:
+#: The updates ``cart`` takes: "add_item" (an ``Item``, checked by ``positive``) and "checkout".
+CART_UPDATES = [UpdateDeclaration("add_item", Item, positive), "checkout"]
+
+
+async def shopping_cart(ctx: WorkflowContext, owner: str) -> list[Item]:
     """A shopping cart that takes updates: each "add_item" is answered with the number of items,
     "checkout" with the items, and ends the cart.
 
@@ -147,3 +151,23 @@ async def cart(ctx: WorkflowContext, owner: str) -> list[Item]:
             return items
         items.append(call.payload)
         await call.reply(len(items))
+
+
+def build(name: str = "shop") -> App:
+    """Return an App named ``name`` with the shop's workflows, ``enrich``, ``approve`` and ``cart``.
+
+    Args:
+        name: The app's name, the prefix of its topics and its consumer group.
+    """
+    shop = App(name)
+    shop.workflow("enrich")(enrich_order)
+    shop.workflow("approve")(approve_order)
+    shop.workflow("cart", updates=CART_UPDATES)(shopping_cart)
+    return shop
+
+
+app = build()
+#: The handles of ``app``, for the demo, the README's commands and programs of its own.
+enrich: WorkflowHandle = app.workflow_handle("enrich")
+approve: WorkflowHandle = app.workflow_handle("approve")
+cart: WorkflowHandle = app.workflow_handle("cart")

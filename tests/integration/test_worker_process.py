@@ -29,7 +29,7 @@ from tidings.testing.processes import WorkerProcess
 
 app_spec, bootstrap, data_dir, log_path, app_id, how = sys.argv[1:]
 if how == "exit":
-    processes._die_with_parent = lambda: None  # leave it to the atexit cleanup
+    processes.die_with_parent = lambda: None  # leave it to the atexit cleanup
 worker = WorkerProcess(app_spec, bootstrap=bootstrap, data_dir=Path(data_dir), log_path=Path(log_path),
                        env={"TEST_APP_ID": app_id}, cwd=Path.cwd()).start()
 deadline = time.monotonic() + 60

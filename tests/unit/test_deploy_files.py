@@ -446,6 +446,27 @@ def test_helm_refuses_a_termination_grace_the_worker_could_not_keep(bad: str) ->
     assert "worker.terminationGracePeriodSeconds must be a whole number of seconds from 6 to 3605" in result.stderr
 
 
+def _args(docs: list[dict[str, Any]]) -> list[str]:
+    (statefulset,) = _kind(docs, "StatefulSet")
+    (container,) = statefulset["spec"]["template"]["spec"]["containers"]
+    return list(container["args"])
+
+
+@needs_helm
+def test_helm_runs_several_worker_processes_per_pod_when_asked() -> None:
+    assert "--processes" not in _args(_render())
+    args = _args(_render("worker.processes=2"))
+    assert args[args.index("--processes") + 1] == "2"
+
+
+@needs_helm
+@pytest.mark.parametrize("bad", ["0", "65", "-1", "1.5", "two"])
+def test_helm_refuses_a_process_count_the_worker_would_refuse(bad: str) -> None:
+    result = _helm("template", "bank", str(CHART), "--set", f"worker.processes={bad}", check=False)
+    assert result.returncode != 0
+    assert "worker.processes must be a whole number from 1 to 64" in result.stderr
+
+
 @needs_helm
 def test_helm_worker_serves_metrics_and_its_pods_carry_the_scrape_annotations() -> None:
     docs = _render("metrics.port=9200", "podAnnotations.team=payments",

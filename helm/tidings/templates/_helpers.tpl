@@ -69,6 +69,15 @@ exist, so with serviceAccount.create it gets its own hook-created account.
 {{- $app }}
 {{- end }}
 
+{{/* worker.processes, checked: `tidings worker --processes` takes 1..64. */}}
+{{- define "tidings.processes" -}}
+{{- $count := toString .Values.worker.processes }}
+{{- if or (not (regexMatch "^[0-9]{1,2}$" $count)) (lt (atoi $count) 1) (gt (atoi $count) 64) }}
+{{- fail (printf "worker.processes must be a whole number from 1 to 64 (worker processes per pod), not %s" $count) }}
+{{- end }}
+{{- atoi $count }}
+{{- end }}
+
 {{/* worker.terminationGracePeriodSeconds, checked: the worker's stop grace (1..3600 s) is 5 s less. */}}
 {{- define "tidings.terminationGrace" -}}
 {{- $seconds := toString .Values.worker.terminationGracePeriodSeconds }}

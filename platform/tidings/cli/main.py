@@ -24,12 +24,12 @@ Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 COMMANDS: tuple[str, ...] = (
     "worker", "send", "topics", "broker", "demo", "start", "signal", "update", "cancel", "result", "status", "outcomes",
     "deadletters", "offsets", "acls",
-    "journal", "saga", "schedule", "list", "describe", "console",
+    "journal", "replay", "saga", "schedule", "list", "describe", "console",
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Build the parser with every command of :data:`COMMANDS` registered.
+def build_parser(commands: Sequence[str] = COMMANDS) -> argparse.ArgumentParser:
+    """Build the parser with ``commands`` (default: every one of :data:`COMMANDS`) registered.
 
     Returns:
         The top-level parser.
@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
         "`tidings worker` waits for Kafka instead (docs/operations.md).",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in COMMANDS:
+    for name in commands:
         module = importlib.import_module(f"{__package__}.{name}")
         register = getattr(module, "register", None)
         if not callable(register):
@@ -64,8 +64,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         The process exit code.
     """
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    # Only the command asked for is imported: a worker's start (and so its recovery after a
+    # crash) does not wait for the local broker's certificates code, the console, the
+    # listing readers... (133 modules, cryptography's among them). Anything else, `--help`
+    # or a mistyped command, gets every command.
+    wanted = arguments[0] if arguments and arguments[0] in COMMANDS else None
+    parser = build_parser(COMMANDS if wanted is None else (wanted,))
+    args = parser.parse_args(arguments)
+    # What `tidings worker --processes N` starts its children with.
+    args.argv = arguments
     try:
         return int(args.run(args))
     except KafkaUnreachable as exc:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
-from ..shell.runtime.stopping import STOP_GRACE_ENV, parse_stop_grace
+from ..shell.runtime.stopping import DEFAULT_STOP_GRACE_S, STOP_GRACE_ENV, parse_stop_grace
 from .kafka import add_kafka_arguments, connection
 from .loading import load_app
+from .worker_processes import MAX_PROCESSES, plan, supervise
 
 _DESCRIPTION = """\
 Run a worker for the App at MODULE:ATTRIBUTE (e.g. examples.bank.app:app or
@@ -17,6 +19,10 @@ examples.shop.app:app): it applies the app's topics, joins the app's consumer gr
 runs one agent per definition (aggregate, projection, workflow, ...). Start more
 workers with the same app to split the partitions; each needs its own --data-dir.
 State (RocksDB) lives under --data-dir; deleting it is safe: it is rebuilt from Kafka.
+--processes N runs N such workers as children of this process, one per core
+(docs/operations.md, "Several processes per machine"): instance ids ID-0..ID-(N-1),
+data dirs DATA_DIR/process-0.., metrics ports PORT..PORT+N-1; if one ends, the others
+are stopped and this process exits with its status (70) so the set restarts whole.
 Stop it with Ctrl-C or SIGTERM: it exits within --stop-grace seconds, abandoning the
 activity attempts still running near its end (they run again after the restart).
 
@@ -50,6 +56,15 @@ def register(subparsers: Any) -> None:
         choices=("at_least_once", "exactly_once"),
         help="override the App's processing_guarantee (default $TIDINGS_PROCESSING_GUARANTEE, "
         "else the App's): exactly_once writes in Kafka transactions (docs/exactly-once.md)",
+    )
+    parser.add_argument(
+        "--processes",
+        type=_processes,
+        # A string default goes through type= too, so a bad $TIDINGS_WORKER_PROCESSES is a usage error.
+        default=os.environ.get("TIDINGS_WORKER_PROCESSES") or "1",
+        metavar="N",
+        help="run N worker processes of the app here, each its own group member with its own "
+        "instance id and data dir (default $TIDINGS_WORKER_PROCESSES, else 1; 1..64)",
     )
     parser.add_argument("--loglevel", default="INFO", help="log level (default INFO)")
     parser.add_argument(
@@ -87,6 +102,14 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     app = load_app(args.app)
+    if args.processes > 1:
+        try:
+            children = plan(args.processes, instance_id=args.instance_id,
+                            data_dir=args.data_dir or app.data_dir(), metrics_port=args.metrics_port)
+        except ValueError as exc:
+            print(f"tidings worker: error: {exc}", file=sys.stderr)
+            return 2  # a usage error, as argparse's own
+        return supervise(args.argv, children, stop_grace_s=args.stop_grace or DEFAULT_STOP_GRACE_S)
     worker = app.worker(
         bootstrap=connection(args, app), data_dir=args.data_dir, instance_id=args.instance_id,
         metrics_port=args.metrics_port, stall_timeout_s=args.stall_timeout,
@@ -121,3 +144,13 @@ def _stop_grace(text: str) -> float:
         return parse_stop_grace(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _processes(text: str) -> int:
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of processes: {text!r}") from None
+    if not 1 <= count <= MAX_PROCESSES:
+        raise argparse.ArgumentTypeError(f"not a number of processes: {text!r} (1..{MAX_PROCESSES})")
+    return count

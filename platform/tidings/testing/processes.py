@@ -13,45 +13,19 @@ its RocksDB lock, and make the next run wait or fail.
 from __future__ import annotations
 
 import atexit
-import ctypes
 import os
 import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+from ..shell.runtime.children import die_with_parent
 
 #: Every worker child started and not yet reaped, killed at interpreter exit.
 _LIVE: set[subprocess.Popen[bytes]] = set()
 _LIVE_LOCK = threading.Lock()
-
-
-def _die_with_parent() -> Callable[[], None] | None:
-    """Return a ``preexec_fn`` that has the kernel SIGKILL the child when its parent dies.
-
-    Everything is looked up here, in the parent: between fork and exec the child may run
-    only the bare call (another thread of the parent may have held a lock at the fork).
-    None where there is no ``prctl`` (not Linux): the atexit cleanup is all there is.
-    """
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-    getppid, kill_self = os.getppid, os._exit
-
-    def preexec() -> None:
-        prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-        # The parent may have died between fork and prctl: then no signal will come.
-        if getppid() != parent:
-            kill_self(1)
-
-    return preexec
 
 
 def _kill_live_workers() -> None:
@@ -96,6 +70,7 @@ class WorkerProcess:
         log_path: Where its output goes (appended to; its directory is created if missing).
         env: Extra environment variables (e.g. which app id a test module builds).
         cwd: Working directory (the module must be importable from it).
+        args: More ``tidings worker`` arguments (e.g. ``("--processes", "2")``).
     """
 
     def __init__(
@@ -107,6 +82,7 @@ class WorkerProcess:
         log_path: Path,
         env: Mapping[str, str] | None = None,
         cwd: Path | None = None,
+        args: Sequence[str] = (),
     ) -> None:
         self.app_spec = app_spec
         self.bootstrap = bootstrap
@@ -114,6 +90,7 @@ class WorkerProcess:
         self.log_path = log_path
         self.env = dict(env or {})
         self.cwd = cwd or Path.cwd()
+        self.args = tuple(args)
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -129,13 +106,13 @@ class WorkerProcess:
         with open(self.log_path, "ab") as log:
             self._process = subprocess.Popen(
                 [sys.executable, "-m", "tidings.cli.main", "worker", self.app_spec,
-                 "--data-dir", str(self.data_dir), "--loglevel", "INFO"],
+                 "--data-dir", str(self.data_dir), "--loglevel", "INFO", *self.args],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,
                 cwd=self.cwd,
                 start_new_session=True,
-                preexec_fn=_die_with_parent(),
+                preexec_fn=die_with_parent(),
             )
         with _LIVE_LOCK:
             _LIVE.add(self._process)

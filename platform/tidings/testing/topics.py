@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from ..shell.runtime.connection import KafkaConnection
-from ..shell.runtime.kafka import incoming, watermarks
+from ..shell.runtime.kafka import incoming, take_waiting, watermarks
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +57,7 @@ def read_topic(
         remaining = dict(ends)
         deadline = time.monotonic() + timeout
         while remaining:
-            # consume() waits for the whole count or the timeout: keep each wait short.
-            messages = consumer.consume(1000, 0.1)
+            messages = take_waiting(consumer, 1000, 0.1)
             if not messages:
                 # Compaction may have removed a partition's last records: once nothing more
                 # comes, trust the fetch position.

@@ -53,6 +53,7 @@ from tidings.core.workflow import (
     WorkflowInstance,
     WorkflowStatus,
 )
+from tidings.core.workflow.attempt_ends import attempt_raised
 from tidings.core.workflow.child_records import AckParent, CancelChild, StartChild, TellParent
 from tidings.core.workflow.signal_sends import SendSignal, SignalReplied
 from tidings.core.workflow.context import instant_ms, ms_instant
@@ -72,7 +73,7 @@ from tidings.core.workflow.inbox_rules import (
     outcome_from,
 )
 from tidings.errors import (
-    AttemptTimedOut,
+    AttemptTimedOut,  # noqa: F401 - tests import it from here
     ReplyTimeout,
     SchemaError,
     WorkflowCancelled,
@@ -721,10 +722,8 @@ class WorkflowTestRuntime:
                     value = loop.run_until_complete(_awaited(value))
                 finally:
                     loop.close()
-        except AttemptTimedOut:
-            return ActivityResult(run.path, run.attempt, timed_out=True)
         except Exception as exc:  # noqa: BLE001 - the attempt failed; the policy decides
-            return ActivityResult(run.path, run.attempt, error=exc)
+            return attempt_raised(run.path, run.attempt, exc)  # the worker's rule: TimeoutError times out
         return ActivityResult(run.path, run.attempt, value=value)
 
     async def run_until_idle_async(self) -> int:
@@ -763,10 +762,8 @@ class WorkflowTestRuntime:
                 value = await asyncio.to_thread(run.fn, attempt)
                 if inspect.isawaitable(value):
                     value = await value
-        except AttemptTimedOut:
-            return ActivityResult(run.path, run.attempt, timed_out=True)
         except Exception as exc:  # noqa: BLE001
-            return ActivityResult(run.path, run.attempt, error=exc)
+            return attempt_raised(run.path, run.attempt, exc)
         return ActivityResult(run.path, run.attempt, value=value)
 
     # --------------------------------------------------------------- crash, recover

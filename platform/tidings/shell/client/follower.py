@@ -24,7 +24,7 @@ from ...errors import BrokerError
 from ..runtime.connection import KafkaConnection
 from ..runtime.groups import DEFAULT_PREFIX, reader_group
 from ..runtime.io import Incoming
-from ..runtime.kafka import incoming, is_transient, not_authorized, topic_partitions, watermarks
+from ..runtime.kafka import incoming, is_transient, not_authorized, take_waiting, topic_partitions, watermarks
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +167,7 @@ class TopicFollower:
             if not self.follow and not remaining:
                 self._hand(_END)
                 return
-            messages = consumer.consume(self._chunk, POLL_S)
+            messages = take_waiting(consumer, self._chunk, POLL_S)
             chunk = [record for message in messages if (record := self._take(consumer, message, remaining))]
             if chunk:
                 self._hand(chunk)

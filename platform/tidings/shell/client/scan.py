@@ -20,7 +20,7 @@ from ...errors import BrokerError
 from ..runtime.connection import KafkaConnection
 from ..runtime.groups import DEFAULT_PREFIX, reader_group
 from ..runtime.io import Incoming
-from ..runtime.kafka import PartitionRange, topic_partitions, watermarks
+from ..runtime.kafka import PartitionRange, take_waiting, topic_partitions, watermarks
 
 #: Most records one ``consume`` call returns.
 BATCH = 10_000
@@ -78,7 +78,7 @@ def read_topics(
         read = 0
         deadline = time.monotonic() + timeout
         while ranges:
-            messages = consumer.consume(BATCH, 0.1)
+            messages = take_waiting(consumer, BATCH, 0.1)
             if not messages:
                 for key in [key for key, reading in ranges.items() if reading.settled(consumer)]:
                     del ranges[key]

@@ -20,7 +20,7 @@ from confluent_kafka import Consumer, TopicPartition
 from ...errors import BrokerError
 from .connection import KafkaConnection
 from .groups import DEFAULT_PREFIX, reader_group
-from .kafka import is_fatal, topic_partitions, watermarks
+from .kafka import is_fatal, take_waiting, topic_partitions, watermarks
 from .liveness import Liveness, read_statistics
 
 R = TypeVar("R")
@@ -122,10 +122,7 @@ class ReplyReader(Generic[R]):
                                 RECOVER_AFTER_S)
                     consumer = self._renew(consumer, positions)
                 try:
-                    # poll() returns at the first answer; consume(n, 0) then drains what else
-                    # is there without waiting (consume(n, t) would wait for n or t).
-                    first = consumer.poll(0.02)
-                    messages = [] if first is None else [first, *consumer.consume(1000, 0)]
+                    messages = take_waiting(consumer, 1000, 0.02)
                 except Exception:  # noqa: BLE001 - a callback raised: callers would hang
                     log.warning("reading %s failed; reading again with a new consumer",
                                 self.topic, exc_info=True)

@@ -42,7 +42,7 @@ from ...core.workflow_records import WorkflowInbox, WorkflowReply
 from ...errors import BrokerError
 from .connection import KafkaConnection
 from .groups import DEFAULT_PREFIX, reader_group
-from .kafka import close_producer, is_fatal, settle_future, watermarks
+from .kafka import close_producer, is_fatal, settle_future, take_waiting, watermarks
 from .liveness import Liveness, read_statistics
 from .replies import RECOVER_AFTER_S, ReplyReader
 from . import tracing
@@ -515,7 +515,7 @@ class OutcomeWatcher:
                     log.warning("the outcome watcher read nothing for %.0f s with outcomes waiting; "
                                 "reading again with a new consumer", RECOVER_AFTER_S)
                     self._renew(positions)
-                for message in self._consumer.consume(500, POLL_S):
+                for message in take_waiting(self._consumer, 500, POLL_S):
                     error = message.error()
                     if error is None:
                         where = (message.topic(), message.partition())

@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Generic, Protocol, TypeVar
 
 from ....core.workflow import ActivityResult, Attempt, RunActivity
+from ....core.workflow.attempt_ends import attempt_raised
 
 
 async def run_attempt(
@@ -54,12 +55,12 @@ async def run_attempt(
             value = await asyncio.wait_for(_settled(running), max(0.0, effect.timeout_at / 1000 - clock()))
         else:
             value = await _settled(running)
-    except asyncio.TimeoutError:
+    except asyncio.TimeoutError:  # given up at timeout_at, or the function raised TimeoutError
         return ActivityResult(effect.path, effect.attempt, timed_out=True)
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # noqa: BLE001 - the attempt failed; the policy decides
-        return ActivityResult(effect.path, effect.attempt, error=exc)
+        return attempt_raised(effect.path, effect.attempt, exc)
     return ActivityResult(effect.path, effect.attempt, value=value)
 
 
@@ -232,7 +233,7 @@ class ThreadedAttempts(Generic[T]):
         try:
             value = effect.fn(attempt)
         except Exception as exc:  # noqa: BLE001 - the attempt failed; the policy decides
-            result: Any = ActivityResult(effect.path, effect.attempt, error=exc)
+            result: Any = attempt_raised(effect.path, effect.attempt, exc)
         else:
             result = value if inspect.isawaitable(value) else ActivityResult(
                 effect.path, effect.attempt, value=value)
@@ -282,5 +283,5 @@ async def settle_returned(effect: RunActivity, returned: Awaitable[Any]) -> Acti
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # noqa: BLE001 - the attempt failed; the policy decides
-        return ActivityResult(effect.path, effect.attempt, error=exc)
+        return attempt_raised(effect.path, effect.attempt, exc)
     return ActivityResult(effect.path, effect.attempt, value=value)
