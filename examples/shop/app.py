@@ -1,4 +1,4 @@
-"""The shop app: the seeds' ``enrich`` and ``approve`` workflows, declared on an App.
+"""The shop app: the seeds' ``enrich`` and ``approve`` workflows and a ``cart`` that takes updates.
 
 Run a worker with ``tidings worker examples.shop.app:app``, then drive it from another
 terminal (README.md, "Workflows and orchestrations")::
@@ -7,12 +7,13 @@ terminal (README.md, "Workflows and orchestrations")::
     tidings result examples.shop.app:app enrich order-17
     tidings start examples.shop.app:app approve order-18
     tidings signal examples.shop.app:app approve order-18 approval true
+    tidings update examples.shop.app:app cart cart-7 add_item '{"sku": "A-1", "qty": 2}' --start '"ann"'
 
 Two environment variables, read when the module is imported (by the worker), serve the
 demo and the tests: ``SHOP_SCORE_LOG`` names a file where the scoring service notes each
 call, and ``SHOP_APPROVAL_WINDOW`` sets ``approve``'s window in seconds.
 
-``build(name)`` declares both workflows on an App of that name: ``app`` is ``build("shop")``,
+``build(name)`` declares the workflows on an App of that name: ``app`` is ``build("shop")``,
 and a test suite builds the shop under a name of each test's own, so its topics and
 consumer group are the test's (the pytest plugin's ``tidings_app``: examples/shop/tests,
 docs/testing.md).
@@ -26,6 +27,7 @@ from datetime import datetime, timedelta
 from pydantic import BaseModel, ConfigDict
 
 from tidings import App, Attempt, Retry, WorkflowContext, WorkflowHandle
+from tidings.core.workflow import UpdateDeclaration
 
 #: The seed's ``enrich`` waits five minutes after scoring; three seconds keep the demo (and a
 #: try at the command line) short while still leaving time to kill a worker mid-sleep.
@@ -113,8 +115,46 @@ async def approve_order(ctx: WorkflowContext, order: str | None) -> bool:
     return answer if answer is not None else False
 
 
+class Item(BaseModel):
+    """What ``cart``'s update "add_item" carries."""
+
+    model_config = ConfigDict(frozen=True)
+
+    sku: str
+    qty: int
+
+
+def positive(item: Item) -> None:
+    """The validator of "add_item": run on arrival, before anything is stored; raising rejects."""
+    if item.qty <= 0:
+        raise ValueError(f"the quantity of {item.sku} must be positive, got {item.qty}")
+
+
+#: The updates ``cart`` takes: "add_item" (an ``Item``, checked by ``positive``) and "checkout".
+CART_UPDATES = [UpdateDeclaration("add_item", Item, positive), "checkout"]
+
+
+async def shopping_cart(ctx: WorkflowContext, owner: str) -> list[Item]:
+    """A shopping cart that takes updates: each "add_item" is answered with the number of items,
+    "checkout" with the items, and ends the cart.
+
+    Shows updates (docs/workflows.md, "Updates"): the body takes them as steps, oldest first,
+    and answers each (``call.reply``) once it has what it needs; the caller of
+    ``cart.update(...)`` / ``tidings update`` gets that answer once it is journaled. A
+    quantity of 0 or less is refused by the validator and journals nothing.
+    """
+    items: list[Item] = []
+    while True:
+        call = await ctx.race([ctx.wait_update("add_item"), ctx.wait_update("checkout")])
+        if call.name == "checkout":
+            await call.reply(items)
+            return items
+        items.append(call.payload)
+        await call.reply(len(items))
+
+
 def build(name: str = "shop") -> App:
-    """Return an App named ``name`` with the shop's workflows, ``enrich`` and ``approve``.
+    """Return an App named ``name`` with the shop's workflows, ``enrich``, ``approve`` and ``cart``.
 
     Args:
         name: The app's name, the prefix of its topics and its consumer group.
@@ -122,6 +162,7 @@ def build(name: str = "shop") -> App:
     shop = App(name)
     shop.workflow("enrich")(enrich_order)
     shop.workflow("approve")(approve_order)
+    shop.workflow("cart", updates=CART_UPDATES)(shopping_cart)
     return shop
 
 
@@ -129,3 +170,4 @@ app = build()
 #: The handles of ``app``, for the demo, the README's commands and programs of its own.
 enrich: WorkflowHandle = app.workflow_handle("enrich")
 approve: WorkflowHandle = app.workflow_handle("approve")
+cart: WorkflowHandle = app.workflow_handle("cart")

@@ -63,6 +63,8 @@ from .errors import WorkflowEnded as WorkflowEnded
 from .errors import WorkflowFaulted as WorkflowFaulted
 from .errors import WorkflowNotFound as WorkflowNotFound
 from .errors import WorkflowStepFailed as WorkflowStepFailed
+from .errors import WorkflowUpdateFailed as WorkflowUpdateFailed
+from .errors import WorkflowUpdateRejected as WorkflowUpdateRejected
 from .shell.kinds.projection.agent import ProjectedEvent as ProjectedEvent
 from .shell.app import AggregateHandle as AggregateHandle
 from .shell.app import App as App
@@ -134,5 +136,7 @@ __all__ = [
     "WorkflowNotFound",
     "WorkflowStatus",
     "WorkflowStepFailed",
+    "WorkflowUpdateFailed",
+    "WorkflowUpdateRejected",
     "subroutine",
 ]

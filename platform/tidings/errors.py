@@ -10,6 +10,8 @@ The tree::
     ├── WorkflowEnded                       the instance has already ended
     ├── WorkflowFaulted                     value() of a faulted instance (.error: StepError)
     ├── WorkflowCancelled                   value() of a cancelled instance
+    ├── WorkflowUpdateRejected              an update was refused on arrival; nothing was stored
+    ├── WorkflowUpdateFailed                the body failed an update (.error: StepError)
     ├── WorkflowStepFailed                  a step failed inside a body (.error: StepError)
     ├── NondeterminismError                 the body no longer matches its journal (parked)
     │   └── JournalMismatch                 internal: raised while replaying, becomes parking
@@ -97,6 +99,19 @@ class WorkflowFaulted(TidingsError):
 
 class WorkflowCancelled(TidingsError):
     """The workflow instance ended Cancelled."""
+
+
+class WorkflowUpdateRejected(TidingsError):
+    """An update was refused on arrival (undeclared name, unreadable payload, its validator);
+    the instance stored nothing."""
+
+
+class WorkflowUpdateFailed(TidingsError):
+    """The body answered an update with a failure (``call.fail``); ``error`` is the stored one."""
+
+    def __init__(self, message: str, error: StepError | None = None) -> None:
+        self.error = error
+        super().__init__(message)
 
 
 class WorkflowStepFailed(TidingsError):

@@ -625,6 +625,33 @@ class Table:
                    raw=b'{"kind": "signal_with_start", "instance_id": "' + sws_deep.encode()
                    + b'", "signal": "poke", "input": {"name": "n"}, "payload": ' + DEEP_JSON + b"}")
 
+        def update_with_start(case: str, *, raw: bytes | None = None, **fields: Any) -> None:
+            # An update-with-start (workflowinbox.v5): whatever is wrong, it starts nothing.
+            instance = fields.pop("instance", None) or self.ids.fresh("greet")
+            request = {"kind": "update_with_start", "instance_id": instance, "request_id": self.ids.fresh("req"),
+                       "input": {"name": "n"}, "update": "poke", "update_id": self.ids.fresh("u"), "payload": 1,
+                       **fields}
+            value = raw if raw is not None else as_json(request)
+            records.append(self.keyed(target, case, instance.encode(), value, JSON, check=not_started(instance)))
+
+        update_with_start("update_with_start without its update name", update=None)
+        update_with_start("update_with_start without its update_id", update_id=None)
+        update_with_start("update_with_start with an update_id that is a number", update_id=7)
+        update_with_start("update_with_start with a 300 KB update name", update=LONG_ID)
+        update_with_start("update_with_start with a 300 KB update_id", update_id=LONG_ID)
+        update_with_start("update_with_start waiting for nonsense", wait_for="soon")
+        update_with_start("update_with_start with a payload near 1 MB", payload="x" * NEAR_LIMIT)
+        update_with_start("update fields on a plain start", kind="start", payload={"name": "n"}, input=None)
+        uws_deep = self.ids.fresh("greet")
+        update_with_start("update_with_start with its input nested 10,000 deep", instance=uws_deep,
+                          raw=b'{"kind": "update_with_start", "instance_id": "' + uws_deep.encode()
+                          + b'", "update": "poke", "update_id": "u-1", "input": ' + DEEP_JSON + b"}")
+        uws_deep = self.ids.fresh("greet")
+        update_with_start("update_with_start with its payload nested 10,000 deep", instance=uws_deep,
+                          raw=b'{"kind": "update_with_start", "instance_id": "' + uws_deep.encode()
+                          + b'", "update": "poke", "update_id": "u-1", "input": {"name": "n"}, "payload": '
+                          + DEEP_JSON + b"}")
+
         def avro_start(instance: str, payload: bytes) -> bytes:
             return self.avro.encode("workflowinbox", {
                 "request_id": uuid.uuid4().hex, "instance_id": instance, "kind": "start",

@@ -7,6 +7,7 @@ JSON (``App(json_outcomes=True)``).
 - aggregate ``tally``: command ``Add {"amount": n}`` stores ``Added {"amount": n}``;
 - workflow ``greet``: input a name, waits for the signal ``approve`` (a bool) and returns
   ``{"greeting": "hello NAME", "approved": ...}``;
+- workflow ``echo``: answers one update "echo" with its payload and ends;
 - workflow ``shout`` and the flow stage ``names``: each JSON string on ``{app}.names``
   starts ``shout`` with id ``shout-{name}``; the outcome goes to ``{app}.shouted``.
 """
@@ -61,6 +62,13 @@ def build(app_id: str, json_outcomes: bool = False) -> App:
     async def greet(ctx: WorkflowContext, name: str) -> Greeting:
         approved = await ctx.wait_signal("approve", type=bool)
         return Greeting(greeting=f"hello {name}", approved=approved)
+
+    @app.workflow("echo", updates=["echo"])
+    async def echo(ctx: WorkflowContext, _: None) -> str:
+        """Answers one update "echo" with its payload, then ends with it."""
+        call = await ctx.wait_update("echo")
+        await call.reply(call.payload)
+        return str(call.payload)
 
     @app.workflow("shout")
     async def shout(ctx: WorkflowContext, name: str) -> str:

@@ -127,6 +127,10 @@ def test_the_generated_acls_refuse_forged_records_and_allow_every_client_operati
                              "--start", '"dee"'))
         assert '"answer": "started"' in started, started
         assert "hello dee" in ok(tidings(secured, app_id, "client", "result", APP_SPEC, "greet", "g-4"))
+        # An update (with start) too: a request on the inbox answered on the client's replies topic.
+        echoed = ok(tidings(secured, app_id, "client", "update", APP_SPEC, "echo", "e-1", "echo", '"hi"',
+                            "--start", "null"))
+        assert '"result": "hi"' in echoed, echoed
         outcomes = ok(tidings(secured, app_id, "client", "outcomes", APP_SPEC, "greet"))
         assert '"g-1"' in outcomes and '"g-2"' in outcomes
         kcat = shutil.which("kcat")

@@ -164,3 +164,15 @@ def test_the_readme_round_trip_on_the_command_line(shop_worker: WorkerProcess, k
         0, [{"signalled": approval, "signal": "approval"}])
     assert tidings("result", shop_app, "approve", approval) == (0, [{"outcome": "finished", "value": True}])
     assert tidings("status", shop_app, "approve", approval) == (0, [{"status": "FINISHED"}])
+
+    # The cart takes updates (README, docs/workflows.md "Updates").
+    cart = fresh("cart-7")
+    assert tidings("update", shop_app, "cart", cart, "add_item", '{"sku": "A-1", "qty": 2}', "--start", '"ann"') == (
+        0, [{"updated": cart, "update": "add_item", "workflow": "cart", "answer": "completed", "result": 1}])
+    done = subprocess.run([sys.executable, "-m", "tidings.cli.main", "update", shop_app, "cart", cart, "add_item",
+                           '{"sku": "B-2", "qty": 0}'], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    assert done.returncode == 1 and "must be positive" in done.stderr and "nothing was stored" in done.stderr
+    assert tidings("update", shop_app, "cart", cart, "checkout") == (
+        0, [{"updated": cart, "update": "checkout", "workflow": "cart", "answer": "completed",
+             "result": [{"sku": "A-1", "qty": 2}]}])
+    assert tidings("result", shop_app, "cart", cart) == (0, [{"outcome": "finished", "value": [{"sku": "A-1", "qty": 2}]}])

@@ -37,6 +37,15 @@ class Step:
     wait: bool = False
     signal_id: str | None = None
     input: bytes | None = None
+    update: str | None = None
+    update_id: str | None = None
+    wait_for: str | None = None
+
+
+def upd(instance_id: str, name: str | None, payload: bytes | None, update_id: str | None,
+        wait_for: str | None = None) -> Step:
+    """An update of cart ``instance_id``."""
+    return Step("cart", instance_id, "update", payload, update=name, update_id=update_id, wait_for=wait_for)
 
 
 def sws(instance_id: str, payload: bytes | None, signal_id: str | None, input: bytes | None = b"2",
@@ -89,9 +98,27 @@ PHASE_1 = [
     sws("c-1", b"1", "z"),  # ended
     sws("s-4", b"4", None, b"1"),  # starts and ends at once with its signal
     sws("s-4", b"5", None, b"1"),  # ended
+    # cart(delay) takes "add_item" updates (an int, the validator refuses a negative one) until
+    # "close"; each is answered once the body has answered it.
+    upd("u-0", "add_item", b"1", "x"),  # never started
+    Step("cart", "u-1", "start", b"0"),
+    upd("u-1", "add_item", b"3", "a"),  # completed: 1
+    upd("u-1", "add_item", b"7", "a"),  # a repeat of its id: the first answer, nothing stored
+    upd("u-1", "add_item", b"-1", "n"),  # the validator refuses it: rejected, nothing stored
+    upd("u-1", "remove", b"1", "r"),  # not declared: rejected
+    upd("u-1", "add_item", b"{oops", "o"),  # not JSON: rejected (and dead-lettered)
+    upd("u-1", "add_item", b"1", "w", "soon"),  # nonsense wait_for: rejected
+    upd("u-1", "add_item", b"4", "b", "accepted"),  # accepted
+    upd("u-1", "close", None, "z"),  # completed: [3, 4]
+    Step("cart", "u-2", "start", b"0"),
+    upd("u-2", "add_item", b"5", "c", "accepted"),  # its answer is asked for after the worker change
 ]
 
 PHASE_2 = [
+    upd("u-1", "add_item", b"3", "a"),  # ended, known by its stored end: a repeat gets its first answer
+    upd("u-1", "add_item", b"3", "new"),  # ended: a new id is answered "ended"
+    upd("u-2", "add_item", b"9", "c"),  # its id came back from the journal: the first answer, 1
+    upd("u-2", "close", None, "y"),  # completed: [5]
     sws("s-1", b"1", "a"),  # its id came back from the journal: nothing stored
     sws("s-1", b"3", "c"),  # s-1 finishes [1, 3]
     Step("collector", "s-1", "query"),
@@ -137,6 +164,9 @@ def hosted_replies(
             wait=step.wait,
             signal_id=step.signal_id,
             input=step.input,
+            update=step.update,
+            update_id=step.update_id,
+            wait_for=step.wait_for,
         )
         producer.produce(topics.inbox, avro.encode(request), step.instance_id.encode())
     assert producer.flush(30) == 0
@@ -161,21 +191,24 @@ def hosted_replies(
 
 def in_memory_replies(runtime: WorkflowTestRuntime, steps: list[Step]) -> list[PendingReply]:
     """Send ``steps`` to the in-memory runtime through the raw inbox requests of its handles."""
-    handles = {name: runtime.register(runtime.definition(name)) for name in ("collector", "faulty")}
-    return [
+    handles = {name: runtime.register(runtime.definition(name)) for name in ("collector", "faulty", "cart")}
+    pending = [
         handles[step.workflow].ask(
             step.instance_id, step.kind, payload=step.payload, signal=step.signal, wait=step.wait,
-            signal_id=step.signal_id, input=step.input,
+            signal_id=step.signal_id, input=step.input, update=step.update, update_id=step.update_id,
+            wait_for=step.wait_for,
         )
         for step in steps
     ]
+    runtime.run_until_idle()  # cart's sleep(0), then its answers
+    return pending
 
 
 def test_the_hosted_worker_and_the_in_memory_runtime_answer_one_inbox_sequence_alike(
     kafka_bootstrap: str, workflow_app: App, workflow_workers: WorkflowWorkers
 ) -> None:
     runtime = WorkflowTestRuntime()
-    for name in ("collector", "faulty"):
+    for name in ("collector", "faulty", "cart"):
         runtime.register(workflow_app.workflow_handle(name).definition)
 
     first = workflow_workers.start("w1")
@@ -185,6 +218,8 @@ def test_the_hosted_worker_and_the_in_memory_runtime_answer_one_inbox_sequence_a
     workflow_workers.start("w2")  # an empty data directory: everything comes back from the journal
     runtime.restart()
     hosted_2 = hosted_replies(kafka_bootstrap, workflow_app, PHASE_2, "p2", workflow_workers.log_tail)
+    # (cart's updates are answered with its body's answers: the worker decides the inbox and
+    # its timers in its own order, so cart's requests do not depend on when its sleep fires.)
     memory_2 = in_memory_replies(runtime, PHASE_2)
 
     steps = PHASE_1 + PHASE_2
@@ -206,7 +241,18 @@ def test_the_hosted_worker_and_the_in_memory_runtime_answer_one_inbox_sequence_a
             ("s-2", "query", False, "not_found"), ("s-3", "signal_with_start", False, "rejected"),
             ("c-1", "signal_with_start", False, "ended"), ("s-4", "signal_with_start", False, "started"),
             ("s-4", "signal_with_start", False, "ended")} <= answers
-    assert hosted[len(PHASE_1) + 2] == InboxReply("status", "FINISHED", "finished", "[1,3]")
+    assert {("u-0", "update", False, "not_found"), ("u-1", "update", False, "completed"),
+            ("u-1", "update", False, "rejected"), ("u-1", "update", False, "accepted"),
+            ("u-1", "update", False, "ended"), ("u-2", "update", False, "completed")} <= answers
+    by_update = {(s.instance_id, s.update_id, n >= len(PHASE_1)): r for n, (s, r) in enumerate(zip(steps, hosted))
+                 if s.kind == "update"}
+    assert by_update[("u-1", "a", False)] == InboxReply("completed", result="1")
+    assert by_update[("u-1", "z", False)] == InboxReply("completed", result="[3,4]")
+    assert by_update[("u-2", "c", True)] == InboxReply("completed", result="1")
+    assert by_update[("u-2", "y", True)] == InboxReply("completed", result="[5]")
+    assert by_update[("u-1", "a", True)] == InboxReply("completed", result="1")
+    assert by_update[("u-1", "new", True)].answer == "ended"
+    assert hosted[len(PHASE_1) + 6] == InboxReply("status", "FINISHED", "finished", "[1,3]")
     by_step = dict(zip(range(len(steps)), hosted))
     assert by_step[9] == InboxReply("status", "FINISHED", "finished", "[7,8]")  # the waiting query
     assert by_step[22] == InboxReply("status", "CANCELLED", "cancelled")

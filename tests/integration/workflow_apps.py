@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tidings import App
-from tidings.core.workflow import Attempt, Backoff, ErrorKind, Retry, WorkflowContext, subroutine
+from tidings.core.workflow import Attempt, Backoff, ErrorKind, Retry, UpdateDeclaration, WorkflowContext, subroutine
 from tidings.errors import WorkflowEnded, WorkflowNotFound, WorkflowStepFailed
 
 PARTITIONS = 4
@@ -207,7 +207,49 @@ def build(app_id: str, calls_dir: Path, *, without_collector: bool = False) -> A
 
     _recovery_workflows(app, calls)
     _cache_and_rebalance_workflows(app, calls)
+    _update_workflows(app, calls)
     return app
+
+
+def _update_workflows(app: App, calls: Calls) -> None:
+    """``cart`` of ``tests/integration/test_workflow_updates.py``: updates answered by the body."""
+
+    def not_negative(qty: int) -> None:
+        if qty < 0:
+            raise ValueError("the quantity must not be negative")
+
+    def gated(attempt: Attempt, qty: int) -> int:
+        # Blocks until the test creates gate-{qty}: the update is accepted and not yet answered.
+        calls.record("gated", attempt, qty)
+        gate = calls.directory / f"gate-{qty}"
+        deadline = time.monotonic() + 120
+        while not gate.exists() and not attempt.cancellation.cancelled and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return qty * 10
+
+    @app.workflow("cart", updates=[UpdateDeclaration("add_item", int, not_negative), "close"])
+    async def cart(ctx: WorkflowContext, delay: float) -> list[int]:
+        """Sleeps ``delay`` s (updates sent meanwhile are stored), then adds items until "close".
+
+        An item of 100 or more is priced by an activity that waits for its gate file; 13
+        raises in the handler (the instance faults); 99 is failed by the body."""
+        await ctx.sleep(timedelta(seconds=delay))
+        items: list[int] = []
+        while True:
+            call = await ctx.race([ctx.wait_update("add_item"), ctx.wait_update("close")])
+            if call.name == "close":
+                await call.reply(items)
+                return items
+            qty = call.payload
+            if qty == 13:
+                raise RuntimeError("13 is unlucky")
+            if qty == 99:
+                await call.fail("99 is out of stock")
+                continue
+            if qty >= 100:
+                qty = await ctx.activity("gated", Retry.times(3), lambda a, q=qty: gated(a, q))
+            items.append(qty)
+            await call.reply(len(items))
 
 
 def _recovery_workflows(app: App, calls: Calls) -> None:

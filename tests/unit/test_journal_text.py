@@ -112,3 +112,17 @@ def test_a_failure_shows_the_causes_its_exception_carried() -> None:
     told = "not_retryable: attempt 1: RuntimeError: charge failed; caused by ValueError: card 4242 declined; " \
            "caused by ConnectionError"
     assert told in lines[1] and told in lines[2]
+
+
+def test_updates_are_shown_with_their_id_and_answer() -> None:
+    from tidings.core.workflow.journal import UpdateAnswered, UpdateReceived
+
+    lines = journal_lines([
+        Started(1, '"ann"', T0),
+        UpdateReceived(2, "add_item", "3", T0 + 1, "u-1", "shop.replies", "r-1"),
+        UpdateAnswered(3, "u-1", T0 + 2, result="1"),
+        UpdateAnswered(4, "u-2", T0 + 3, error=StepError(ErrorKind.NOT_RETRYABLE, "out of stock")),
+    ])
+    assert "update add_item (id u-1, answer to shop.replies): 3" in lines[1]
+    assert "update u-1 answered: 1" in lines[2]
+    assert "update u-2 failed" in lines[3] and "out of stock" in lines[3]

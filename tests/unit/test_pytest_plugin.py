@@ -57,7 +57,7 @@ def test_each_test_gets_a_fresh_runtime_and_clock(tidings_runtime: WorkflowTestR
 
 def test_a_factory_builds_the_app_under_the_name_it_is_given() -> None:
     app = build_app("examples.shop.app:build", "t-shop-1")
-    assert app.name == "t-shop-1" and [h.name for h in app.workflows] == ["enrich", "approve"]
+    assert app.name == "t-shop-1" and [h.name for h in app.workflows] == ["enrich", "approve", "cart"]
     assert all(spec.name.startswith("t-shop-1.") for spec in app.topic_specs())
 
 

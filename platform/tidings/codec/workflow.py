@@ -33,6 +33,7 @@ _JOURNAL_FIELDS: Final = (
     "at", "path", "kind", "name", "due", "input", "result", "payload", "signal", "error",
     "position", "change_id", "version", "outcome", "signal_id", "parent_workflow", "parent_id", "parent_path",
     "outcome_json", "token", "parent_token", "attempt", "retry_at", "traceparent",
+    "update_id", "reply_to", "request_id", "reply_json",
 )
 
 
@@ -148,7 +149,9 @@ def inbox_from_json(data: bytes, *, timestamp_ms: int | None = None) -> Workflow
     ``{"kind": "signal", "instance_id": "o-1", "signal": "approval", "payload": true}``;
     ``{"kind": "cancel", "instance_id": "o-1"}``;
     ``{"kind": "signal_with_start", "instance_id": "o-1", "input": "ABC", "signal": "approval",
-    "payload": true}``. ``payload`` and ``input`` are inline JSON values.
+    "payload": true}``; ``{"kind": "update", "instance_id": "o-1", "update": "add_item",
+    "update_id": "u-1", "payload": {...}, "reply_to": "my.replies", "wait_for": "completed"}``.
+    ``payload`` and ``input`` are inline JSON values.
     ``request_id`` defaults to ``{kind}:{instance_id}:{timestamp_ms}``; ``reply_to``,
     ``wait``, ``metadata`` and a signal's ``signal_id`` are optional.
 
@@ -182,6 +185,13 @@ def inbox_from_json(data: bytes, *, timestamp_ms: int | None = None) -> Workflow
         raise SchemaError(f"JSON workflow inbox: kind {kind!r} is not one of {sorted(INBOX_KINDS)}")
     instance_id = text("instance_id", required=True)
     signal = text("signal", required=kind in ("signal", "signal_with_start"))
+    updates = kind in ("update", "update_with_start")
+    update = text("update", required=updates)
+    update_id = text("update_id", required=updates)
+    wait_for = text("wait_for")
+    if not updates and (update is not None or update_id is not None or wait_for is not None):
+        raise SchemaError(f"JSON workflow inbox: 'update', 'update_id' and 'wait_for' are for update and "
+                          f"update_with_start, not a {kind}")
     stamp = obj.get("timestamp_ms", timestamp_ms)
     if stamp is None:
         stamp = 0
@@ -198,9 +208,9 @@ def inbox_from_json(data: bytes, *, timestamp_ms: int | None = None) -> Workflow
         payload = json.dumps(obj["payload"], separators=(",", ":"), ensure_ascii=False).encode()
     start_input = None
     if "input" in obj:
-        if kind != "signal_with_start":
+        if kind not in ("signal_with_start", "update_with_start"):
             # A start's input is its payload: an "input" elsewhere would be silently dropped.
-            raise SchemaError(f"JSON workflow inbox: 'input' is for signal_with_start; a {kind}'s "
+            raise SchemaError(f"JSON workflow inbox: 'input' is for signal_with_start and update_with_start; a {kind}'s "
                               f"input or payload goes in 'payload'")
         start_input = json.dumps(obj["input"], separators=(",", ":"), ensure_ascii=False).encode()
     return WorkflowInbox(
@@ -215,4 +225,7 @@ def inbox_from_json(data: bytes, *, timestamp_ms: int | None = None) -> Workflow
         metadata=dict(metadata),
         signal_id=text("signal_id"),
         input=start_input,
+        update=update,
+        update_id=update_id,
+        wait_for=wait_for,
     )

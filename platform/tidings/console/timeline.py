@@ -24,6 +24,8 @@ from ..core.workflow.journal import (
     StepCompleted,
     StepFailed,
     StepStarted,
+    UpdateAnswered,
+    UpdateReceived,
     VersionMarker,
 )
 from ..inspection.journal_text import instant
@@ -84,6 +86,12 @@ def timeline(records: Sequence[JournalRecord], now_ms: int) -> list[dict[str, An
         elif isinstance(record, SignalReceived):
             entries.append({"type": "signal", "seq": record.seq, "at": _iso(record.at), "name": record.name,
                             "payload": record.payload})
+        elif isinstance(record, UpdateReceived):
+            entries.append({"type": "update", "seq": record.seq, "at": _iso(record.at), "name": record.name,
+                            "update_id": record.update_id, "payload": record.payload})
+        elif isinstance(record, UpdateAnswered):
+            entries.append({"type": "update_answered", "seq": record.seq, "at": _iso(record.at),
+                            "update_id": record.update_id, "result": record.result, "error": _error(record.error)})
         elif isinstance(record, CancelRequested):
             entries.append({"type": "cancel_requested", "seq": record.seq, "at": _iso(record.at)})
         elif isinstance(record, ChildOutcome):

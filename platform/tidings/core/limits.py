@@ -373,6 +373,11 @@ def check_inbox(inbox: WorkflowInbox) -> WorkflowInbox:
         raise LimitError(f"a {inbox.kind} request needs the signal's name")
     check_optional_id(inbox.signal, "signal name")
     check_optional_id(inbox.signal_id, "signal_id")
+    if inbox.kind in ("update", "update_with_start") and not (inbox.update and inbox.update_id):
+        raise LimitError(f"an {inbox.kind} request needs the update's name and an update_id")
+    check_optional_id(inbox.update, "update name")
+    check_optional_id(inbox.update_id, "update_id")
+    check_optional_id(inbox.wait_for, "wait_for")
     if inbox.reply_to is not None:
         check_topic_name(inbox.reply_to, "reply_to")
     # A child's result may be as large as any stored value; an input or signal may not.

@@ -24,15 +24,24 @@ from typing import Final, Literal, get_args
 from tidings.core.workflow.failures import StepError
 from tidings.core.workflow.journal import JournalRecord
 
-InboxKind = Literal["start", "signal", "cancel", "query", "child_started", "child_ended", "signal_with_start"]
+InboxKind = Literal[
+    "start", "signal", "cancel", "query", "child_started", "child_ended", "signal_with_start", "update",
+    "update_with_start",
+]
 INBOX_KINDS: Final = frozenset(get_args(InboxKind))
 
-ReplyAnswer = Literal["accepted", "not_found", "ended", "rejected", "status", "started", "signalled"]
+ReplyAnswer = Literal[
+    "accepted", "not_found", "ended", "rejected", "status", "started", "signalled", "completed", "failed",
+]
 """``accepted``: stored (or a repeat that changes nothing); ``not_found``: never started;
 ``ended``: a signal (or a signal-with-start) to an ended instance; ``rejected``: unusable
 (``reason``); ``status``: the answer to a query (``status``, and ``outcome`` once ended);
 ``started``: a signal-with-start started the instance with its signal; ``signalled``: it
-found the instance running and signalled it (or its signal id was stored already)."""
+found the instance running and signalled it (or its signal id was stored already);
+``completed``: an update's answer (``result``); ``failed``: the body failed the update
+(``error``, ``reason``). An update the checks refused is ``rejected`` (``reason``), one the body
+never answered before its instance ended is ``ended``; ``accepted`` answers an update whose
+caller waits only for its acceptance."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,8 +76,13 @@ class WorkflowInbox:
             report only with it, so a producer that cannot read an inbox or a journal
             cannot end a parent's step with a made-up child outcome (since
             ``workflowinbox.v3``; None from older parents and children).
-        input: A ``signal_with_start``: the JSON bytes of the input it starts the instance
-            with when it was never started (since ``workflowinbox.v4``).
+        input: A ``signal_with_start`` or ``update_with_start``: the JSON bytes of the input
+            it starts the instance with when it was never started (since ``workflowinbox.v4``).
+        update: ``update``, ``update_with_start``: the update's name (since ``workflowinbox.v5``).
+        update_id: The update's id: an instance stores an update id once, and a repeat gets
+            the first answer (required for an update).
+        wait_for: ``completed`` (None: the default) answers once the body answered the
+            update; ``accepted`` once it is journaled.
     """
 
     request_id: str
@@ -89,6 +103,9 @@ class WorkflowInbox:
     error: StepError | None = None
     parent_token: str | None = None
     input: bytes | None = None
+    update: str | None = None
+    update_id: str | None = None
+    wait_for: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,8 @@ from ..core.workflow.journal import (
     StepCompleted,
     StepFailed,
     StepStarted,
+    UpdateAnswered,
+    UpdateReceived,
     VersionMarker,
 )
 
@@ -126,6 +128,13 @@ def _what(record: JournalRecord, steps: dict[str, StepStarted], first: Started |
     if isinstance(record, SignalReceived):
         named = f" (id {record.signal_id})" if record.signal_id is not None else ""
         return record.at, f"signal {record.name}{named}: {value(record.payload, full=full)}"
+    if isinstance(record, UpdateReceived):
+        waits = f", answer to {record.reply_to}" if record.reply_to else ""
+        return record.at, f"update {record.name} (id {record.update_id}{waits}): {value(record.payload, full=full)}"
+    if isinstance(record, UpdateAnswered):
+        if record.error is not None:
+            return record.at, f"update {record.update_id} failed, {_error(record.error)}"
+        return record.at, f"update {record.update_id} answered: {value(record.result or 'null', full=full)}"
     if isinstance(record, VersionMarker):
         return None, f"version {record.change_id} = {record.version} (at step {record.position})"
     if isinstance(record, CancelRequested):

@@ -25,7 +25,7 @@ import asyncio
 import heapq
 import inspect
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -59,8 +59,10 @@ from tidings.core.workflow.signal_sends import SendSignal, SignalReplied
 from tidings.core.workflow.context import instant_ms, ms_instant
 from tidings.core.workflow_records import WorkflowInbox
 from tidings.core.workflow_links import link_request
+from tidings.core.workflow.updates import AnswerUpdate
 from tidings.core.workflow.inbox_rules import (
     AwaitEnd,
+    AwaitUpdate,
     Feed,
     InboxReply,
     Known,
@@ -78,6 +80,8 @@ from tidings.errors import (
     WorkflowEnded,
     WorkflowFaulted,
     WorkflowNotFound,
+    WorkflowUpdateFailed,
+    WorkflowUpdateRejected,
 )
 
 DEFAULT_START = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -133,6 +137,15 @@ class _Request:
     wait: bool = False
     signal_id: str | None = None
     input: bytes | None = None
+    update: str | None = None
+    update_id: str | None = None
+    wait_for: str | None = None
+    request_id: str = ""
+    reply_to: str | None = None
+
+
+_REPLY_TO = "tidings.testing"
+"""The address the runtime's update callers wait on (a topic name the hosted worker would answer)."""
 
 
 @dataclass(slots=True)
@@ -239,6 +252,68 @@ class WorkflowHandle:
             raise SchemaError(f"workflow {self.name!r} rejected the signal-with-start {name!r}: {reply.reason}")
         return reply.answer, decision
 
+    def update(
+        self, instance_id: str, name: str, payload: Any = None, *, update_id: str | None = None,
+        wait_for: str = "completed", timeout: timedelta = timedelta(0), type: Any = None,
+    ) -> Any:
+        """Send update ``name`` and return the body's answer, as the hosted ``handle.update`` does.
+
+        Waiting moves the fake clock (as ``result`` does) until the body answered or ``timeout``
+        passed. ``wait_for="accepted"`` returns None once the update is journaled.
+
+        Raises:
+            WorkflowNotFound, WorkflowEnded, WorkflowUpdateRejected, WorkflowUpdateFailed,
+            ReplyTimeout, SchemaError: as the hosted handle.
+        """
+        return self._update(instance_id, "update", name, payload, None, update_id, wait_for, timeout, type)
+
+    def update_with_start(
+        self, instance_id: str, input: Any, name: str, payload: Any = None, *, update_id: str | None = None,
+        wait_for: str = "completed", timeout: timedelta = timedelta(0), type: Any = None,
+    ) -> Any:
+        """Start the instance if it was never started, then send it the update (one request)."""
+        definition = self._runtime.definition(self.name)
+        try:
+            text, _ = definition.codec.convert(input, definition.input_type)
+        except ValueError as exc:
+            raise SchemaError(f"workflow {self.name!r}: the input cannot be stored: {exc}") from exc
+        return self._update(instance_id, "update_with_start", name, payload, text.encode(), update_id, wait_for,
+                            timeout, type)
+
+    def _update(
+        self, instance_id: str, kind: str, name: str, payload: Any, input: bytes | None, update_id: str | None,
+        wait_for: str, timeout: timedelta, type: Any,
+    ) -> Any:
+        _check_id(instance_id)
+        definition = self._runtime.definition(self.name)
+        try:
+            text = definition.codec.encode(payload)
+        except ValueError as exc:
+            raise SchemaError(f"the payload of update {name!r} cannot be stored: {exc}") from exc
+        runtime = self._runtime
+        runtime._order += 1
+        request = _Request(kind, text.encode(), input=input, update=name,
+                           update_id=update_id or f"update-{runtime._order}", wait_for=wait_for,
+                           request_id=f"request-{runtime._order}", reply_to=_REPLY_TO)
+        pending, _ = runtime._take(self.name, instance_id, request)
+        runtime._wait_for(pending, timeout)
+        reply = pending.reply
+        what = f"update {name!r} of {self.name} {instance_id!r}"
+        if reply is None:
+            runtime._forget(pending)
+            raise ReplyTimeout(f"{what} was not answered within {timeout}")
+        if reply.answer == "not_found":
+            raise WorkflowNotFound(f"no {self.name} instance {instance_id!r} was started")
+        if reply.answer == "ended":
+            raise WorkflowEnded(f"{self.name} {instance_id!r} has ended and did not take {what}")
+        if reply.answer == "rejected":
+            raise WorkflowUpdateRejected(f"{what} was rejected, nothing was stored: {reply.reason}")
+        if reply.answer == "failed":
+            raise WorkflowUpdateFailed(f"{what} failed: {reply.reason}", reply.error)
+        if reply.answer == "accepted":
+            return None
+        return definition.codec.decode(reply.result or "null", type)
+
     def cancel(self, instance_id: str) -> Decision:
         """Request cancellation (a second request, or one to an ended instance, changes nothing).
 
@@ -304,6 +379,9 @@ class WorkflowHandle:
         wait: bool = False,
         signal_id: str | None = None,
         input: bytes | None = None,
+        update: str | None = None,
+        update_id: str | None = None,
+        wait_for: str | None = None,
     ) -> PendingReply:
         """Send one raw inbox request, as any producer may, and return its answer.
 
@@ -315,13 +393,17 @@ class WorkflowHandle:
             wait: For a query: answer once the instance has ended (``PendingReply.reply``
                 stays None until then).
             signal_id: A signal's id (a repeat of a stored one stores nothing).
-            input: A signal-with-start's input, JSON bytes (not checked here).
+            input: A signal-with-start's or an update-with-start's input, JSON bytes (not checked here).
+            update, update_id, wait_for: An update's name, id and what its caller waits for
+                (``completed``: ``PendingReply.reply`` stays None until the body answers).
 
         Returns:
             The answer: what the hosted worker would put on the replies topic.
         """
         _check_id(instance_id)
-        request = _Request(kind, payload, signal, wait, signal_id, input)
+        self._runtime._order += 1
+        request = _Request(kind, payload, signal, wait, signal_id, input, update, update_id, wait_for,
+                           request_id=f"request-{self._runtime._order}", reply_to=_REPLY_TO)
         return self._runtime._take(self.name, instance_id, request)[0]
 
     def outcome(self, instance_id: str) -> Outcome | None:
@@ -372,6 +454,10 @@ class WorkflowTestRuntime:
         self._generation = 0
         # Queries waiting for their instance to end, answered when it does (AwaitEnd).
         self._waiters: dict[tuple[str, str], list[PendingReply]] = {}
+        # Update callers: by request id (the address journaled with the update), and the
+        # repeats of an update not answered yet (AwaitUpdate), by (instance, update id).
+        self._update_callers: dict[str, PendingReply] = {}
+        self._update_repeats: dict[tuple[str, str, str], list[PendingReply]] = {}
 
     # ----------------------------------------------------------------- definitions
 
@@ -435,13 +521,22 @@ class WorkflowTestRuntime:
             else:
                 instance = WorkflowInstance(self._definitions[workflow], instance_id, entropy=self._random.randbytes)
             decision = instance.advance(verdict.message, self.clock.now_ms)
+            caller = None
+            if request.kind in ("update", "update_with_start") and request.reply_to:
+                caller = self._update_callers[request.request_id] = PendingReply()
+            fed = answer_fed(request, instance, decision.rejected, verdict.message)
             if decision.rejected is None:
                 self._instances[key] = instance
                 self._apply(key, decision)
-            verdict = answer_fed(request, instance, decision.rejected, verdict.message)
+            if fed is None:  # answered by the AnswerUpdate effect, now or later
+                return caller or PendingReply(), decision
+            self._update_callers.pop(request.request_id, None)
+            verdict = fed
         pending = PendingReply()
         if isinstance(verdict, AwaitEnd):
             self._waiters.setdefault(key, []).append(pending)
+        elif isinstance(verdict, AwaitUpdate):
+            self._update_repeats.setdefault((*key, verdict.update_id), []).append(pending)
         else:
             pending.reply = verdict.reply
         return pending, decision
@@ -475,6 +570,7 @@ class WorkflowTestRuntime:
         # The shell's one rule: the records are stored before any effect is carried out.
         self.journals.setdefault(key, []).extend(decision.records)
         links = []
+        updates: list[AnswerUpdate] = []
         for effect in decision.effects:
             if isinstance(effect, (StartChild, CancelChild, AckParent, TellParent, SendSignal)):
                 links.append(effect)
@@ -493,7 +589,21 @@ class WorkflowTestRuntime:
                 self.outcomes[key] = effect.outcome
             elif isinstance(effect, ReportParked):
                 self.parked[key] = effect.reason
+            elif isinstance(effect, AnswerUpdate):
+                updates.append(effect)
         instance = self._instances.get(key)
+        for answered in updates:
+            callers = self._update_repeats.pop((*key, answered.update_id), [])
+            if answered.reply is not None and answered.reply.request_id in self._update_callers:
+                callers.append(self._update_callers.pop(answered.reply.request_id))
+            if answered.answer == "ended" and instance is not None and instance.status is not None:
+                reply = replace(answer_status(instance), answer="ended")
+            else:
+                error = answered.error
+                reply = InboxReply(answered.answer, result=answered.result, error=error,
+                                   reason=None if error is None else error.message)
+            for caller in callers:
+                caller.reply = reply
         if instance is not None and instance.outcome is not None and key in self._waiters:
             answer = answer_status(instance)
             for pending in self._waiters.pop(key):

@@ -41,9 +41,11 @@ from tidings.core.workflow.journal import (
 from tidings.core.workflow.outcomes import Cancelled, Faulted, Finished, Outcome, WorkflowStatus
 from tidings.core.workflow.requests import StepRequest, subroutine
 from tidings.core.workflow.retry import Backoff, GiveUp, Retry, RetryAt, RetryDecision, RetryPolicy
+from tidings.core.workflow.updates import AnswerUpdate, Update, UpdateCall, UpdateDeclaration
 
 __all__ = [
     "ActivityResult",
+    "AnswerUpdate",
     "ArmTimer",
     "Attempt",
     "Backoff",
@@ -84,6 +86,9 @@ __all__ = [
     "StepRequest",
     "StepStarted",
     "TimerFired",
+    "Update",
+    "UpdateCall",
+    "UpdateDeclaration",
     "VersionMarker",
     "WorkflowBody",
     "WorkflowContext",

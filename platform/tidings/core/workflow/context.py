@@ -29,6 +29,7 @@ from tidings.core.workflow.requests import (
 from tidings.core.workflow.retry import Retry, RetryPolicy
 from tidings.core.workflow.sends import EventFilter, SendRequest
 from tidings.core.workflow.signal_sends import SignalSendRequest
+from tidings.core.workflow.updates import UpdateCall, UpdateWaitRequest
 
 T = TypeVar("T")
 A = TypeVar("A")
@@ -233,6 +234,28 @@ class WorkflowContext:
             WorkflowStepFailed: BAD_PAYLOAD, CANCELLED.
         """
         return SignalRequest(name, type, max(duration_ms(timeout), 0))
+
+    def wait_update(self, name: str, type: Any = None) -> StepRequest[UpdateCall]:
+        """Wait for an update named ``name`` and give it as an ``UpdateCall``: its ``payload``
+        (read as ``type``, default the declared type), its ``id``, and ``reply``/``fail``.
+
+        The update must be declared (``@app.workflow(..., updates=...)``): it was checked on
+        arrival (declared name, payload type, validator) and journaled then. One that arrived
+        before the body reached this step was stored and is taken here, oldest first. The body
+        may run any steps before it answers with ``await call.reply(value)`` or
+        ``await call.fail(message)``; the caller gets the answer once it is journaled. An
+        update the body never answers is answered ``ended`` when the instance ends.
+
+        *Journaled:* the update when it is accepted (``UpdateReceived``); the step's start;
+        the taken update's number with its payload; the answer (``UpdateAnswered``).
+        *Idempotent by:* the update id: a repeat stores nothing and gets the first answer.
+        *Replay:* gives the stored update; the stored answer is not sent again.
+
+        Raises:
+            WorkflowStepFailed: BAD_PAYLOAD when the payload cannot be read as ``type`` (the
+                update is taken and its caller answered that failure); CANCELLED.
+        """
+        return UpdateWaitRequest(name, type)
 
     def version(self, change_id: str, latest: int) -> StepRequest[int]:
         """Record which version of the code this instance runs, to change a running workflow.

@@ -16,6 +16,7 @@ from tidings.core.workflow.child_records import AckParent, CancelChild, StartChi
 from tidings.core.workflow.outcomes import Outcome
 from tidings.core.workflow.sends import SendCommand, StopSend
 from tidings.core.workflow.signal_sends import SendSignal, StopSignal
+from tidings.core.workflow.updates import AnswerUpdate
 
 
 class Cancellation:
@@ -130,5 +131,6 @@ class ReportParked:
 Effect = (
     RunActivity | CancelActivity | ArmTimer | CancelTimer | PublishOutcome | ReportParked
     | SendCommand | StopSend | SendSignal | StopSignal | StartChild | CancelChild | AckParent | TellParent
+    | AnswerUpdate
 )
 """Anything a ``Decision`` asks the shell to do."""

@@ -13,6 +13,7 @@ from typing import Any
 from tidings.core.workflow.sends import CommandReplied, EventsSeen, SendTimedOut
 from tidings.core.workflow.signal_sends import SignalReplied, SignalTimedOut
 from tidings.core.workflow.child_records import ChildEnded, ChildStarted, ParentRef
+from tidings.core.workflow.updates import Update
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +27,8 @@ class Start:
     ``signal``: a signal-with-start's signal. It is journaled right after ``Started``, before
     the body runs, so the body finds it stored however soon it looks (or ends without it);
     replay applies a ``SignalReceived`` that follows ``Started`` the same way.
+    ``update``: an update-with-start's update, checked before anything is stored and
+    journaled right after ``Started`` the same way (``core/workflow/updates.py``).
     """
 
     input: Any = None
@@ -33,6 +36,7 @@ class Start:
     outcome_json: bool = False
     traceparent: str | None = None
     signal: Signal | None = None
+    update: Update | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +81,7 @@ class TimerFired:
 
 
 InboxMessage = (
-    Start | Signal | Cancel | ActivityResult | TimerFired
+    Start | Signal | Cancel | ActivityResult | TimerFired | Update
     | CommandReplied | EventsSeen | SendTimedOut | ChildStarted | ChildEnded | SignalReplied | SignalTimedOut
 )
 """Anything ``WorkflowInstance.advance`` takes (the send step's messages: ``sends.py``; the child

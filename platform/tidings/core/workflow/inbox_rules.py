@@ -18,7 +18,22 @@ request       never started   live, not ended               ended
 ``with_``     with the        ``signalled``
 ``start``     signal, answer
               ``started``
+``update``    ``not_found``   a new id: feed ``Update``;    ``ended``, stores nothing (an
+                                                            id it answered: that answer)
+                              a stored one: its answer, or
+                              ``AwaitUpdate`` until it
+``update_``   feed ``Start``  as ``update``                 ``ended``, stores nothing
+``with_``     with the
+``start``     update
 ============  ==============  ============================  ==========================
+
+An update's caller waits for its completion (``wait_for`` ``completed``, the default) or only
+for its acceptance (``accepted``). A fed update the instance refused (an undeclared name, a
+payload that does not read as the declared type, its validator) stored nothing and is
+answered ``rejected`` with the reason; it is no unusable record, so it is not dead-lettered.
+Accepted, it is answered ``accepted`` at once for an ``accepted`` caller; a ``completed``
+caller is answered by the instance's ``AnswerUpdate`` effect once the body's answer is
+stored (``core/workflow/updates.py``), so ``answer_fed`` gives no reply then (None).
 
 A signal-with-start stores its start and its signal in one decision (the signal journaled
 right after ``Started``, before the body runs), so a start and a signal racing each other
@@ -49,7 +64,9 @@ from tidings.core.workflow.definition import WorkflowDefinition
 from tidings.core.workflow.failures import StepError
 from tidings.core.workflow.inbox import Cancel, Signal, Start
 from tidings.core.workflow.interpreter import WorkflowInstance
+from tidings.core.workflow.journal import UpdateAnswered
 from tidings.core.workflow.outcomes import Cancelled, Faulted, Finished, Outcome, WorkflowStatus
+from tidings.core.workflow.updates import PENDING, ReplyAddress, Update
 
 _ENDED: Final = frozenset({WorkflowStatus.FINISHED.value, WorkflowStatus.FAULTED.value, WorkflowStatus.CANCELLED.value})
 
@@ -85,6 +102,31 @@ class InboxRequest(Protocol):
     @property
     def wait(self) -> bool:
         """For a query: answer once the instance has ended, not before."""
+        ...
+
+    @property
+    def request_id(self) -> str:
+        """Names the request: its answers carry it."""
+        ...
+
+    @property
+    def reply_to(self) -> str | None:
+        """Where to answer; None asks for no answer."""
+        ...
+
+    @property
+    def update(self) -> str | None:
+        """An update's name."""
+        ...
+
+    @property
+    def update_id(self) -> str | None:
+        """An update's id: stored once per instance."""
+        ...
+
+    @property
+    def wait_for(self) -> str | None:
+        """An update's caller waits for ``completed`` (None too) or ``accepted``."""
         ...
 
 
@@ -129,6 +171,9 @@ class StoredEnd:
     result: str | None = None
     error: StepError | None = None
     reason: str | None = None
+    answered: UpdateAnswered | None = None
+    """For an update request: the journal's answer to its update id, if the instance gave one
+    (the host reads it from the stored journal; a repeat gets it after the end too)."""
 
 
 Known = WorkflowInstance | StoredEnd | None
@@ -146,12 +191,20 @@ class Reply:
 class Feed:
     """Feed ``message`` to the live instance (to a new one for ``Start``); then ``answer_fed``."""
 
-    message: Start | Signal | Cancel | ChildStarted | ChildEnded
+    message: Start | Signal | Cancel | ChildStarted | ChildEnded | Update
 
 
 @dataclass(frozen=True, slots=True)
 class AwaitEnd:
     """Remember the question; answer it with ``answer_status`` when the instance ends."""
+
+
+@dataclass(frozen=True, slots=True)
+class AwaitUpdate:
+    """A repeat of an update the body has not answered yet: remember its caller (``request_id``,
+    ``reply_to``) for update ``update_id``; it is answered with the first caller."""
+
+    update_id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +219,7 @@ class Refuse:
         return InboxReply("rejected", reason=self.reason)
 
 
-InboxVerdict = Reply | Feed | AwaitEnd | Refuse
+InboxVerdict = Reply | Feed | AwaitEnd | AwaitUpdate | Refuse
 """What ``decide_request`` returns."""
 
 ACCEPTED: Final = InboxReply("accepted")
@@ -174,6 +227,10 @@ NOT_FOUND: Final = InboxReply("not_found")
 STARTED: Final = InboxReply("started")
 SIGNALLED: Final = InboxReply("signalled")
 SIGNAL_WITH_START: Final = "signal_with_start"
+UPDATE: Final = "update"
+UPDATE_WITH_START: Final = "update_with_start"
+UPDATE_KINDS: Final = frozenset({UPDATE, UPDATE_WITH_START})
+WAIT_FOR: Final = frozenset({"accepted", "completed"})
 
 
 def decide_request(request: InboxRequest, known: Known) -> InboxVerdict:
@@ -205,6 +262,8 @@ def decide_request(request: InboxRequest, known: Known) -> InboxVerdict:
         return _child_report(request, known)
     if kind == SIGNAL_WITH_START:
         return _signal_with_start(request, known)
+    if kind in UPDATE_KINDS:
+        return _update(request, known)
     if kind not in ("signal", "cancel", "query"):
         return Refuse(f"unknown request kind {kind!r}")
     if kind == "signal" and not request.signal:
@@ -227,7 +286,7 @@ def decide_request(request: InboxRequest, known: Known) -> InboxVerdict:
 
 def answer_fed(
     request: InboxRequest, instance: WorkflowInstance, rejected: str | None, fed: object = None
-) -> Reply | Refuse:
+) -> Reply | Refuse | None:
     """Answer a request whose message was fed to ``instance`` (``decide_request`` gave ``Feed``).
 
     Args:
@@ -240,8 +299,15 @@ def answer_fed(
     Returns:
         ``accepted`` (a signal-with-start: ``started`` or ``signalled``); ``Refuse`` when the
         instance refused a start's input or a signal's payload; ``accepted`` for a cancel
-        that an ended instance refused (it changes nothing).
+        that an ended instance refused (it changes nothing). An update: ``rejected`` (a
+        ``Reply``: nothing stored, nothing dead-lettered) when refused; ``accepted`` for a
+        caller that waits for the acceptance; None for one that waits for the completion (the
+        ``AnswerUpdate`` effect answers it once the body's answer is stored).
     """
+    if request.kind in UPDATE_KINDS:
+        if rejected is not None:
+            return Reply(InboxReply("rejected", reason=rejected))
+        return Reply(ACCEPTED) if request.wait_for == "accepted" else None
     if request.kind == SIGNAL_WITH_START:
         if rejected is None:
             return Reply(STARTED if isinstance(fed, Start) else SIGNALLED)
@@ -325,6 +391,53 @@ def _signal_with_start(request: InboxRequest, known: Known) -> InboxVerdict:
     except ValueError as exc:
         return Refuse(f"the input is not JSON: {exc}")
     return Feed(Start(start_input, signal=signal))
+
+
+def update_answer(answered: UpdateAnswered) -> InboxReply:
+    """The answer to an update the body answered: ``completed`` with its result, or ``failed``."""
+    if answered.error is None:
+        return InboxReply("completed", result=answered.result)
+    return InboxReply("failed", error=answered.error, reason=answered.error.message)
+
+
+def _update(request: InboxRequest, known: Known) -> InboxVerdict:
+    """An update (or an update-with-start): fed once per id; a repeat gets the first answer."""
+    name, update_id = request.update, request.update_id
+    if not name:
+        return Refuse(f"an {request.kind} request needs the update's name")
+    if not update_id:
+        return Refuse(f"an {request.kind} request needs an update_id")
+    if request.wait_for is not None and request.wait_for not in WAIT_FOR:
+        return Refuse(f"wait_for must be 'accepted' or 'completed', got {request.wait_for[:40]!r}")
+    starts = request.kind == UPDATE_WITH_START
+    if known is None and not starts:
+        return Reply(NOT_FOUND)
+    if known is not None and _ended(known):
+        stored = known.answered if isinstance(known, StoredEnd) else known.update_state(update_id)
+        if isinstance(stored, UpdateAnswered) and stored.update_id == update_id:
+            return Reply(update_answer(stored))  # answered before the end: its first answer
+        return Reply(_with_answer("ended", answer_status(known)))
+    if isinstance(known, WorkflowInstance):
+        state = known.update_state(update_id)
+        if isinstance(state, UpdateAnswered):
+            return Reply(update_answer(state))
+        if state == PENDING:
+            return Reply(ACCEPTED) if request.wait_for == "accepted" else AwaitUpdate(update_id)
+    payload = _payload(request)
+    if isinstance(payload, Refuse):
+        return payload
+    reply = None
+    if request.wait_for != "accepted" and request.reply_to:
+        reply = ReplyAddress(request.reply_to, request.request_id)
+    update = Update(name, payload.value, update_id, reply)
+    if known is not None:
+        return Feed(update)
+    data = request.input
+    try:
+        start_input = None if data is None else load_json(data, "input")
+    except ValueError as exc:
+        return Refuse(f"the input is not JSON: {exc}")
+    return Feed(Start(start_input, update=update))
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tidings.core.workflow import children
+from tidings.core.workflow import children, updates
 from tidings.core.workflow.child_records import ChildEnded, ChildOutcome, ChildStarted
 from tidings.core.workflow.context import WorkflowContext
 from tidings.core.workflow.definition import WorkflowDefinition
@@ -47,8 +47,10 @@ from tidings.core.workflow.journal import (
     StepCompleted,
     StepFailed,
     StepKind,
+    UpdateReceived,
     VersionMarker,
 )
+from tidings.core.workflow.updates import Update, UpdateAnswered, UpdateBook
 from tidings.core.workflow.outcomes import Cancelled, Faulted, Finished, Outcome, WorkflowStatus
 from tidings.core.workflow.paths import ROOT_PREFIX, idempotency_key
 from tidings.core.workflow.replaying import JournalCursor, describe_record, same_record
@@ -67,6 +69,8 @@ _ENDED = (WorkflowStatus.FINISHED, WorkflowStatus.FAULTED, WorkflowStatus.CANCEL
 # instead of empty containers: an idle instance must stay small (SPEC: < 2 KB), and any
 # use outside a call fails loudly instead of leaking into the next decision.
 _IDLE: Any = ()
+# What a signal-with-start or an update-with-start journals right after Started.
+_WITH_START = (SignalReceived, UpdateReceived)
 _CANCELLED_ERROR = StepError(ErrorKind.CANCELLED, "the workflow was cancelled while the step was pending")
 
 
@@ -118,6 +122,7 @@ class WorkflowInstance:
         "_now",
         "_children",
         "_parent",
+        "_updates",
     )
 
     def __init__(self, definition: WorkflowDefinition, instance_id: str, *, entropy: Entropy = os.urandom) -> None:
@@ -144,6 +149,7 @@ class WorkflowInstance:
         self._parent: Any = None  # a ParentRef when this instance is a child
         self._outcome_json = False  # from Started: write the outcome record as JSON
         self._traceparent: str | None = None  # from Started: the run's trace context
+        self._updates: UpdateBook | None = None  # once an update is stored (updates.py)
 
     # ----------------------------------------------------------------------------- public
 
@@ -171,6 +177,10 @@ class WorkflowInstance:
     def pending_paths(self) -> tuple[str, ...]:
         """The paths of the steps the body waits on (activities, timers, signal waits)."""
         return tuple(self._pending)
+
+    def update_state(self, update_id: str) -> str | UpdateAnswered | None:
+        """Update ``update_id``: its ``UpdateAnswered``, ``"pending"`` (accepted, not answered) or None."""
+        return None if self._updates is None else self._updates.state(update_id)
 
     @property
     def next_seq(self) -> int:
@@ -263,6 +273,7 @@ class WorkflowInstance:
         if isinstance(last, Ended):
             # An ended instance is its outcome; its body never runs again.
             instance._set_outcome(last)
+            instance._updates = updates.answers_of(updates.book_of(records))
             instance._effects.append(PublishOutcome(instance._outcome))  # type: ignore[arg-type]
             first = records[0]
             if isinstance(first, Started):  # a child's report is sent again: the parent ignores repeats
@@ -273,6 +284,7 @@ class WorkflowInstance:
         # From every record, also those after a point where the body parks: the journal
         # holds those signals, so a repeat of one must store nothing either.
         instance._signal_ids = stored_signal_ids(records)
+        instance._updates = updates.book_of(records)
         replay = instance._replay = JournalCursor(records)
         try:
             while replay.pos < len(records) and instance._status is not WorkflowStatus.PARKED:
@@ -283,7 +295,7 @@ class WorkflowInstance:
                     # Signals journaled with the start (a signal-with-start) were stored before
                     # the body first ran. No other journal holds a SignalReceived right after
                     # Started: every step the body can wait on journals its StepStarted first.
-                    while replay.pos < len(records) and type(records[replay.pos]) is SignalReceived:
+                    while replay.pos < len(records) and type(records[replay.pos]) in _WITH_START:
                         instance._apply_stored(records[replay.pos])
                         replay.pos += 1
                 instance._drain()
@@ -315,7 +327,7 @@ class WorkflowInstance:
         if status is None:
             return "the instance has not been started"
         if status in _ENDED:
-            return "the instance has ended" if kind in (Signal, Cancel) else None
+            return "the instance has ended" if kind in (Signal, Cancel, Update) else None
         if kind is ChildStarted:
             return children.accept_started(self, message)  # type: ignore[arg-type]
         if kind is ChildEnded:
@@ -325,6 +337,8 @@ class WorkflowInstance:
         if kind is Cancel:
             self._request_cancel()
             return None
+        if kind is Update:
+            return updates.receive(self, message)  # type: ignore[arg-type]
         if status is WorkflowStatus.PARKED:
             return None  # a parked instance runs nothing; no activity or timer is its own
         if kind is ActivityResult:
@@ -354,6 +368,13 @@ class WorkflowInstance:
                 signal_text = codec.encode(signal.payload)
             except ValueError as exc:
                 return f"the signal's payload cannot be stored: {exc}"
+        update = message.update
+        update_text = None
+        if update is not None:
+            checked = updates.check_update(self.definition, update)  # nothing stored if it is refused
+            if isinstance(checked, str):
+                return checked
+            update_text = checked[0]
         parent = message.parent
         as_json = True if message.outcome_json else None  # null, not false: Avro records stay as they were
         if parent is None:
@@ -369,6 +390,8 @@ class WorkflowInstance:
             if signal.id is not None:
                 self._signal_ids = remember_signal_id(self._signal_ids, signal.id)
             self._apply_stored(record)
+        if update is not None and update_text is not None:
+            updates.store(self, update, update_text)  # before the body runs, as a signal-with-start's
         children.ack_parent(self)
         return None
 
@@ -465,6 +488,8 @@ class WorkflowInstance:
                 queue = signals[record.name] = []  # type: ignore[union-attr]
             queue.append(record)  # type: ignore[arg-type]
             self._deliver(record.name)  # type: ignore[union-attr]
+        elif kind is UpdateReceived:
+            updates.apply_received(self, record)  # type: ignore[arg-type]
         elif kind is VersionMarker:
             pass  # looked up by position, never applied in order
         elif kind is ChildOutcome:
@@ -625,6 +650,8 @@ class WorkflowInstance:
             waiters = self._waiters.get(pending.request.name)  # type: ignore[attr-defined]
             if waiters is not None and pending in waiters:
                 waiters.remove(pending)
+        elif pending.kind == StepKind.UPDATE:
+            updates.forget_waiter(self, pending)
         if not pending.issued or self._replay is not None:
             return
         other = PENDING_KINDS.get(pending.kind)
@@ -663,6 +690,8 @@ class WorkflowInstance:
             self._follow(pending, policy.first_attempt(started_at=pending.started_at, now=self._now))
         elif pending.kind in PENDING_KINDS:
             PENDING_KINDS[pending.kind].issue(self, pending)
+        elif pending.kind == StepKind.UPDATE:
+            pass  # nothing to run or arm: the update arrives through the inbox
         elif pending.due is not None:
             self._effects.append(ArmTimer(pending.path, pending.due))
         else:
@@ -718,8 +747,10 @@ class WorkflowInstance:
 
     def _end(self, record: Ended) -> None:
         stored = self._record(record)
+        unanswered = updates.ended(self) if self._replay is None else []
         self._set_outcome(stored)  # type: ignore[arg-type]
         self._effects.append(PublishOutcome(self._outcome))  # type: ignore[arg-type]
+        self._effects.extend(unanswered)  # their callers are answered "ended"
         children.tell_parent(self, stored.outcome, stored.result, stored.error)  # type: ignore[union-attr]
 
     def _set_outcome(self, record: Ended) -> None:
@@ -736,6 +767,8 @@ class WorkflowInstance:
         self._pending = {}
         self._signals = self._waiters = self._children = None
         self._signal_ids = None  # an ended instance answers every signal "ended"
+        # and every update "ended" but one it answered: a repeat of that gets its first answer.
+        self._updates = updates.answers_of(self._updates)
         self._ready.clear()
 
     def _park(self, reason: str) -> None:

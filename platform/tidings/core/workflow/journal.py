@@ -36,6 +36,7 @@ class StepKind:
     CHILD_START = "child_start"
     CHILD_AWAIT = "child_await"
     SIGNAL_SEND = "signal_send"
+    UPDATE = "update"
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +151,42 @@ class SignalReceived:
 
 
 @dataclass(frozen=True, slots=True)
+class UpdateReceived:
+    """An update ``name`` with ``payload`` (JSON text) was accepted at ``at`` (ms); since
+    ``workflowjournal.v7``.
+
+    Stored only once the update passed its checks (a declared name, a payload that reads as
+    the declared type, the validator): a rejected update stores nothing. ``update_id`` names
+    it: the instance stores one update per id, and a repeat gets the first answer.
+    ``reply_to``, ``request_id``, ``reply_json``: where the caller that waits for the update's
+    completion is answered, kept here so a worker that restarts before it answered still can
+    (None: nobody waits, e.g. a caller that waited only for acceptance).
+    """
+
+    seq: int
+    name: str
+    payload: str
+    at: int
+    update_id: str
+    reply_to: str | None = None
+    request_id: str | None = None
+    reply_json: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateAnswered:
+    """The body answered update ``update_id`` at ``at`` (ms): ``result`` (JSON text), or
+    ``error`` when it failed it (``req.fail``). Produced by the body, so replay checks it in
+    order; since ``workflowjournal.v7``."""
+
+    seq: int
+    update_id: str
+    at: int
+    result: str | None = None
+    error: StepError | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class VersionMarker:
     """``version(change_id, ...)`` at ``position`` gave ``version`` to this instance."""
 
@@ -183,7 +220,7 @@ class Ended:
 
 JournalRecord = (
     Started | StepStarted | StepCompleted | StepFailed | SignalReceived | VersionMarker | CancelRequested | Ended
-    | ChildOutcome | StepAttemptFailed
+    | ChildOutcome | StepAttemptFailed | UpdateReceived | UpdateAnswered
 )
 """Any record of a workflow journal."""
 
@@ -198,6 +235,8 @@ JOURNAL_TYPES: Final[Mapping[str, type[Any]]] = MappingProxyType({
     "ended": Ended,
     "child_ended": ChildOutcome,
     "step_attempt_failed": StepAttemptFailed,
+    "update_received": UpdateReceived,
+    "update_answered": UpdateAnswered,
 })
 """Each journal record class by its stored type name (the JSON and Avro ``type``)."""
 _NAMES: dict[type[Any], str] = {cls: name for name, cls in JOURNAL_TYPES.items()}

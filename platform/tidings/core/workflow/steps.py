@@ -56,6 +56,7 @@ from tidings.core.workflow.signal_sends import (
     stored_signal,
 )
 from tidings.core.workflow.failures import StepError
+from tidings.core.workflow.updates import UpdateReplyRequest, UpdateWaitRequest, reply_step, wait_step
 from tidings.errors import DefinitionError, ForeignAwaitError
 
 if TYPE_CHECKING:
@@ -208,6 +209,8 @@ STEP_HANDLERS: dict[type[Any], Callable[[WorkflowInstance, Fiber, Any], Any]] = 
     ChildStartRequest: start_step,
     ChildAwaitRequest: await_step,
     SignalSendRequest: signal_send_step,
+    UpdateWaitRequest: wait_step,
+    UpdateReplyRequest: reply_step,
 }
 
 

@@ -277,6 +277,25 @@ class Client:
         return await self.workflow_for(workflow).signal_with_start(
             instance_id, input, signal_name, payload, signal_id=signal_id, timeout=timeout, bootstrap=self.connection)
 
+    async def update(
+        self, workflow: WorkflowHandle | str, instance_id: str, name: str, payload: Any = None, *,
+        timeout: float | None = None, wait_for: str = "completed", update_id: str | None = None, type: Any = None,
+    ) -> Any:
+        """Send update ``name`` and return the body's answer; see ``WorkflowHandle.update``."""
+        return await self.workflow_for(workflow).update(
+            instance_id, name, payload, timeout=timeout, wait_for=wait_for, update_id=update_id, type=type,
+            bootstrap=self.connection)
+
+    async def update_with_start(
+        self, workflow: WorkflowHandle | str, instance_id: str, input: Any, name: str, payload: Any = None, *,
+        timeout: float | None = None, wait_for: str = "completed", update_id: str | None = None, type: Any = None,
+    ) -> Any:
+        """Start the instance if it was never started, then update it, in one request; see
+        ``WorkflowHandle.update_with_start``."""
+        return await self.workflow_for(workflow).update_with_start(
+            instance_id, input, name, payload, timeout=timeout, wait_for=wait_for, update_id=update_id, type=type,
+            bootstrap=self.connection)
+
     async def cancel(self, workflow: WorkflowHandle | str, instance_id: str, *, timeout: float | None = None) -> None:
         """Request cancellation (a repeat, or one to an ended instance, changes nothing).
 

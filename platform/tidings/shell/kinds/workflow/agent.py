@@ -57,14 +57,18 @@ from ....core.workflow import (
 )
 from ....core.workflow.inbox_rules import (
     AwaitEnd,
+    AwaitUpdate,
     Feed,
     InboxReply,
     Refuse,
+    UPDATE_KINDS,
     StoredEnd,
     answer_fed,
+    answer_status,
     decide_request,
 )
 from ....core.workflow.inbox import Start
+from ....core.workflow.updates import AnswerUpdate, ReplyAddress, Update, answer_in
 from ....core.workflow_records import WorkflowInbox, WorkflowJournalEntry, WorkflowStatusRecord
 from ....errors import BrokerError, RecordError, RecordRejected, SchemaError
 from ...runtime.hosting import Input, Runtime, TopicPartition
@@ -90,6 +94,15 @@ from .codec import (
 from .store import StoreWrite, WorkflowStore
 
 log = logging.getLogger(__name__)
+
+
+def _json_update(message: Any) -> Any:
+    """A JSON request's update (or an update-with-start's): its caller is answered in JSON."""
+    if isinstance(message, Update) and message.reply is not None:
+        return replace(message, reply=replace(message.reply, as_json=True))
+    if isinstance(message, Start) and message.update is not None:
+        return replace(message, update=_json_update(message.update))
+    return message
 
 _ENDED = (WorkflowStatus.FINISHED, WorkflowStatus.FAULTED, WorkflowStatus.CANCELLED)
 
@@ -199,6 +212,10 @@ class WorkflowAgent:
         self._unsettled: Counter[str] = Counter()
         # Queries waiting for the end: (request id, reply_to, answer in JSON).
         self._waiters: dict[str, list[tuple[str, str, bool]]] = {}
+        # Repeats of updates the body has not answered yet, per (instance, update id): answered
+        # with the first caller, whose address the journal keeps (a restart loses these: a
+        # caller that repeats its update after it is found again).
+        self._update_waiters: dict[tuple[str, str], list[ReplyAddress]] = {}
         self._inputs: OwnInputs[tuple[str, InboxMessage]] = OwnInputs(self._lock, self._decide_own)
         self._tracing = runtime.tracing
         # Traces on: each running attempt's span, and when each step started (kind, name,
@@ -316,6 +333,8 @@ class WorkflowAgent:
             self._busy[key[0]] -= 1
         for instance_id in [i for i in self._waiters if self._partition(i) in gone]:
             del self._waiters[instance_id]
+        for key in [k for k in self._update_waiters if self._partition(k[0]) in gone]:
+            del self._update_waiters[key]
         for instance_id in [i for i in self._step_starts if self._partition(i) in gone]:
             del self._step_starts[instance_id]
         self._sends.drop(gone)
@@ -396,6 +415,9 @@ class WorkflowAgent:
         if record.offset <= self._inbox_applied.get(record.partition, -1):
             return  # journaled before a crash; the inbox offset was not committed yet
         known = self._known(request.instance_id, commit, now_ms)
+        if isinstance(known, StoredEnd) and request.kind in UPDATE_KINDS and request.update_id:
+            # Ended and not in memory: a repeat of an update it answered gets that answer.
+            known = replace(known, answered=answer_in(self._store.journal(request.instance_id), request.update_id))
         verdict = decide_request(request, known)
         as_json = is_json_request(record)  # a JSON request is answered in JSON
         if isinstance(verdict, Feed):
@@ -406,14 +428,26 @@ class WorkflowAgent:
             message = verdict.message
             if as_json and isinstance(message, Start):
                 message = replace(message, outcome_json=True)  # journaled: its outcome is JSON too
+            if as_json:
+                message = _json_update(message)  # its caller is answered in JSON, after a restart too
             if self._tracing is not None and isinstance(message, Start) and known is None:
                 decided = self._start_traced(self._tracing, instance, message, request, record, commit, now_ms)
             else:
                 decided = self._advance(instance, message, commit, now_ms, record.offset)
-            verdict = answer_fed(request, instance, None if decided is not None else self._refusal, message)
+            fed = answer_fed(request, instance, None if decided is not None else self._refusal, message)
+            if fed is None:
+                return  # an update whose caller waits for the body's answer (AnswerUpdate)
+            verdict = fed
         if request.kind == "start" and request.parent_id is not None and known is not None:
             # A parent that restarted mid-start waits for the acknowledgement again.
             commit.links.extend(self._children.repeated_start(request, known, self._store, self.definition.name, now_ms))
+        if isinstance(verdict, AwaitUpdate):
+            if request.reply_to:
+                waiting = self._update_waiters.setdefault((request.instance_id, verdict.update_id), [])
+                address = ReplyAddress(request.reply_to, request.request_id, as_json)
+                if address not in waiting:  # a caller resends under one request id while it waits
+                    waiting.append(address)
+            return
         if isinstance(verdict, AwaitEnd):
             if request.reply_to:
                 self._waiters.setdefault(request.instance_id, []).append(
@@ -550,6 +584,9 @@ class WorkflowAgent:
 
     def _effects(self, instance_id: str, effects: Sequence[Any], commit: _Commit) -> None:
         for effect in effects:
+            if isinstance(effect, AnswerUpdate):
+                self._answer_update(instance_id, effect, commit)
+                continue
             if isinstance(effect, CHILD_EFFECTS):
                 # Acknowledged before RocksDB is written, like dead letters (kinds/workflow/children.py).
                 trace = None if self._tracing is None else self.run_context(instance_id)
@@ -560,6 +597,26 @@ class WorkflowAgent:
                 commit.write.timers[(instance_id, effect.path)] = effect.due
             elif isinstance(effect, CancelTimer):
                 commit.write.timers[(instance_id, effect.path)] = None
+
+    def _answer_update(self, instance_id: str, effect: AnswerUpdate, commit: _Commit) -> None:
+        """Answer an update's callers once the body's answer (or the instance's end) is durable."""
+        addresses = [] if effect.reply is None else [effect.reply]
+        addresses += self._update_waiters.pop((instance_id, effect.update_id), ())
+        if not addresses:
+            return
+        fields: dict[str, Any] = {"result": effect.result, "error": effect.error,
+                                  "reason": None if effect.error is None else effect.error.message}
+        instance = self._cache.get(instance_id)
+        if effect.answer == "ended" and instance is not None and instance.status is not None:
+            fields = answer_status(instance).fields()
+        now_ms = self._now_ms()
+        seen: set[tuple[str, str]] = set()
+        for address in addresses:
+            if (address.reply_to, address.request_id) in seen:
+                continue  # a caller that repeated its request under the same request id
+            seen.add((address.reply_to, address.request_id))
+            commit.after.append(reply_record(address.reply_to, address.request_id, instance_id, effect.answer,
+                                             now_ms, as_json=address.as_json, **fields))
 
     def _record(
         self, instance_id: str, records: Sequence[Any], commit: _Commit, inbox_offset: int | None

@@ -42,6 +42,8 @@ from ....errors import (
     WorkflowEnded,
     WorkflowFaulted,
     WorkflowNotFound,
+    WorkflowUpdateFailed,
+    WorkflowUpdateRejected,
 )
 from .agent import WorkflowAgent, WorkflowTopics
 from .codec import decode_outcome, outcome_from
@@ -264,6 +266,110 @@ class WorkflowHandle:
                               "tidings? Upgrade the workers first")
         return reply.answer
 
+    async def update(
+        self, instance_id: str, name: str, payload: Any = None, *, timeout: float | None = None,
+        wait_for: str = "completed", update_id: str | None = None, type: Any = None,
+        bootstrap: str | KafkaConnection | None = None,
+    ) -> Any:
+        """Send update ``name`` with ``payload`` to a running instance and return the body's answer.
+
+        The worker checks it on arrival (a declared name, a payload of the declared type, the
+        validator) and stores nothing when it refuses it; accepted, it is journaled, the body
+        takes it with ``ctx.wait_update`` and answers with ``call.reply``/``call.fail``.
+        ``update_id`` names it (default: a new id per call): calling again with the same id
+        stores nothing and gets the first answer, so a caller may retry after a
+        ``ReplyTimeout`` or a worker's restart. While waiting, the request is sent again (same
+        ids) every ``App(command_timeout)`` / 3 s, so an answer lost with a worker still comes.
+
+        Args:
+            wait_for: ``completed`` (default): return the body's answer; ``accepted``: return
+                None once the update is journaled (ask again with the same ``update_id`` for
+                the answer).
+            timeout: Seconds to wait in all (default: the app's ``command_timeout``).
+            type: How the answer is read (None: plain JSON).
+
+        Raises:
+            WorkflowNotFound: No instance was ever started with this id.
+            WorkflowEnded: The instance has ended (also when it ended before its body answered).
+            WorkflowUpdateRejected: The worker refused the update; nothing was stored.
+            WorkflowUpdateFailed: The body failed the update (``.error``).
+            LimitError, SchemaError: An id or the payload breaks a limit or cannot be stored.
+            ReplyTimeout: No answer in time (call again with the same ``update_id``).
+        """
+        return await self._update(instance_id, "update", name, payload, None, timeout=timeout, wait_for=wait_for,
+                                  update_id=update_id, type=type, bootstrap=bootstrap)
+
+    async def update_with_start(
+        self, instance_id: str, input: Any, name: str, payload: Any = None, *, timeout: float | None = None,
+        wait_for: str = "completed", update_id: str | None = None, type: Any = None,
+        bootstrap: str | KafkaConnection | None = None,
+    ) -> Any:
+        """Start ``instance_id`` with ``input`` if it was never started, then send it update ``name``:
+        one request, so the update is stored with the start, before the body runs.
+
+        As ``update`` otherwise (an ended instance raises ``WorkflowEnded`` and nothing is
+        stored; a refused update starts nothing either).
+        """
+        _check_id(instance_id)
+        try:
+            text, _ = self.definition.codec.convert(input, self.definition.input_type)
+        except ValueError as exc:
+            raise SchemaError(f"workflow {self.name!r}: the input cannot be stored: {exc}") from exc
+        check_payload_size(text.encode(), "the input")
+        return await self._update(instance_id, "update_with_start", name, payload, text.encode(), timeout=timeout,
+                                  wait_for=wait_for, update_id=update_id, type=type, bootstrap=bootstrap)
+
+    async def _update(
+        self, instance_id: str, kind: str, name: str, payload: Any, input: bytes | None, *, timeout: float | None,
+        wait_for: str, update_id: str | None, type: Any, bootstrap: str | KafkaConnection | None,
+    ) -> Any:
+        _check_id(instance_id)
+        check_id(name, "update name")
+        if wait_for not in ("accepted", "completed"):
+            raise ValueError(f"wait_for must be 'accepted' or 'completed', not {wait_for!r}")
+        update_id = update_id or uuid.uuid4().hex
+        check_id(update_id, "update_id")
+        try:
+            text = self.definition.codec.encode(payload)
+        except ValueError as exc:
+            raise SchemaError(f"the payload of update {name!r} cannot be stored: {exc}") from exc
+        check_payload_size(text.encode(), f"the payload of update {name!r}")
+        requester = self.client(bootstrap).requester
+        wait = self.context.command_timeout if timeout is None else timeout
+        deadline = time.monotonic() + wait
+        # One request id for every send: whichever answer comes (to the first send's address,
+        # which the journal keeps, or to a repeat's) resolves this call.
+        request = _request(instance_id, kind, requester.replies_topic, payload=text.encode(), input=input,
+                           update=name, update_id=update_id, wait_for=wait_for)
+        every = max(1.0, self.context.command_timeout / 3)
+        reply = None
+        while reply is None and _left(deadline) > 0:
+            reply = await requester.ask(self.topics.inbox, request, min(every, _left(deadline)))
+        if reply is None:
+            raise ReplyTimeout(
+                f"no answer to update {name!r} of {self.name} {instance_id!r} within {wait} s; is a worker "
+                f"running? Call again with update_id={update_id!r} to get its answer without a second update"
+            )
+        what = f"update {name!r} of {self.name} {instance_id!r}"
+        if reply.answer == "not_found":
+            raise WorkflowNotFound(f"no {self.name} instance {instance_id!r} was started")
+        if reply.answer == "ended":
+            raise WorkflowEnded(f"{self.name} {instance_id!r} has ended ({reply.outcome or reply.status}) and "
+                                f"did not take {what}")
+        if reply.answer == "rejected":
+            raise WorkflowUpdateRejected(f"{what} was rejected, nothing was stored: {reply.reason}")
+        if reply.answer == "failed":
+            raise WorkflowUpdateFailed(f"{what} failed: {reply.reason}", reply.error)
+        if reply.answer == "accepted" and wait_for == "accepted":
+            return None
+        if reply.answer != "completed":
+            raise SchemaError(f"the worker answered {reply.answer!r} to an update; is it an older tidings? "
+                              "Upgrade the workers first")
+        try:
+            return self.definition.codec.decode(reply.result or "null", type)
+        except ValueError as exc:
+            raise SchemaError(f"the answer to {what} does not read as {type!r}: {exc}") from exc
+
     async def journal(self, instance_id: str, *, bootstrap: str | KafkaConnection | None = None) -> list[JournalRecord]:
         """Return the instance's journal as the journal topic holds it now, oldest first.
 
@@ -398,14 +504,16 @@ def workflow_builder(
     Args:
         context: The app the workflow belongs to.
         name: The stored name (a topic segment); default: the body's ``__name__``.
-        **options: ``input_type``, ``result_type`` (default: the body's annotations) and
-            ``cache_size`` (live instances a worker keeps in memory; default 10,000).
+        **options: ``input_type``, ``result_type`` (default: the body's annotations),
+            ``cache_size`` (live instances a worker keeps in memory; default 10,000) and
+            ``updates`` (the updates the body takes: names, name -> payload type, or
+            ``UpdateDeclaration``s with a validator; ``core/workflow/updates.py``).
 
     Raises:
         DefinitionError: listing every unknown option (the builder raises it listing every
             problem with the body).
     """
-    unknown = sorted(set(options) - {"input_type", "result_type", "cache_size"})
+    unknown = sorted(set(options) - {"input_type", "result_type", "cache_size", "updates"})
     if unknown:
         raise DefinitionError(f"workflow {name!r}", [f"unknown option {option!r}" for option in unknown])
 
@@ -415,6 +523,7 @@ def workflow_builder(
             body,
             input_type=options.get("input_type"),
             result_type=options.get("result_type"),
+            updates=options.get("updates"),
         )
         return WorkflowHandle(context, definition, cache_size=options.get("cache_size", 10_000))
 
@@ -434,7 +543,8 @@ def workflow_named(context: KindContext, name: str) -> WorkflowHandle:
 
 def _request(
     instance_id: str, kind: str, reply_to: str | None, *, payload: bytes | None = None, signal: str | None = None,
-    signal_id: str | None = None, input: bytes | None = None,
+    signal_id: str | None = None, input: bytes | None = None, update: str | None = None,
+    update_id: str | None = None, wait_for: str | None = None,
 ) -> WorkflowInbox:
     """Build an inbox request; ``reply_to`` None asks for no answer."""
     return WorkflowInbox(
@@ -448,6 +558,9 @@ def _request(
         wait=False,
         signal_id=signal_id,
         input=input,
+        update=update,
+        update_id=update_id,
+        wait_for=wait_for,
     )
 
 
