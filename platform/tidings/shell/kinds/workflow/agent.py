@@ -963,7 +963,7 @@ class WorkflowAgent:
                 # result): have its transaction committed now, not at the publisher's
                 # MAX_OPEN_S. Nothing here depends on it, so it is not awaited.
                 assert self._committed is not None
-                self._committed().add_done_callback(_retrieved)
+                asyncio.ensure_future(self._committed()).add_done_callback(_retrieved)
         else:
             kept = [record for pending in waiting for record in pending.commit.kept]
             if kept:
