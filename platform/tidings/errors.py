@@ -12,6 +12,8 @@ The tree::
     ├── WorkflowCancelled                   value() of a cancelled instance
     ├── WorkflowUpdateRejected              an update was refused on arrival; nothing was stored
     ├── WorkflowUpdateFailed                the body failed an update (.error: StepError)
+    ├── WorkflowQueryRejected               no such query handler, or unusable args; nothing changed
+    ├── WorkflowQueryFailed                 a query handler raised or overran (.error: StepError)
     ├── WorkflowStepFailed                  a step failed inside a body (.error: StepError)
     ├── NondeterminismError                 the body no longer matches its journal (parked)
     │   └── JournalMismatch                 internal: raised while replaying, becomes parking
@@ -108,6 +110,19 @@ class WorkflowUpdateRejected(TidingsError):
 
 class WorkflowUpdateFailed(TidingsError):
     """The body answered an update with a failure (``call.fail``); ``error`` is the stored one."""
+
+    def __init__(self, message: str, error: StepError | None = None) -> None:
+        self.error = error
+        super().__init__(message)
+
+
+class WorkflowQueryRejected(TidingsError):
+    """A query named no handler the instance registered, or its args were no JSON array."""
+
+
+class WorkflowQueryFailed(TidingsError):
+    """A query handler raised, overran its bound or returned no storable value; the instance
+    is untouched. ``error`` says what (its kind ``deadline_exceeded`` for an overrun)."""
 
     def __init__(self, message: str, error: StepError | None = None) -> None:
         self.error = error

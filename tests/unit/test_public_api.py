@@ -69,6 +69,8 @@ def test_the_root_exports_are_locked() -> None:
         "WorkflowNotFound",
         "WorkflowStatus",
         "WorkflowStepFailed",
+        "WorkflowQueryFailed",
+        "WorkflowQueryRejected",
         "WorkflowUpdateFailed",
         "WorkflowUpdateRejected",
         "subroutine",
