@@ -39,6 +39,9 @@ The tree::
     ├── ReplayRefused (also ValueError) internal: a dead letter the console may not send back
     └── ReplyTimeout (also TimeoutError)    no reply within the timeout
 
+    BaseException
+    └── QueryTimeout                        internal: stops a query handler that overran its bound
+
 A failure of user code on one record (a handler, ``key_of``, an orchestration) is a
 ``RecordError``: that record is dead-lettered under the class's name (``error_type``)
 and the worker goes on with the next.
@@ -127,6 +130,12 @@ class WorkflowQueryFailed(TidingsError):
     def __init__(self, message: str, error: StepError | None = None) -> None:
         self.error = error
         super().__init__(message)
+
+
+class QueryTimeout(BaseException):  # noqa: N818 - no Error: it is never an error a caller sees
+    """Internal: raised inside a query handler that ran longer than its bound
+    (``core/workflow/queries.py``). A BaseException, so a handler's ``except Exception``
+    cannot swallow it and loop on; the caller gets ``WorkflowQueryFailed``."""
 
 
 class WorkflowStepFailed(TidingsError):

@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any, Final
 from tidings.core.workflow.failures import ErrorKind, StepError
 from tidings.core.workflow.fibers import Fiber
 from tidings.core.workflow.requests import StepRequest
-from tidings.errors import DefinitionError, SchemaError, WorkflowQueryFailed, WorkflowQueryRejected
+from tidings.errors import DefinitionError, QueryTimeout, SchemaError, WorkflowQueryFailed, WorkflowQueryRejected
 
 if TYPE_CHECKING:
     from tidings.core.workflow.interpreter import WorkflowInstance
@@ -62,11 +62,6 @@ MAX_QUERY_NAME: Final = 200
 
 QueryHandler = Callable[..., Any]
 """``handler(*args)``: returns a JSON-storable value read from the body's variables."""
-
-
-class QueryTimeout(BaseException):
-    """Raised inside a handler that ran longer than its bound (a BaseException, so a handler's
-    ``except Exception`` cannot swallow it and loop on)."""
 
 
 class QueryRegisterRequest(StepRequest[None]):
