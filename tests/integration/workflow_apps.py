@@ -274,7 +274,7 @@ def _query_workflows(app: App) -> None:
         await ctx.on_query("entry", lambda i: entries[i])
         await ctx.on_query("broken", lambda: {}["missing"])
         await ctx.on_query("spin", spin)
-        await ctx.on_query("huge", lambda: "x" * 1_000_000)
+        await ctx.on_query("huge", lambda: "x" * 600_000)
         while True:
             amount = await ctx.wait_signal("post", type=int)
             if amount == 0:

@@ -58,8 +58,8 @@ if TYPE_CHECKING:
 
 QUERY_BUDGET_S: Final = 1.0
 """How long one handler may run before it is stopped (answered ``failed``)."""
-MAX_ANSWER_CHARS: Final = MAX_PAYLOAD_BYTES // 4
-"""The largest answer sent (JSON characters; at most 4 bytes each in UTF-8): a reply fits a record."""
+MAX_ANSWER_BYTES: Final = MAX_PAYLOAD_BYTES
+"""The largest answer sent (UTF-8 bytes of JSON), so a reply always fits one record."""
 MAX_QUERY_NAME: Final = 200
 """The longest query name a body may register (the inbox's id limits hold for the request)."""
 
@@ -154,9 +154,10 @@ def run_query(instance: WorkflowInstance, name: str, args: list[Any], *,
     except ValueError as exc:
         error = StepError.of_exception(ErrorKind.NOT_RETRYABLE, exc, f"the answer to query {name!r} cannot be stored: ")
         return QueryAnswer("failed", error=error, reason=error.message)
-    if len(text) > MAX_ANSWER_CHARS:
-        error = StepError(ErrorKind.NOT_RETRYABLE, f"the answer to query {name!r} is {len(text)} characters of JSON, "
-                          f"more than {MAX_ANSWER_CHARS}: return less (e.g. a page of it)")
+    size = len(text.encode())
+    if size > MAX_ANSWER_BYTES:
+        error = StepError(ErrorKind.NOT_RETRYABLE, f"the answer to query {name!r} is {size:,} bytes of JSON, "
+                          f"more than {MAX_ANSWER_BYTES:,}: return less (e.g. a page of it, chosen by its args)")
         return QueryAnswer("failed", error=error, reason=error.message)
     return QueryAnswer("answered", result=text)
 
