@@ -408,6 +408,7 @@ class WorkflowHandle:
         update: str | None = None,
         update_id: str | None = None,
         wait_for: str | None = None,
+        query: str | None = None,
     ) -> PendingReply:
         """Send one raw inbox request, as any producer may, and return its answer.
 
@@ -422,13 +423,14 @@ class WorkflowHandle:
             input: A signal-with-start's or an update-with-start's input, JSON bytes (not checked here).
             update, update_id, wait_for: An update's name, id and what its caller waits for
                 (``completed``: ``PendingReply.reply`` stays None until the body answers).
+            query: A ``query_handler``'s query name (``payload``: its args, a JSON array).
 
         Returns:
             The answer: what the hosted worker would put on the replies topic.
         """
         _check_id(instance_id)
         self._runtime._order += 1
-        request = _Request(kind, payload, signal, wait, signal_id, input, update, update_id, wait_for,
+        request = _Request(kind, payload, signal, wait, signal_id, input, update, update_id, wait_for, query,
                            request_id=f"request-{self._runtime._order}", reply_to=_REPLY_TO)
         return self._runtime._take(self.name, instance_id, request)[0]
 
