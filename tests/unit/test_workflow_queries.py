@@ -252,3 +252,44 @@ def test_the_json_envelope_and_the_limits() -> None:
         check_inbox(WorkflowInbox("r-1", "b-1", "query_handler", 1, query="q" * 5000))
     with pytest.raises(LimitError):
         check_inbox(WorkflowInbox("r-1", "b-1", "query_handler", 1, query="q", payload=b"[" + b"1," * 400_000 + b"1]"))
+
+
+async def ledger(ctx: WorkflowContext, opening: int) -> int:
+    """docs/workflows.md, "Queries", as written there."""
+    balance = opening
+    entries: list[int] = []
+    await ctx.on_query("balance", lambda: balance)
+    await ctx.on_query("entries", lambda: list(entries))
+    await ctx.on_query("entry", lambda i: entries[i])
+    while True:
+        amount = await ctx.wait_signal("post", type=int)
+        if amount == 0:
+            return balance
+        entries.append(amount)
+        balance += amount
+
+
+def test_the_docs_example() -> None:
+    rt = WorkflowTestRuntime()
+    handle = rt.register(define_workflow("ledger", ledger))
+    handle.start("acct-7", 10)
+    handle.signal("acct-7", "post", 5)
+    assert handle.query("acct-7", "balance") == 15
+    assert handle.query("acct-7", "entry", [0]) == 5
+    assert handle.query("acct-7", "entries") == [5]
+    with pytest.raises(WorkflowQueryRejected, match="registered: balance, entries, entry"):
+        handle.query("acct-7", "nope")
+
+
+def test_an_answer_over_the_limit_fails() -> None:
+    async def big(ctx: WorkflowContext, _: None) -> None:
+        await ctx.on_query("all", lambda: "x" * 600_000)
+        await ctx.wait_signal("never")
+
+    rt = WorkflowTestRuntime()
+    handle = rt.register(define_workflow("big", big))
+    handle.start("b-1", None)
+    with pytest.raises(WorkflowQueryFailed, match="more than 524,288"):
+        handle.query("b-1", "all")
+    with pytest.raises(TypeError):
+        handle.query("b-1", "all", "abc")  # type: ignore[arg-type]

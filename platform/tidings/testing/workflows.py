@@ -61,7 +61,7 @@ from tidings.core.workflow.context import instant_ms, ms_instant
 from tidings.core.workflow_records import WorkflowInbox
 from tidings.core.workflow_links import link_request
 from tidings.core.workflow.updates import AnswerUpdate
-from tidings.core.workflow.queries import query_value, run_query
+from tidings.core.workflow.queries import caller_args, query_value, run_query
 from tidings.core.workflow.inbox_rules import (
     AwaitEnd,
     AwaitUpdate,
@@ -333,8 +333,9 @@ class WorkflowHandle:
         """
         _check_id(instance_id)
         definition = self._runtime.definition(self.name)
+        sent = caller_args(args)
         try:
-            text = definition.codec.encode(list(args) if args is not None else None)
+            text = definition.codec.encode(sent)
         except ValueError as exc:
             raise SchemaError(f"the args of query {name!r} cannot be stored: {exc}") from exc
         reply, _ = self._answer(instance_id, _Request("query_handler", text.encode(), query=name))

@@ -42,7 +42,7 @@ import inspect
 import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Final
@@ -160,6 +160,19 @@ def run_query(instance: WorkflowInstance, name: str, args: list[Any], *,
                           f"more than {MAX_ANSWER_BYTES:,}: return less (e.g. a page of it, chosen by its args)")
         return QueryAnswer("failed", error=error, reason=error.message)
     return QueryAnswer("answered", result=text)
+
+
+def caller_args(args: Any) -> list[Any] | None:
+    """A caller's ``args`` as the list sent (None: none); the hosted handle and the runtime's alike.
+
+    Raises:
+        TypeError: ``args`` is no sequence of positional arguments (a string is none either).
+    """
+    if args is None:
+        return None
+    if isinstance(args, (str, bytes)) or not isinstance(args, Sequence):
+        raise TypeError(f"a query's args are a list of positional arguments, not {args!r:.100}")
+    return list(args)
 
 
 def query_value(reply: Any, what: str, definition: Any, type: Any = None) -> Any:

@@ -33,7 +33,7 @@ from ....core.workflow import (
     WorkflowStatus,
     define_workflow,
 )
-from ....core.workflow.queries import query_value
+from ....core.workflow.queries import caller_args, query_value
 from ....core.workflow_records import WorkflowInbox, WorkflowReply
 from ....errors import (
     DefinitionError,
@@ -398,10 +398,9 @@ class WorkflowHandle:
         """
         _check_id(instance_id)
         check_id(name, "query name")
-        if args is not None and (isinstance(args, (str, bytes)) or not isinstance(args, Sequence)):
-            raise TypeError(f"a query's args are a list of positional arguments, not {args!r:.100}")
+        sent = caller_args(args)
         try:
-            text = self.definition.codec.encode(None if args is None else list(args))
+            text = self.definition.codec.encode(sent)
         except ValueError as exc:
             raise SchemaError(f"the args of query {name!r} cannot be stored: {exc}") from exc
         check_payload_size(text.encode(), f"the args of query {name!r}")
