@@ -8,6 +8,7 @@ terminal (README.md, "Workflows and orchestrations")::
     tidings start examples.shop.app:app approve order-18
     tidings signal examples.shop.app:app approve order-18 approval true
     tidings update examples.shop.app:app cart cart-7 add_item '{"sku": "A-1", "qty": 2}' --start '"ann"'
+    tidings query examples.shop.app:app cart cart-7 items
 
 Two environment variables, read when the module is imported (by the worker), serve the
 demo and the tests: ``SHOP_SCORE_LOG`` names a file where the scoring service notes each
@@ -141,9 +142,11 @@ async def shopping_cart(ctx: WorkflowContext, owner: str) -> list[Item]:
     Shows updates (docs/workflows.md, "Updates"): the body takes them as steps, oldest first,
     and answers each (``call.reply``) once it has what it needs; the caller of
     ``cart.update(...)`` / ``tidings update`` gets that answer once it is journaled. A
-    quantity of 0 or less is refused by the validator and journals nothing.
+    quantity of 0 or less is refused by the validator and journals nothing. Its query "items"
+    (docs/workflows.md, "Queries") reads what it holds, journaling nothing.
     """
     items: list[Item] = []
+    await ctx.on_query("items", lambda: list(items))
     while True:
         call = await ctx.race([ctx.wait_update("add_item"), ctx.wait_update("checkout")])
         if call.name == "checkout":

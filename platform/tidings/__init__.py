@@ -63,6 +63,8 @@ from .errors import WorkflowEnded as WorkflowEnded
 from .errors import WorkflowFaulted as WorkflowFaulted
 from .errors import WorkflowNotFound as WorkflowNotFound
 from .errors import WorkflowStepFailed as WorkflowStepFailed
+from .errors import WorkflowQueryFailed as WorkflowQueryFailed
+from .errors import WorkflowQueryRejected as WorkflowQueryRejected
 from .errors import WorkflowUpdateFailed as WorkflowUpdateFailed
 from .errors import WorkflowUpdateRejected as WorkflowUpdateRejected
 from .shell.kinds.projection.agent import ProjectedEvent as ProjectedEvent
@@ -136,6 +138,8 @@ __all__ = [
     "WorkflowNotFound",
     "WorkflowStatus",
     "WorkflowStepFailed",
+    "WorkflowQueryFailed",
+    "WorkflowQueryRejected",
     "WorkflowUpdateFailed",
     "WorkflowUpdateRejected",
     "subroutine",

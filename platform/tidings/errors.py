@@ -12,6 +12,8 @@ The tree::
     ├── WorkflowCancelled                   value() of a cancelled instance
     ├── WorkflowUpdateRejected              an update was refused on arrival; nothing was stored
     ├── WorkflowUpdateFailed                the body failed an update (.error: StepError)
+    ├── WorkflowQueryRejected               no such query handler, or unusable args; nothing changed
+    ├── WorkflowQueryFailed                 a query handler raised or overran (.error: StepError)
     ├── WorkflowStepFailed                  a step failed inside a body (.error: StepError)
     ├── NondeterminismError                 the body no longer matches its journal (parked)
     │   └── JournalMismatch                 internal: raised while replaying, becomes parking
@@ -36,6 +38,9 @@ The tree::
     ├── ConsoleRefusal                  internal: the console's API refused a request (its HTTP status)
     ├── ReplayRefused (also ValueError) internal: a dead letter the console may not send back
     └── ReplyTimeout (also TimeoutError)    no reply within the timeout
+
+    BaseException
+    └── QueryTimeout                        internal: stops a query handler that overran its bound
 
 A failure of user code on one record (a handler, ``key_of``, an orchestration) is a
 ``RecordError``: that record is dead-lettered under the class's name (``error_type``)
@@ -112,6 +117,25 @@ class WorkflowUpdateFailed(TidingsError):
     def __init__(self, message: str, error: StepError | None = None) -> None:
         self.error = error
         super().__init__(message)
+
+
+class WorkflowQueryRejected(TidingsError):
+    """A query named no handler the instance registered, or its args were no JSON array."""
+
+
+class WorkflowQueryFailed(TidingsError):
+    """A query handler raised, overran its bound or returned no storable value; the instance
+    is untouched. ``error`` says what (its kind ``deadline_exceeded`` for an overrun)."""
+
+    def __init__(self, message: str, error: StepError | None = None) -> None:
+        self.error = error
+        super().__init__(message)
+
+
+class QueryTimeout(BaseException):  # noqa: N818 - no Error: it is never an error a caller sees
+    """Internal: raised inside a query handler that ran longer than its bound
+    (``core/workflow/queries.py``). A BaseException, so a handler's ``except Exception``
+    cannot swallow it and loop on; the caller gets ``WorkflowQueryFailed``."""
 
 
 class WorkflowStepFailed(TidingsError):

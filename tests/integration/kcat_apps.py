@@ -7,7 +7,7 @@ JSON (``App(json_outcomes=True)``).
 - aggregate ``tally``: command ``Add {"amount": n}`` stores ``Added {"amount": n}``;
 - workflow ``greet``: input a name, waits for the signal ``approve`` (a bool) and returns
   ``{"greeting": "hello NAME", "approved": ...}``;
-- workflow ``echo``: answers one update "echo" with its payload and ends;
+- workflow ``echo``: answers one update "echo" with its payload and ends (query ``echoed``);
 - workflow ``shout`` and the flow stage ``names``: each JSON string on ``{app}.names``
   starts ``shout`` with id ``shout-{name}``; the outcome goes to ``{app}.shouted``.
 """
@@ -65,8 +65,11 @@ def build(app_id: str, json_outcomes: bool = False) -> App:
 
     @app.workflow("echo", updates=["echo"])
     async def echo(ctx: WorkflowContext, _: None) -> str:
-        """Answers one update "echo" with its payload, then ends with it."""
+        """Answers one update "echo" with its payload, then ends with it (query "echoed": how many)."""
+        echoed: list[object] = []
+        await ctx.on_query("echoed", lambda: len(echoed))
         call = await ctx.wait_update("echo")
+        echoed.append(call.payload)
         await call.reply(call.payload)
         return str(call.payload)
 

@@ -131,6 +131,9 @@ def test_the_generated_acls_refuse_forged_records_and_allow_every_client_operati
         echoed = ok(tidings(secured, app_id, "client", "update", APP_SPEC, "echo", "e-1", "echo", '"hi"',
                             "--start", "null"))
         assert '"result": "hi"' in echoed, echoed
+        # A query to a handler too: the ended instance answers from its final state.
+        queried = ok(tidings(secured, app_id, "client", "query", APP_SPEC, "echo", "e-1", "echoed"))
+        assert '"result": 1' in queried, queried
         outcomes = ok(tidings(secured, app_id, "client", "outcomes", APP_SPEC, "greet"))
         assert '"g-1"' in outcomes and '"g-2"' in outcomes
         kcat = shutil.which("kcat")

@@ -172,6 +172,9 @@ def test_the_readme_round_trip_on_the_command_line(shop_worker: WorkerProcess, k
     done = subprocess.run([sys.executable, "-m", "tidings.cli.main", "update", shop_app, "cart", cart, "add_item",
                            '{"sku": "B-2", "qty": 0}'], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
     assert done.returncode == 1 and "must be positive" in done.stderr and "nothing was stored" in done.stderr
+    # Its query reads what it holds (README, docs/workflows.md "Queries").
+    assert tidings("query", shop_app, "cart", cart, "items") == (
+        0, [{"queried": cart, "query": "items", "workflow": "cart", "result": [{"sku": "A-1", "qty": 2}]}])
     assert tidings("update", shop_app, "cart", cart, "checkout") == (
         0, [{"updated": cart, "update": "checkout", "workflow": "cart", "answer": "completed",
              "result": [{"sku": "A-1", "qty": 2}]}])

@@ -40,6 +40,12 @@ class Step:
     update: str | None = None
     update_id: str | None = None
     wait_for: str | None = None
+    query: str | None = None
+
+
+def qh(instance_id: str, name: str | None, args: bytes | None = None) -> Step:
+    """A query to handler ``name`` of ledger ``instance_id``."""
+    return Step("ledger", instance_id, "query_handler", args, query=name)
 
 
 def upd(instance_id: str, name: str | None, payload: bytes | None, update_id: str | None,
@@ -112,6 +118,17 @@ PHASE_1 = [
     upd("u-1", "close", None, "z"),  # completed: [3, 4]
     Step("cart", "u-2", "start", b"0"),
     upd("u-2", "add_item", b"5", "c", "accepted"),  # its answer is asked for after the worker change
+    # ledger(opening) registers query handlers over its balance and entries; "post" 0 ends it.
+    qh("q-0", "balance"),  # never started
+    Step("ledger", "q-1", "start", b"10"),
+    qh("q-1", "balance"),  # answered 10, RUNNING
+    qh("q-1", "entry", b"[0]"),  # the handler raises (no entry yet): failed
+    qh("q-1", "broken"),  # failed: KeyError
+    qh("q-1", "nope"),  # no such handler: rejected, names those registered
+    qh("q-1", "entry", b'{"i": 0}'),  # args that are no array: rejected (and dead-lettered)
+    Step("ledger", "q-2", "start", b"3"),
+    Step("ledger", "q-2", "signal", b"0", "post"),  # q-2 ends with balance 3
+    qh("q-2", "balance"),  # the final state
 ]
 
 PHASE_2 = [
@@ -143,6 +160,9 @@ PHASE_2 = [
     Step("collector", "c-4", "signal", b"6", "item"),
     Step("collector", "c-4", "signal", b"7", "item"),  # c-4 finishes [5, 6, 7]
     Step("collector", "c-4", "query"),
+    qh("q-1", "balance"),  # running, replayed by the new worker
+    qh("q-2", "entries"),  # ended, known by its stored end: its journal replayed through the end
+    qh("q-2", "nope"),
 ]
 
 
@@ -167,6 +187,7 @@ def hosted_replies(
             update=step.update,
             update_id=step.update_id,
             wait_for=step.wait_for,
+            query=step.query,
         )
         producer.produce(topics.inbox, avro.encode(request), step.instance_id.encode())
     assert producer.flush(30) == 0
@@ -191,12 +212,12 @@ def hosted_replies(
 
 def in_memory_replies(runtime: WorkflowTestRuntime, steps: list[Step]) -> list[PendingReply]:
     """Send ``steps`` to the in-memory runtime through the raw inbox requests of its handles."""
-    handles = {name: runtime.register(runtime.definition(name)) for name in ("collector", "faulty", "cart")}
+    handles = {name: runtime.register(runtime.definition(name)) for name in ("collector", "faulty", "cart", "ledger")}
     pending = [
         handles[step.workflow].ask(
             step.instance_id, step.kind, payload=step.payload, signal=step.signal, wait=step.wait,
             signal_id=step.signal_id, input=step.input, update=step.update, update_id=step.update_id,
-            wait_for=step.wait_for,
+            wait_for=step.wait_for, query=step.query,
         )
         for step in steps
     ]
@@ -208,7 +229,7 @@ def test_the_hosted_worker_and_the_in_memory_runtime_answer_one_inbox_sequence_a
     kafka_bootstrap: str, workflow_app: App, workflow_workers: WorkflowWorkers
 ) -> None:
     runtime = WorkflowTestRuntime()
-    for name in ("collector", "faulty", "cart"):
+    for name in ("collector", "faulty", "cart", "ledger"):
         runtime.register(workflow_app.workflow_handle(name).definition)
 
     first = workflow_workers.start("w1")
@@ -252,10 +273,21 @@ def test_the_hosted_worker_and_the_in_memory_runtime_answer_one_inbox_sequence_a
     assert by_update[("u-2", "y", True)] == InboxReply("completed", result="[5]")
     assert by_update[("u-1", "a", True)] == InboxReply("completed", result="1")
     assert by_update[("u-1", "new", True)].answer == "ended"
+    by_query = {(s.instance_id, s.query, s.payload, n >= len(PHASE_1)): r for n, (s, r) in enumerate(zip(steps, hosted))
+                if s.kind == "query_handler"}
+    assert by_query[("q-0", "balance", None, False)] == NOT_FOUND
+    assert by_query[("q-1", "balance", None, False)] == InboxReply("answered", "RUNNING", result="10")
+    assert by_query[("q-1", "entry", b"[0]", False)].answer == "failed"
+    assert "KeyError" in (by_query[("q-1", "broken", None, False)].reason or "")
+    assert by_query[("q-1", "nope", None, False)].answer == "rejected"
+    assert by_query[("q-1", "entry", b'{"i": 0}', False)].answer == "rejected"
+    assert by_query[("q-2", "balance", None, False)] == InboxReply("answered", "FINISHED", "finished", "3")
+    assert by_query[("q-1", "balance", None, True)] == InboxReply("answered", "RUNNING", result="10")
+    assert by_query[("q-2", "entries", None, True)] == InboxReply("answered", "FINISHED", "finished", "[]")
     assert hosted[len(PHASE_1) + 6] == InboxReply("status", "FINISHED", "finished", "[1,3]")
     by_step = dict(zip(range(len(steps)), hosted))
     assert by_step[9] == InboxReply("status", "FINISHED", "finished", "[7,8]")  # the waiting query
     assert by_step[22] == InboxReply("status", "CANCELLED", "cancelled")
-    assert hosted[-1] == InboxReply("status", "FINISHED", "finished", "[5,6,7]")
+    assert hosted[-4] == InboxReply("status", "FINISHED", "finished", "[5,6,7]")  # before the three queries
     faulted = hosted[PHASE_1.index(Step("faulty", "f-1", "query", wait=True))]
     assert faulted.outcome == "faulted" and faulted.error is not None and "boom" in faulted.error.message

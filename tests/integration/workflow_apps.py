@@ -208,6 +208,7 @@ def build(app_id: str, calls_dir: Path, *, without_collector: bool = False) -> A
     _recovery_workflows(app, calls)
     _cache_and_rebalance_workflows(app, calls)
     _update_workflows(app, calls)
+    _query_workflows(app)
     return app
 
 
@@ -250,6 +251,37 @@ def _update_workflows(app: App, calls: Calls) -> None:
                 qty = await ctx.activity("gated", Retry.times(3), lambda a, q=qty: gated(a, q))
             items.append(qty)
             await call.reply(len(items))
+
+
+def _query_workflows(app: App) -> None:
+    """``ledger`` of ``tests/integration/test_workflow_queries.py``: state read by query handlers."""
+
+    @app.workflow("ledger")
+    async def ledger(ctx: WorkflowContext, opening: int) -> int:
+        """Posts the amounts signalled as "post" until one is 0, then ends with the balance.
+
+        Its queries: ``balance``, ``entries``, ``entry(i)``; ``broken`` raises, ``spin`` loops,
+        ``huge`` answers more than a record holds."""
+        balance = opening
+        entries: list[int] = []
+
+        def spin() -> None:
+            while True:
+                pass
+
+        await ctx.on_query("balance", lambda: balance)
+        await ctx.on_query("entries", lambda: list(entries))
+        await ctx.on_query("entry", lambda i: entries[i])
+        await ctx.on_query("broken", lambda: {}["missing"])
+        await ctx.on_query("spin", spin)
+        await ctx.on_query("huge", lambda: "x" * 600_000)
+        while True:
+            amount = await ctx.wait_signal("post", type=int)
+            if amount == 0:
+                return balance
+            await ctx.sleep(timedelta(milliseconds=10))  # a step between posts: a replay walks it
+            entries.append(amount)
+            balance += amount
 
 
 def _recovery_workflows(app: App, calls: Calls) -> None:

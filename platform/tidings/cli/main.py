@@ -22,7 +22,7 @@ Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 # The command modules, in the order `tidings --help` lists them.
 COMMANDS: tuple[str, ...] = (
-    "worker", "send", "topics", "broker", "demo", "start", "signal", "update", "cancel", "result", "status", "outcomes",
+    "worker", "send", "topics", "broker", "demo", "start", "signal", "update", "query", "cancel", "result", "status", "outcomes",
     "deadletters", "offsets", "acls",
     "journal", "replay", "saga", "schedule", "list", "describe", "console",
 )

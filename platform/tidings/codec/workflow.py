@@ -150,7 +150,9 @@ def inbox_from_json(data: bytes, *, timestamp_ms: int | None = None) -> Workflow
     ``{"kind": "cancel", "instance_id": "o-1"}``;
     ``{"kind": "signal_with_start", "instance_id": "o-1", "input": "ABC", "signal": "approval",
     "payload": true}``; ``{"kind": "update", "instance_id": "o-1", "update": "add_item",
-    "update_id": "u-1", "payload": {...}, "reply_to": "my.replies", "wait_for": "completed"}``.
+    "update_id": "u-1", "payload": {...}, "reply_to": "my.replies", "wait_for": "completed"}``;
+    ``{"kind": "query_handler", "instance_id": "o-1", "query": "items", "payload": [2],
+    "reply_to": "my.replies"}`` (``payload``: the handler's positional args, a JSON array).
     ``payload`` and ``input`` are inline JSON values.
     ``request_id`` defaults to ``{kind}:{instance_id}:{timestamp_ms}``; ``reply_to``,
     ``wait``, ``metadata`` and a signal's ``signal_id`` are optional.
@@ -189,6 +191,9 @@ def inbox_from_json(data: bytes, *, timestamp_ms: int | None = None) -> Workflow
     update = text("update", required=updates)
     update_id = text("update_id", required=updates)
     wait_for = text("wait_for")
+    query = text("query", required=kind == "query_handler")
+    if kind != "query_handler" and query is not None:
+        raise SchemaError(f"JSON workflow inbox: 'query' names a query_handler's handler, not part of a {kind}")
     if not updates and (update is not None or update_id is not None or wait_for is not None):
         raise SchemaError(f"JSON workflow inbox: 'update', 'update_id' and 'wait_for' are for update and "
                           f"update_with_start, not a {kind}")
@@ -228,4 +233,5 @@ def inbox_from_json(data: bytes, *, timestamp_ms: int | None = None) -> Workflow
         update=update,
         update_id=update_id,
         wait_for=wait_for,
+        query=query,
     )

@@ -378,6 +378,9 @@ def check_inbox(inbox: WorkflowInbox) -> WorkflowInbox:
     check_optional_id(inbox.update, "update name")
     check_optional_id(inbox.update_id, "update_id")
     check_optional_id(inbox.wait_for, "wait_for")
+    if inbox.kind == "query_handler" and not inbox.query:
+        raise LimitError("a query_handler request needs the query's name (field 'query')")
+    check_optional_id(inbox.query, "query name")
     if inbox.reply_to is not None:
         check_topic_name(inbox.reply_to, "reply_to")
     # A child's result may be as large as any stored value; an input or signal may not.

@@ -26,12 +26,13 @@ from tidings.core.workflow.journal import JournalRecord
 
 InboxKind = Literal[
     "start", "signal", "cancel", "query", "child_started", "child_ended", "signal_with_start", "update",
-    "update_with_start",
+    "update_with_start", "query_handler",
 ]
 INBOX_KINDS: Final = frozenset(get_args(InboxKind))
 
 ReplyAnswer = Literal[
     "accepted", "not_found", "ended", "rejected", "status", "started", "signalled", "completed", "failed",
+    "answered",
 ]
 """``accepted``: stored (or a repeat that changes nothing); ``not_found``: never started;
 ``ended``: a signal (or a signal-with-start) to an ended instance; ``rejected``: unusable
@@ -41,7 +42,9 @@ found the instance running and signalled it (or its signal id was stored already
 ``completed``: an update's answer (``result``); ``failed``: the body failed the update
 (``error``, ``reason``). An update the checks refused is ``rejected`` (``reason``), one the body
 never answered before its instance ended is ``ended``; ``accepted`` answers an update whose
-caller waits only for its acceptance."""
+caller waits only for its acceptance. A ``query_handler`` is answered ``answered`` (``result``:
+the handler's value), ``failed`` (the handler raised or overran: ``error``, ``reason``) or
+``rejected`` (no such handler, unusable args: ``reason``), each with ``status``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +86,8 @@ class WorkflowInbox:
             the first answer (required for an update).
         wait_for: ``completed`` (None: the default) answers once the body answered the
             update; ``accepted`` once it is journaled.
+        query: ``query_handler``: the name of the query handler to call; ``payload`` holds
+            its args, a JSON array (since ``workflowinbox.v6``).
     """
 
     request_id: str
@@ -106,6 +111,7 @@ class WorkflowInbox:
     update: str | None = None
     update_id: str | None = None
     wait_for: str | None = None
+    query: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

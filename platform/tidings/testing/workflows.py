@@ -27,6 +27,7 @@ import inspect
 import random
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
+from collections.abc import Sequence
 from typing import Any
 
 from tidings.core.workflow import (
@@ -60,15 +61,19 @@ from tidings.core.workflow.context import instant_ms, ms_instant
 from tidings.core.workflow_records import WorkflowInbox
 from tidings.core.workflow_links import link_request
 from tidings.core.workflow.updates import AnswerUpdate
+from tidings.core.workflow.queries import caller_args, query_value, run_query
 from tidings.core.workflow.inbox_rules import (
     AwaitEnd,
     AwaitUpdate,
     Feed,
     InboxReply,
     Known,
+    RunQuery,
     answer_fed,
     answer_status,
     decide_request,
+    queried_instance,
+    query_reply,
     outcome_fields_of,
     outcome_from,
 )
@@ -140,6 +145,7 @@ class _Request:
     update: str | None = None
     update_id: str | None = None
     wait_for: str | None = None
+    query: str | None = None
     request_id: str = ""
     reply_to: str | None = None
 
@@ -314,6 +320,27 @@ class WorkflowHandle:
             return None
         return definition.codec.decode(reply.result or "null", type)
 
+    def query(self, instance_id: str, name: str, args: Sequence[Any] | None = None, *, type: Any = None) -> Any:
+        """Call the query handler ``name`` with ``args`` and return its value, as the hosted
+        ``handle.query`` does (the same rules: nothing is journaled or changed).
+
+        Raises:
+            WorkflowNotFound: No instance was ever started with this id.
+            WorkflowQueryRejected: The instance registered no handler ``name`` (the message
+                names the ones it did), or the args are unusable.
+            WorkflowQueryFailed: The handler raised, overran its bound or returned no JSON value.
+            SchemaError: The args cannot be stored as JSON.
+        """
+        _check_id(instance_id)
+        definition = self._runtime.definition(self.name)
+        sent = caller_args(args)
+        try:
+            text = definition.codec.encode(sent)
+        except ValueError as exc:
+            raise SchemaError(f"the args of query {name!r} cannot be stored: {exc}") from exc
+        reply, _ = self._answer(instance_id, _Request("query_handler", text.encode(), query=name))
+        return query_value(reply, f"query {name!r} of {self.name} {instance_id!r}", definition, type)
+
     def cancel(self, instance_id: str) -> Decision:
         """Request cancellation (a second request, or one to an ended instance, changes nothing).
 
@@ -382,6 +409,7 @@ class WorkflowHandle:
         update: str | None = None,
         update_id: str | None = None,
         wait_for: str | None = None,
+        query: str | None = None,
     ) -> PendingReply:
         """Send one raw inbox request, as any producer may, and return its answer.
 
@@ -396,13 +424,14 @@ class WorkflowHandle:
             input: A signal-with-start's or an update-with-start's input, JSON bytes (not checked here).
             update, update_id, wait_for: An update's name, id and what its caller waits for
                 (``completed``: ``PendingReply.reply`` stays None until the body answers).
+            query: A ``query_handler``'s query name (``payload``: its args, a JSON array).
 
         Returns:
             The answer: what the hosted worker would put on the replies topic.
         """
         _check_id(instance_id)
         self._runtime._order += 1
-        request = _Request(kind, payload, signal, wait, signal_id, input, update, update_id, wait_for,
+        request = _Request(kind, payload, signal, wait, signal_id, input, update, update_id, wait_for, query,
                            request_id=f"request-{self._runtime._order}", reply_to=_REPLY_TO)
         return self._runtime._take(self.name, instance_id, request)[0]
 
@@ -515,6 +544,18 @@ class WorkflowTestRuntime:
         verdict = decide_request(request, known)
         status = known.status if isinstance(known, WorkflowInstance) else None
         decision = Decision((), (), status)
+        if isinstance(verdict, RunQuery):
+            assert known is not None  # never started: answered not_found
+            # As the hosted agent: the live state, or an ended instance's journal replayed
+            # through its end; nothing is journaled.
+            instance = queried_instance(self._definitions[workflow], instance_id, known,
+                                        lambda: list(self.journals.get(key, ())), self.clock.now_ms)
+            try:
+                reply = query_reply(run_query(instance, verdict.name, verdict.args), known)
+            finally:
+                if instance is not known:
+                    instance.close()
+            return PendingReply(reply), decision
         if isinstance(verdict, Feed):
             if isinstance(known, WorkflowInstance):
                 instance = known

@@ -29,6 +29,7 @@ from tidings.core.workflow.requests import (
 from tidings.core.workflow.retry import Retry, RetryPolicy
 from tidings.core.workflow.sends import EventFilter, SendRequest
 from tidings.core.workflow.signal_sends import SignalSendRequest
+from tidings.core.workflow.queries import QueryHandler, QueryRegisterRequest
 from tidings.core.workflow.updates import UpdateCall, UpdateWaitRequest
 
 T = TypeVar("T")
@@ -256,6 +257,27 @@ class WorkflowContext:
                 update is taken and its caller answered that failure); CANCELLED.
         """
         return UpdateWaitRequest(name, type)
+
+    def on_query(self, name: str, handler: QueryHandler) -> StepRequest[None]:
+        """Register ``handler`` as the query ``name``: ``await ctx.on_query("items", lambda: list(items))``.
+
+        A caller's ``handle.query(id, name, args)`` calls ``handler(*args)`` on the worker that
+        owns the instance and gets its value (stored as JSON): a handler closes over the body's
+        variables and reads them. Registering again under the same name replaces the handler.
+        A handler must only read (a change is journaled nowhere), return quickly (it is
+        stopped after ``QUERY_BUDGET_S``) and be a plain function. One that raises answers the
+        caller an error; the instance is untouched.
+
+        *Journaled:* nothing, and it takes no step path: adding or moving a registration
+        changes no journal. *Replay:* the body registers its handlers again as it runs again,
+        so a query after a restart, to a parked instance (the state at the park) or to an
+        ended one (its journal replayed through the end) answers from the replayed state.
+
+        Raises:
+            DefinitionError: ``name`` is not a string of 1 to 200 characters, or ``handler`` is
+                not a plain callable.
+        """
+        return QueryRegisterRequest(name, handler)
 
     def version(self, change_id: str, latest: int) -> StepRequest[int]:
         """Record which version of the code this instance runs, to change a running workflow.

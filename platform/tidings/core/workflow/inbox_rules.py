@@ -54,6 +54,7 @@ Pure: no I/O; what is known of the instance comes in as an argument.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -64,8 +65,9 @@ from tidings.core.workflow.definition import WorkflowDefinition
 from tidings.core.workflow.failures import StepError
 from tidings.core.workflow.inbox import Cancel, Signal, Start
 from tidings.core.workflow.interpreter import WorkflowInstance
-from tidings.core.workflow.journal import UpdateAnswered
+from tidings.core.workflow.journal import JournalRecord, UpdateAnswered
 from tidings.core.workflow.outcomes import Cancelled, Faulted, Finished, Outcome, WorkflowStatus
+from tidings.core.workflow.queries import QueryAnswer
 from tidings.core.workflow.updates import PENDING, ReplyAddress, Update
 
 _ENDED: Final = frozenset({WorkflowStatus.FINISHED.value, WorkflowStatus.FAULTED.value, WorkflowStatus.CANCELLED.value})
@@ -127,6 +129,11 @@ class InboxRequest(Protocol):
     @property
     def wait_for(self) -> str | None:
         """An update's caller waits for ``completed`` (None too) or ``accepted``."""
+        ...
+
+    @property
+    def query(self) -> str | None:
+        """A ``query_handler`` request's query name."""
         ...
 
 
@@ -219,7 +226,16 @@ class Refuse:
         return InboxReply("rejected", reason=self.reason)
 
 
-InboxVerdict = Reply | Feed | AwaitEnd | AwaitUpdate | Refuse
+@dataclass(frozen=True, slots=True)
+class RunQuery:
+    """Call query ``name`` with ``args`` on the instance (``queried_instance``), store nothing,
+    and answer ``query_reply``."""
+
+    name: str
+    args: list[Any]
+
+
+InboxVerdict = Reply | Feed | AwaitEnd | AwaitUpdate | Refuse | RunQuery
 """What ``decide_request`` returns."""
 
 ACCEPTED: Final = InboxReply("accepted")
@@ -230,6 +246,8 @@ SIGNAL_WITH_START: Final = "signal_with_start"
 UPDATE: Final = "update"
 UPDATE_WITH_START: Final = "update_with_start"
 UPDATE_KINDS: Final = frozenset({UPDATE, UPDATE_WITH_START})
+QUERY_HANDLER: Final = "query_handler"
+"""A query to a handler the body registered (``query`` is the status query)."""
 WAIT_FOR: Final = frozenset({"accepted", "completed"})
 
 
@@ -264,6 +282,8 @@ def decide_request(request: InboxRequest, known: Known) -> InboxVerdict:
         return _signal_with_start(request, known)
     if kind in UPDATE_KINDS:
         return _update(request, known)
+    if kind == QUERY_HANDLER:
+        return _query(request, known)
     if kind not in ("signal", "cancel", "query"):
         return Refuse(f"unknown request kind {kind!r}")
     if kind == "signal" and not request.signal:
@@ -438,6 +458,44 @@ def _update(request: InboxRequest, known: Known) -> InboxVerdict:
     except ValueError as exc:
         return Refuse(f"the input is not JSON: {exc}")
     return Feed(Start(start_input, update=update))
+
+
+def _query(request: InboxRequest, known: Known) -> InboxVerdict:
+    """A query to a handler: unusable without a name or with args that are no JSON array."""
+    if not request.query:
+        return Refuse("a query_handler request needs the query's name (field 'query')")
+    payload = _payload(request)
+    if isinstance(payload, Refuse):
+        return payload
+    args = payload.value
+    if args is None:
+        args = []
+    if not isinstance(args, list):
+        return Refuse(f"a query's args are a JSON array of positional arguments (or null), not a "
+                      f"{type(args).__name__}")
+    if known is None:
+        return Reply(NOT_FOUND)
+    return RunQuery(request.query, args)
+
+
+def queried_instance(
+    definition: WorkflowDefinition, instance_id: str, known: WorkflowInstance | StoredEnd,
+    journal: Callable[[], Sequence[JournalRecord]], now: int,
+) -> WorkflowInstance:
+    """The instance whose handlers answer a query: the live one while it holds the body's state
+    (running, parked, or ended in memory with its handlers); else, for an ended instance, its
+    journal (``journal()``) replayed with the body run through its end. Nothing is stored."""
+    if isinstance(known, WorkflowInstance) and (not _ended(known) or known._queries is not None):
+        return known
+    instance, _ = WorkflowInstance.replay(definition, instance_id, journal(), now, through_end=True)
+    return instance
+
+
+def query_reply(answer: QueryAnswer, known: WorkflowInstance | StoredEnd) -> InboxReply:
+    """The reply to a query: its ``answer`` (``answered``/``failed``/``rejected``), the handler's
+    ``result`` or ``error``/``reason``, and the instance's ``status`` (and ``outcome``, ended)."""
+    status = answer_status(known)
+    return InboxReply(answer.answer, status.status, status.outcome, answer.result, answer.error, answer.reason)
 
 
 @dataclass(frozen=True, slots=True)

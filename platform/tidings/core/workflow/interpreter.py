@@ -123,6 +123,7 @@ class WorkflowInstance:
         "_children",
         "_parent",
         "_updates",
+        "_queries",
     )
 
     def __init__(self, definition: WorkflowDefinition, instance_id: str, *, entropy: Entropy = os.urandom) -> None:
@@ -150,6 +151,9 @@ class WorkflowInstance:
         self._outcome_json = False  # from Started: write the outcome record as JSON
         self._traceparent: str | None = None  # from Started: the run's trace context
         self._updates: UpdateBook | None = None  # once an update is stored (updates.py)
+        # Query handlers by name, once the body registers one (queries.py). Kept when the
+        # instance parks or ends: a query answers from the state it reached.
+        self._queries: dict[str, Any] | None = None
 
     # ----------------------------------------------------------------------------- public
 
@@ -197,6 +201,7 @@ class WorkflowInstance:
         self._root = None
         self._pending = {}
         self._waiters = None
+        self._queries = None
         if root is not None and not root.dead:
             self._close_tree(root)
 
@@ -240,6 +245,7 @@ class WorkflowInstance:
         now: int,
         *,
         entropy: Entropy = os.urandom,
+        through_end: bool = False,
     ) -> tuple[WorkflowInstance, Decision]:
         """Rebuild an instance from its journal; never raises.
 
@@ -254,6 +260,9 @@ class WorkflowInstance:
             records: The instance's journal, in sequence order.
             now: The current time, ms since the epoch (UTC).
             entropy: The source of ``new_guid``/``random`` values taken after the journal.
+            through_end: Run the body of an ended instance through its end too (by default
+                an ended instance is only its outcome), so the query handlers it registered
+                answer from its final state (``queries.py``); the decision is for reading only.
 
         Returns:
             The instance and the decision of the replay: records the body added after the
@@ -270,7 +279,7 @@ class WorkflowInstance:
             # no input, so replay walks the journal as if it were not there.
             records = [record for record in records if type(record) is not StepAttemptFailed]
         last = records[-1]
-        if isinstance(last, Ended):
+        if isinstance(last, Ended) and not through_end:
             # An ended instance is its outcome; its body never runs again.
             instance._set_outcome(last)
             instance._updates = updates.answers_of(updates.book_of(records))

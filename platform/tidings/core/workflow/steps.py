@@ -56,6 +56,7 @@ from tidings.core.workflow.signal_sends import (
     stored_signal,
 )
 from tidings.core.workflow.failures import StepError
+from tidings.core.workflow.queries import QueryRegisterRequest, register_step
 from tidings.core.workflow.updates import UpdateReplyRequest, UpdateWaitRequest, reply_step, wait_step
 from tidings.errors import DefinitionError, ForeignAwaitError
 
@@ -211,6 +212,7 @@ STEP_HANDLERS: dict[type[Any], Callable[[WorkflowInstance, Fiber, Any], Any]] = 
     SignalSendRequest: signal_send_step,
     UpdateWaitRequest: wait_step,
     UpdateReplyRequest: reply_step,
+    QueryRegisterRequest: register_step,
 }
 
 

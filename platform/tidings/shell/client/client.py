@@ -22,7 +22,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 from ...codec.payloads import load_payload, payload_of
@@ -308,6 +308,14 @@ class Client:
         return await self.workflow_for(workflow).update_with_start(
             instance_id, input, name, payload, timeout=timeout, wait_for=wait_for, update_id=update_id, type=type,
             bootstrap=self.connection)
+
+    async def query(
+        self, workflow: WorkflowHandle | str, instance_id: str, name: str, args: Sequence[Any] | None = None, *,
+        timeout: float | None = None, type: Any = None,
+    ) -> Any:
+        """Call the instance's query handler ``name`` with ``args``; see ``WorkflowHandle.query``."""
+        return await self.workflow_for(workflow).query(instance_id, name, args, timeout=timeout, type=type,
+                                                       bootstrap=self.connection)
 
     async def cancel(self, workflow: WorkflowHandle | str, instance_id: str, *, timeout: float | None = None) -> None:
         """Request cancellation (a repeat, or one to an ended instance, changes nothing).

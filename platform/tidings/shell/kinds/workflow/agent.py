@@ -61,13 +61,17 @@ from ....core.workflow.inbox_rules import (
     Feed,
     InboxReply,
     Refuse,
+    RunQuery,
     UPDATE_KINDS,
     StoredEnd,
     answer_fed,
     answer_status,
     decide_request,
+    queried_instance,
+    query_reply,
 )
 from ....core.workflow.inbox import Start
+from ....core.workflow.queries import run_query
 from ....core.workflow.updates import AnswerUpdate, ReplyAddress, Update, answer_in
 from ....core.workflow_records import WorkflowInbox, WorkflowJournalEntry, WorkflowStatusRecord
 from ....errors import BrokerError, RecordError, RecordRejected, SchemaError
@@ -420,6 +424,10 @@ class WorkflowAgent:
             known = replace(known, answered=answer_in(self._store.journal(request.instance_id), request.update_id))
         verdict = decide_request(request, known)
         as_json = is_json_request(record)  # a JSON request is answered in JSON
+        if isinstance(verdict, RunQuery):
+            assert known is not None  # never started: answered not_found
+            self._reply(commit, request, self._query(request.instance_id, known, verdict, now_ms), as_json)
+            return
         if isinstance(verdict, Feed):
             if isinstance(known, WorkflowInstance):
                 instance = known
@@ -457,6 +465,19 @@ class WorkflowAgent:
             error = SchemaError(verdict.reason)
             commit.dead.append(self._runtime.dead_letter(record, error))
         self._reply(commit, request, verdict.reply, as_json)
+
+    def _query(self, instance_id: str, known: WorkflowInstance | StoredEnd, query: RunQuery, now_ms: int) -> InboxReply:
+        """Answer a query from the instance's state; nothing is journaled, fed or kept.
+
+        An ended instance not in memory is rebuilt for the query alone: its journal replayed
+        with the body run through its end (``queried_instance``), then dropped."""
+        instance = queried_instance(self.definition, instance_id, known,
+                                    lambda: self._store.journal(instance_id), now_ms)
+        try:
+            return query_reply(run_query(instance, query.name, query.args), known)
+        finally:
+            if instance is not known:
+                instance.close()
 
     def _start_traced(
         self, tracing: Tracing, instance: WorkflowInstance, message: Start, request: WorkflowInbox,

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ....core.limits import check_id, check_payload_size
@@ -33,6 +33,7 @@ from ....core.workflow import (
     WorkflowStatus,
     define_workflow,
 )
+from ....core.workflow.queries import caller_args, query_value
 from ....core.workflow_records import WorkflowInbox, WorkflowReply
 from ....errors import (
     DefinitionError,
@@ -424,6 +425,42 @@ class WorkflowHandle:
         except ValueError as exc:
             raise SchemaError(f"the answer to {what} does not read as {type!r}: {exc}") from exc
 
+    async def query(
+        self, instance_id: str, name: str, args: Sequence[Any] | None = None, *, timeout: float | None = None,
+        type: Any = None, bootstrap: str | KafkaConnection | None = None,
+    ) -> Any:
+        """Call the instance's query handler ``name`` with ``args`` and return its value.
+
+        The body registered the handler with ``await ctx.on_query(name, handler)``; the worker
+        that owns the instance calls ``handler(*args)`` on its live state (a parked instance:
+        the state it reached when it parked; an ended one: its final state, its journal
+        replayed through the end) and journals nothing. Asking again is always safe.
+
+        Args:
+            args: The handler's positional arguments (JSON values; default none).
+            timeout: Seconds to wait (default: the app's ``command_timeout``).
+            type: How the value is read (None: plain JSON).
+
+        Raises:
+            WorkflowNotFound: No instance was ever started with this id.
+            WorkflowQueryRejected: The instance registered no handler ``name`` (the message
+                names those it did, and its status), or the args are unusable.
+            WorkflowQueryFailed: The handler raised, ran longer than its bound or returned no
+                JSON value (``.error``); the instance is untouched.
+            LimitError, SchemaError: An id or the args break a limit or cannot be stored.
+            ReplyTimeout: No answer in time.
+        """
+        _check_id(instance_id)
+        check_id(name, "query name")
+        sent = caller_args(args)
+        try:
+            text = self.definition.codec.encode(sent)
+        except ValueError as exc:
+            raise SchemaError(f"the args of query {name!r} cannot be stored: {exc}") from exc
+        check_payload_size(text.encode(), f"the args of query {name!r}")
+        reply = await self._ask(instance_id, "query_handler", timeout, bootstrap, payload=text.encode(), query=name)
+        return query_value(reply, f"query {name!r} of {self.name} {instance_id!r}", self.definition, type)
+
     async def journal(self, instance_id: str, *, bootstrap: str | KafkaConnection | None = None) -> list[JournalRecord]:
         """Return the instance's journal as the journal topic holds it now, oldest first.
 
@@ -598,7 +635,7 @@ def workflow_named(context: KindContext, name: str) -> WorkflowHandle:
 def _request(
     instance_id: str, kind: str, reply_to: str | None, *, payload: bytes | None = None, signal: str | None = None,
     signal_id: str | None = None, input: bytes | None = None, update: str | None = None,
-    update_id: str | None = None, wait_for: str | None = None,
+    update_id: str | None = None, wait_for: str | None = None, query: str | None = None,
 ) -> WorkflowInbox:
     """Build an inbox request; ``reply_to`` None asks for no answer."""
     return WorkflowInbox(
@@ -615,6 +652,7 @@ def _request(
         update=update,
         update_id=update_id,
         wait_for=wait_for,
+        query=query,
     )
 
 
