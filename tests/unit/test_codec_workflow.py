@@ -19,6 +19,7 @@ from tidings.core.workflow import ErrorKind, StepCause, StepError
 from tidings.core.workflow.child_records import ChildOutcome
 from tidings.core.workflow.journal import (
     CancelRequested,
+    ContinuedAsNew,
     Ended,
     SignalReceived,
     Started,
@@ -57,7 +58,9 @@ GOLDEN_V5 = Path(__file__).resolve().parents[1] / "golden" / "avro" / "workflow_
 GOLDEN_V6 = Path(__file__).resolve().parents[1] / "golden" / "avro" / "workflow_records.v6.json"
 # v7: updates (workflowinbox.v5: update, update_id, wait_for; workflowjournal.v7: UpdateReceived
 # with its caller's address, UpdateAnswered).
-GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "avro" / "workflow_records.v7.json"
+GOLDEN_V7 = Path(__file__).resolve().parents[1] / "golden" / "avro" / "workflow_records.v7.json"
+# v8: continue-as-new (workflowjournal.v8: a run's Started keeps its run number, ContinuedAsNew).
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "avro" / "workflow_records.v8.json"
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 TOKEN = "5f0c4a1e9b7d2c3a8e6f1b0d4c2a9e7f"
 BOOM = StepError(ErrorKind.ATTEMPTS_EXHAUSTED, "RuntimeError: boom", "RuntimeError")
@@ -147,11 +150,14 @@ RECORDS: dict[str, object] = {
     "journal update failed": WorkflowJournalEntry(
         "o-7", UpdateAnswered(6, "u-3", 28, error=StepError(ErrorKind.NOT_RETRYABLE, "out of stock"))),
     "reply completed": WorkflowReply("r-12", "o-7", "completed", 29, result="1"),
+    "journal continued as new": WorkflowJournalEntry("o-9", ContinuedAsNew(7, 30, '"ABD"', 2)),
+    "journal started run 2": WorkflowJournalEntry("o-9", Started(8, '"ABD"', 30, run=2)),
 }
 V4_ONLY = 6  # the records with a token, a completion time or an attempt: older goldens hold none
 V5_ONLY = 3  # a traced start, a failed attempt's record, a status with its start: older goldens hold none
 V6_ONLY = 6  # a signal-with-start and its answer, the failures with causes: older goldens hold none
 V7_ONLY = 6  # the updates: older goldens hold none
+V8_ONLY = 2  # continue-as-new: older goldens hold none
 
 
 def golden(path: Path = GOLDEN) -> dict[str, bytes]:
@@ -159,7 +165,7 @@ def golden(path: Path = GOLDEN) -> dict[str, bytes]:
 
 
 def test_every_workflow_record_encodes_to_its_golden_bytes() -> None:
-    # Written with workflowinbox.v5 / workflowjournal.v7 / workflowoutcome.v2 / workflowreply.v2 / workflowstatus.v2.
+    # Written with workflowinbox.v5 / workflowjournal.v8 / workflowoutcome.v2 / workflowreply.v2 / workflowstatus.v2.
     stored = golden()
     assert stored.keys() == RECORDS.keys()
     for name, record in RECORDS.items():
@@ -171,10 +177,18 @@ def test_every_golden_workflow_record_decodes_to_its_record() -> None:
         assert avro.decode_as(data, type(RECORDS[name])) == RECORDS[name], name  # type: ignore[type-var]
 
 
+def test_every_v7_golden_workflow_record_still_decodes_to_its_record() -> None:
+    # Written with workflowjournal.v7: every start reads as a first run (run None).
+    stored = golden(GOLDEN_V7)
+    assert len(stored) == len(RECORDS) - V8_ONLY
+    for name, data in stored.items():
+        assert avro.decode_as(data, type(RECORDS[name])) == RECORDS[name], name  # type: ignore[type-var]
+
+
 def test_every_v6_golden_workflow_record_still_decodes_to_its_record() -> None:
     # Written with workflowinbox.v4 / workflowjournal.v6: every request reads with no update.
     stored = golden(GOLDEN_V6)
-    assert len(stored) == len(RECORDS) - V7_ONLY
+    assert len(stored) == len(RECORDS) - V7_ONLY - V8_ONLY
     for name, data in stored.items():
         assert avro.decode_as(data, type(RECORDS[name])) == RECORDS[name], name  # type: ignore[type-var]
 
@@ -183,7 +197,7 @@ def test_every_v5_golden_workflow_record_still_decodes_to_its_record() -> None:
     # Written with workflowinbox.v3 / workflowjournal.v5 / workflowoutcome.v1 / workflowreply.v1:
     # every request reads with no input, failures with no causes.
     stored = golden(GOLDEN_V5)
-    assert len(stored) == len(RECORDS) - V6_ONLY - V7_ONLY
+    assert len(stored) == len(RECORDS) - V6_ONLY - V7_ONLY - V8_ONLY
     for name, data in stored.items():
         assert avro.decode_as(data, type(RECORDS[name])) == RECORDS[name], name  # type: ignore[type-var]
 
@@ -205,7 +219,7 @@ def test_a_failure_with_causes_written_by_an_older_schema_reads_with_none() -> N
 def test_every_v4_golden_workflow_record_still_decodes_to_its_record() -> None:
     # Written with workflowjournal.v4 / workflowstatus.v1: the same records, untraced, no retry_at or started_at.
     stored = golden(GOLDEN_V4)
-    assert len(stored) == len(RECORDS) - V5_ONLY - V6_ONLY - V7_ONLY
+    assert len(stored) == len(RECORDS) - V5_ONLY - V6_ONLY - V7_ONLY - V8_ONLY
     for name, data in stored.items():
         assert avro.decode_as(data, type(RECORDS[name])) == RECORDS[name], name  # type: ignore[type-var]
 
@@ -214,7 +228,7 @@ def test_every_v3_golden_workflow_record_still_decodes_to_its_record() -> None:
     # Written with workflowinbox.v2 / workflowjournal.v3, before parent tokens: a child's
     # records read with no token (its parent checks none).
     stored = golden(GOLDEN_V3)
-    assert len(stored) == len(RECORDS) - V4_ONLY - V5_ONLY - V6_ONLY - V7_ONLY
+    assert len(stored) == len(RECORDS) - V4_ONLY - V5_ONLY - V6_ONLY - V7_ONLY - V8_ONLY
     for name, data in stored.items():
         assert avro.decode_as(data, type(RECORDS[name])) == RECORDS[name], name  # type: ignore[type-var]
 
@@ -223,7 +237,7 @@ def test_every_v2_golden_workflow_record_still_decodes_to_its_record() -> None:
     # Written with workflowjournal.v2, before JSON starts were remembered: a start reads
     # with outcome_json null (its outcome record is Avro).
     stored = golden(GOLDEN_V2)
-    assert len(stored) == len(RECORDS) - 1 - V4_ONLY - V5_ONLY - V6_ONLY - V7_ONLY
+    assert len(stored) == len(RECORDS) - 1 - V4_ONLY - V5_ONLY - V6_ONLY - V7_ONLY - V8_ONLY
     for name, data in stored.items():
         assert avro.decode_as(data, type(RECORDS[name])) == RECORDS[name], name  # type: ignore[type-var]
 
