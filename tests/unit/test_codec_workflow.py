@@ -150,7 +150,7 @@ RECORDS: dict[str, object] = {
     "journal update failed": WorkflowJournalEntry(
         "o-7", UpdateAnswered(6, "u-3", 28, error=StepError(ErrorKind.NOT_RETRYABLE, "out of stock"))),
     "reply completed": WorkflowReply("r-12", "o-7", "completed", 29, result="1"),
-    "journal continued as new": WorkflowJournalEntry("o-9", ContinuedAsNew(7, 30, '"ABD"', 2)),
+    "journal continued as new": WorkflowJournalEntry("o-9", ContinuedAsNew(7, 30, '"ABD"', 2, 3)),
     "journal started run 2": WorkflowJournalEntry("o-9", Started(8, '"ABD"', 30, run=2)),
 }
 V4_ONLY = 6  # the records with a token, a completion time or an attempt: older goldens hold none

@@ -231,3 +231,41 @@ def test_forged_starts_cannot_skip_runs() -> None:
     # A forged inbox start to a running instance is a repeat: no new run.
     assert instance.advance(Start(Tally(5, 5)), 4).records == ()
     assert instance.run == 1
+
+
+def test_a_new_run_cut_short_by_a_crash_is_completed_by_the_replay_with_every_signal() -> None:
+    # The continue's batch (ContinuedAsNew, Started, the carried signals) was written in part.
+    definition = counter_definition()
+    instance = WorkflowInstance(definition, "c-1")
+    journal = list(instance.advance(Start(Tally(0, 0)), 0).records)
+    for n in range(1, 7):
+        journal += instance.advance(Signal("add", n, id=f"s-{n}"), 1).records
+    for _ in range(3):
+        decision = instance.advance(ActivityResult(instance.pending_paths[0], 1, value=2), 2)
+        journal += decision.records
+    continued = next(r for r in journal if isinstance(r, ContinuedAsNew))
+    assert continued.carried == 3  # signals 4, 5 and 6
+    cut = journal.index(continued) + 3  # ContinuedAsNew, Started and one carried signal stored
+    kept, drop = current_run(journal[:cut])
+    assert drop is None and kept == journal[:cut]  # no complete run yet: the old one is replayed
+    replayed, again = WorkflowInstance.replay(definition, "c-1", journal[:cut], 5)
+    assert replayed.status is WorkflowStatus.RUNNING and replayed.run == 2
+    rest = [r for r in again.records if isinstance(r, SignalReceived)]
+    assert [(r.payload, r.signal_id) for r in rest] == [("5", "s-5"), ("6", "s-6")]
+    assert rest[0].seq == journal[cut - 1].seq + 1
+    drops = [e for e in again.effects if isinstance(e, DropRun)]
+    assert drops == [DropRun(1, continued.seq)]
+    # The journal now holds a complete new run: the next replay starts there.
+    whole = [*journal[:cut], *again.records]
+    kept, drop = current_run(whole)
+    assert drop == drops[0] and kept[0] == journal[cut - 2]
+
+
+def test_a_run_number_that_does_not_follow_the_one_it_ends_begins_no_run() -> None:
+    journal = [Started(1, '{"total":0,"rounds":0}', 0), ContinuedAsNew(2, 1, '{"total":1,"rounds":1}', 5),
+               Started(3, '{"total":1,"rounds":1}', 1, run=5)]
+    assert current_run(journal) == (journal, None)
+    # And one that claims more carried records than follow it is no complete run.
+    short = [Started(1, '{"total":0,"rounds":0}', 0), ContinuedAsNew(2, 1, '{"total":1,"rounds":1}', 2, 2),
+             Started(3, '{"total":1,"rounds":1}', 1, run=2), SignalReceived(4, "add", "1", 1)]
+    assert current_run(short) == (short, None)

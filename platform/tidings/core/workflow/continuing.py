@@ -17,11 +17,15 @@ run's records. Seqs go on counting across runs (the new start is at the old run'
 + 1), so a tombstone never hits a key of the new run.
 
 The pure rule every reader applies (``current_run``): an instance's history is its journal
-from its last *legitimate* ``Started``, one right after a ``ContinuedAsNew`` of the same run
-and input. Records before it are a run the shell has not finished tombstoning (a crash
-between the new start and the tombstones): they are skipped and dropped again. A ``Started``
-that follows anything else is not a new run, so a forged start cannot make an instance skip
-runs or forget its history: replay finds a second start and parks.
+from its last *legitimate* ``Started``: right after a ``ContinuedAsNew`` of the same run and
+input, ending the run before it (run - 1), and followed by all the ``carried`` signals and
+updates the ``ContinuedAsNew`` counts. Records before it are a run the shell has not finished
+tombstoning (a crash between the new start and the tombstones): they are skipped and dropped
+again. A new run cut short (a crash wrote part of its batch) is no run yet: the old run is
+replayed through its continue, whose records match the stored ones and journal the rest. A
+``Started`` that follows anything else is not a new run, so a malformed or forged start
+cannot make an instance skip runs or forget its history: replay finds a second start and
+parks.
 """
 
 from __future__ import annotations
@@ -63,6 +67,9 @@ class ContinueAsNewRequest(StepRequest[None]):
         yield  # pragma: no cover - makes this a generator; never reached
 
 
+_CARRIED = (SignalReceived, UpdateReceived)
+
+
 def run_of(record: Started) -> int:
     """The run number a ``Started`` begins (1 for a first start, stored as None)."""
     return record.run or 1
@@ -79,10 +86,20 @@ def current_run(records: Sequence[JournalRecord]) -> tuple[Sequence[JournalRecor
         if type(record) is not Started:
             continue
         before = records[index - 1]
-        if (type(before) is ContinuedAsNew and before.seq == record.seq - 1  # type: ignore[union-attr]
+        if not (type(before) is ContinuedAsNew and before.seq == record.seq - 1  # type: ignore[union-attr]
                 and before.run == run_of(record) and before.input == record.input):  # type: ignore[union-attr]
-            return records[index:], DropRun(records[0].seq, before.seq)
-        return records, None  # a start that begins no run: replay parks on it
+            return records, None  # a start that begins no run: replay parks on it
+        ended = next((r for r in reversed(records[:index - 1]) if type(r) is Started), None)
+        if ended is not None and run_of(ended) != before.run - 1:  # type: ignore[arg-type, union-attr]
+            return records, None  # a run that does not follow the one it ends: parks
+        count = before.carried or 0  # type: ignore[union-attr]
+        carried = records[index + 1:index + 1 + count]
+        if len(carried) < count or any(
+                type(r) not in _CARRIED or r.seq != record.seq + n for n, r in enumerate(carried, 1)):
+            # The new run's records were cut short by a crash (one batch, written in part):
+            # replay the old run through its continue, which journals the rest again.
+            return records, None
+        return records[index:], DropRun(records[0].seq, before.seq)
     return records, None
 
 
@@ -102,10 +119,10 @@ def continue_run(instance: WorkflowInstance, new_input: Any) -> None:
     run = instance._run_number + 1
     # Replaying a journal whose last record is this one (its Started was never stored), the
     # stored record matches and the Started below is journaled live.
-    instance._record(ContinuedAsNew(instance._next_seq, now, text, run))
     signals = [s for queue in (instance._signals or {}).values() for s in queue]
     book = instance._updates
     pending_updates = [u for queue in (book.queues.values() if book is not None else ()) for u in queue]
+    continued = instance._record(ContinuedAsNew(instance._next_seq, now, text, run, len(signals) + len(pending_updates)))
     parent = instance._parent
     started = Started(
         instance._next_seq, text, now,
@@ -113,7 +130,7 @@ def continue_run(instance: WorkflowInstance, new_input: Any) -> None:
         None if parent is None else parent.path, True if instance._outcome_json else None,
         None if parent is None else parent.token, instance._traceparent, run,
     )
-    last = started.seq - 1
+    last = continued.seq  # the stored one's: replaying, the records made here are matched, not kept
     instance._reset_for_run()
     instance._apply_stored(instance._record(started))
     # Carried in the order they arrived: a body that takes them in turn sees them as before.

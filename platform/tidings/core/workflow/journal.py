@@ -72,6 +72,8 @@ class ContinuedAsNew:
     """The body ended its run with ``continue_as_new(input)`` at ``at`` (ms): the next record is
     the ``Started`` of run ``run`` with the same ``input`` (JSON text). Since ``workflowjournal.v8``.
 
+    ``carried``: how many stored signals and updates the new run gets, journaled right after
+    its ``Started``: a new run is complete only with all of them (a crash can cut a batch).
     Produced by the body, so replay checks it in order. It is what makes a later ``Started``
     legitimate: a ``Started`` that does not follow one of these (same run, same input, the
     seq right before) is a second start, and the instance parks (``continuing.current_run``).
@@ -81,6 +83,7 @@ class ContinuedAsNew:
     at: int
     input: str
     run: int
+    carried: int = 0
 
 
 @dataclass(frozen=True, slots=True)
