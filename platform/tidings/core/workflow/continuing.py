@@ -38,20 +38,10 @@ from tidings.core.workflow.failures import ErrorKind, StepError
 from tidings.core.workflow.journal import ContinuedAsNew, Ended, JournalRecord, SignalReceived, Started, UpdateReceived
 from tidings.core.workflow.requests import StepRequest
 from tidings.core.workflow.signal_ids import remember_signal_id
+from tidings.errors import ContinueAsNew
 
 if TYPE_CHECKING:
     from tidings.core.workflow.interpreter import WorkflowInstance
-
-
-class ContinueAsNew(BaseException):
-    """Raised by ``ctx.continue_as_new(input)``: end this run and start the next with ``input``.
-
-    A BaseException: a body's ``except Exception`` must not catch it, or the run would go on.
-    """
-
-    def __init__(self, input: Any) -> None:
-        super().__init__("the run continues as new")
-        self.input = input
 
 
 class ContinueAsNewRequest(StepRequest[None]):
