@@ -23,9 +23,12 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from tidings import App, Faulted
-from tidings.core.workflow import ContinuedAsNew, SignalReceived, Started
-from tidings.testing.eventually import assert_eventually
-from tests.integration.workflow_apps import Calls
+from tidings.codec import avro
+from tidings.core.partitioning import partition_for
+from tidings.core.workflow import ContinuedAsNew, SignalReceived, Started, WorkflowStatus
+from tidings.core.workflow_records import WorkflowJournalEntry
+from tests.integration.workflow_apps import PARTITIONS, Calls
+from tests.kafka_clients import kafka
 from tests.workflow_workers import WorkflowWorkers, calls, workflow_app, workflow_workers  # noqa: F401
 
 RUNS = 1_000
@@ -129,3 +132,51 @@ def test_a_continue_with_an_input_that_does_not_fit_faults_and_the_worker_goes_o
     assert value == [3]  # the worker goes on: another instance loops and ends
     records = asyncio.run(bad.journal("b-1"))
     assert not any(isinstance(r, ContinuedAsNew) for r in records)
+
+
+def test_a_forged_start_on_the_journal_parks_the_instance_instead_of_skipping_runs(
+    kafka_bootstrap: str, workflow_app: App, workflow_workers: WorkflowWorkers, calls: Calls
+) -> None:
+    # Someone who may write the journal appends a Started claiming run 500 with another input.
+    workflow_workers.start("w1")
+    looper = workflow_app.workflow_handle("looper")
+
+    async def started() -> list[Any]:
+        await looper.start("f-1", [0, 2, 1])  # two runs, then it waits for one signal
+        await looper.start("f-2", [0, 2, 1])  # untouched: goes on
+        await assert_eventually_async(lambda: looper.journal("f-1"), lambda r: bool(r) and isinstance(r[0], Started)
+                                      and r[0].run == 3 and len(r) >= 2)
+        return await looper.journal("f-1")
+
+    before = asyncio.run(started())
+    forged = Started(before[-1].seq + 1, "[500,500,0]", before[-1].at, run=500)
+    partition = partition_for("f-1", PARTITIONS)
+    producer = kafka(kafka_bootstrap).producer()
+    producer.produce(looper.topics.journal, avro.encode(WorkflowJournalEntry("f-1", forged)),
+                     f"f-1/{forged.seq}".encode(), partition=partition)
+    assert producer.flush(10) == 0
+    # The next worker rebuilds f-1 from the journal topic: a start that follows no continue.
+    workflow_workers.kill_all()
+    workflow_workers.start("w2")
+
+    async def after() -> tuple[Any, Any, Any]:
+        status = await assert_eventually_async(lambda: looper.status("f-1", timeout=30),
+                                               lambda s: s is WorkflowStatus.PARKED)
+        await looper.signal("f-2", "add", 4)
+        return status, await looper.value("f-2", timeout=60), await looper.journal("f-1")
+
+    status, value, records = asyncio.run(after())
+    assert status is WorkflowStatus.PARKED
+    assert value == [2, 4]  # the worker goes on
+    # Nothing was dropped: run 3 is still the instance's history, the forged run never began.
+    assert records == [*before, forged]
+
+
+async def assert_eventually_async(read: Any, ok: Any, timeout: float = 60) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await read()
+        if ok(value) or time.monotonic() > deadline:
+            assert ok(value), value
+            return value
+        await asyncio.sleep(0.2)
