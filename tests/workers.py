@@ -121,10 +121,11 @@ class Workers:
         self.started: list[WorkerProcess] = []
 
     def start(
-        self, name: str = "w1", *, data_dir: Path | None = None, instance_id: str | None = None
+        self, name: str = "w1", *, data_dir: Path | None = None, instance_id: str | None = None,
+        env: dict[str, str] | None = None,
     ) -> WorkerProcess:
-        """Start a worker; ``data_dir`` reuses another's RocksDB (a restart)."""
-        env = dict(self._env)
+        """Start a worker; ``data_dir`` reuses another's RocksDB (a restart); ``env``: more for this one."""
+        env = {**self._env, **(env or {})}
         if instance_id:
             env["TIDINGS_INSTANCE_ID"] = instance_id
         worker = WorkerProcess(

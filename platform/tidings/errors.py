@@ -40,7 +40,8 @@ The tree::
     └── ReplyTimeout (also TimeoutError)    no reply within the timeout
 
     BaseException
-    └── QueryTimeout                        internal: stops a query handler that overran its bound
+    ├── QueryTimeout                        internal: stops a query handler that overran its bound
+    └── ContinueAsNew                       internal: ``ctx.continue_as_new`` ends the run there (not an error)
 
 A failure of user code on one record (a handler, ``key_of``, an orchestration) is a
 ``RecordError``: that record is dead-lettered under the class's name (``error_type``)
@@ -317,3 +318,15 @@ class ConsoleRefusal(TidingsError):
 
 class ReplayRefused(TidingsError, ValueError):
     """A dead letter the console may not send back; the message says why (internal)."""
+
+
+class ContinueAsNew(BaseException):
+    """Raised by ``await ctx.continue_as_new(input)``: end this run and start the next with ``input``.
+
+    Control flow, not an error: a BaseException, so a body's ``except Exception`` does not
+    catch it (the run would go on). The interpreter takes it when it leaves the body.
+    """
+
+    def __init__(self, input: Any) -> None:
+        super().__init__("the run continues as new")
+        self.input = input

@@ -129,6 +129,16 @@ PHASE_1 = [
     Step("ledger", "q-2", "start", b"3"),
     Step("ledger", "q-2", "signal", b"0", "post"),  # q-2 ends with balance 3
     qh("q-2", "balance"),  # the final state
+    # looper([n, limit, expect]) runs one activity and continues as new until run `limit`, then
+    # takes `expect` "add" signals: signals sent during its runs are carried to the last one.
+    Step("looper", "l-1", "start", b"[0,3,2]"),
+    Step("looper", "l-1", "signal", b"1", "add"),  # while it loops
+    Step("looper", "l-1", "query", wait=True),  # answered when the last run ends
+    Step("looper", "l-1", "signal", b"2", "add"),
+    Step("looper", "l-2", "start", b"[0,2,1]"),  # waits for its signal across the worker change
+    Step("looper", "l-3", "start", b"[0,1,0]"),
+    Step("looper", "l-3", "query", wait=True),
+    Step("looper", "l-3", "start", b"[0,1,0]"),  # a second start of a continued instance: a repeat
 ]
 
 PHASE_2 = [
@@ -140,6 +150,10 @@ PHASE_2 = [
     sws("s-1", b"3", "c"),  # s-1 finishes [1, 3]
     Step("collector", "s-1", "query"),
     sws("s-4", b"6", "d"),  # ended, known by its stored end
+    Step("looper", "l-2", "query"),  # running: its last run came back from the journal, old runs tombstoned
+    Step("looper", "l-2", "signal", b"5", "add"),
+    Step("looper", "l-2", "query", wait=True),
+    Step("looper", "l-1", "query"),
     *(
         step
         for instance_id, workflow in [("c-1", "collector"), ("k-1", "collector"), ("f-1", "faulty")]
@@ -212,7 +226,8 @@ def hosted_replies(
 
 def in_memory_replies(runtime: WorkflowTestRuntime, steps: list[Step]) -> list[PendingReply]:
     """Send ``steps`` to the in-memory runtime through the raw inbox requests of its handles."""
-    handles = {name: runtime.register(runtime.definition(name)) for name in ("collector", "faulty", "cart", "ledger")}
+    handles = {name: runtime.register(runtime.definition(name))
+               for name in ("collector", "faulty", "cart", "ledger", "looper")}
     pending = [
         handles[step.workflow].ask(
             step.instance_id, step.kind, payload=step.payload, signal=step.signal, wait=step.wait,
@@ -229,7 +244,7 @@ def test_the_hosted_worker_and_the_in_memory_runtime_answer_one_inbox_sequence_a
     kafka_bootstrap: str, workflow_app: App, workflow_workers: WorkflowWorkers
 ) -> None:
     runtime = WorkflowTestRuntime()
-    for name in ("collector", "faulty", "cart", "ledger"):
+    for name in ("collector", "faulty", "cart", "ledger", "looper"):
         runtime.register(workflow_app.workflow_handle(name).definition)
 
     first = workflow_workers.start("w1")
@@ -289,5 +304,12 @@ def test_the_hosted_worker_and_the_in_memory_runtime_answer_one_inbox_sequence_a
     assert by_step[9] == InboxReply("status", "FINISHED", "finished", "[7,8]")  # the waiting query
     assert by_step[22] == InboxReply("status", "CANCELLED", "cancelled")
     assert hosted[-4] == InboxReply("status", "FINISHED", "finished", "[5,6,7]")  # before the three queries
+    looped = {(s.instance_id, n >= len(PHASE_1), s.kind, s.wait): r for n, (s, r) in enumerate(zip(steps, hosted))
+              if s.workflow == "looper"}
+    assert looped[("l-1", False, "query", True)] == InboxReply("status", "FINISHED", "finished", "[3,1,2]")
+    assert looped[("l-3", False, "query", True)] == InboxReply("status", "FINISHED", "finished", "[1]")
+    assert looped[("l-2", True, "query", False)].status == "RUNNING"
+    assert looped[("l-2", True, "query", True)] == InboxReply("status", "FINISHED", "finished", "[2,5]")
+    assert looped[("l-1", True, "query", False)] == InboxReply("status", "FINISHED", "finished", "[3,1,2]")
     faulted = hosted[PHASE_1.index(Step("faulty", "f-1", "query", wait=True))]
     assert faulted.outcome == "faulted" and faulted.error is not None and "boom" in faulted.error.message

@@ -209,7 +209,32 @@ def build(app_id: str, calls_dir: Path, *, without_collector: bool = False) -> A
     _cache_and_rebalance_workflows(app, calls)
     _update_workflows(app, calls)
     _query_workflows(app)
+    _continue_workflows(app, calls)
     return app
+
+
+def _continue_workflows(app: App, calls: Calls) -> None:
+    """``looper`` and ``bad-continue`` of ``tests/integration/test_workflow_continue_as_new.py``."""
+
+    def tick(attempt: Attempt, n: int) -> int:
+        calls.record("tick", attempt, n)
+        return n
+
+    @app.workflow("looper")
+    async def looper(ctx: WorkflowContext, state: list[int]) -> list[int]:
+        """``[n, limit, expect]``: one activity per run and continue as new until run ``limit``,
+        then take ``expect`` "add" signals (sent at any time: each run carries them on)."""
+        n, limit, expect = state
+        if n < limit:
+            await ctx.activity("tick", Retry.times(3), lambda a: tick(a, n))
+            await ctx.continue_as_new([n + 1, limit, expect])
+        return [n, *[await ctx.wait_signal("add", type=int) for _ in range(expect)]]
+
+    @app.workflow("bad-continue")
+    async def bad_continue(ctx: WorkflowContext, n: int) -> int:
+        """Continues with an input that is no int: faults, with the reason."""
+        await ctx.continue_as_new({"not": "an int"})
+        return n
 
 
 def _update_workflows(app: App, calls: Calls) -> None:

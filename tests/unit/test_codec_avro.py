@@ -126,7 +126,7 @@ def test_every_shipped_schema_version_is_in_the_catalogue() -> None:
     assert {(v.kind, v.version) for v in CATALOGUE.newest.values()} == {
         ("command", 3), ("event", 1), ("reply", 1), ("deadletter", 2),
         ("orchestrationevent", 1), ("orchestrationactions", 1), ("orchestrationoutcome", 1),
-        ("workflowinbox", 6), ("workflowjournal", 7), ("workflowoutcome", 2),
+        ("workflowinbox", 6), ("workflowjournal", 8), ("workflowoutcome", 2),
         ("workflowreply", 2), ("workflowstatus", 2),
         ("sagajournal", 1), ("sagainbox", 1),
     }

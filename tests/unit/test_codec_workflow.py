@@ -19,6 +19,7 @@ from tidings.core.workflow import ErrorKind, StepCause, StepError
 from tidings.core.workflow.child_records import ChildOutcome
 from tidings.core.workflow.journal import (
     CancelRequested,
+    ContinuedAsNew,
     Ended,
     SignalReceived,
     Started,
@@ -58,7 +59,8 @@ GOLDEN_V6 = Path(__file__).resolve().parents[1] / "golden" / "avro" / "workflow_
 # v7: updates (workflowinbox.v5: update, update_id, wait_for; workflowjournal.v7: UpdateReceived
 # with its caller's address, UpdateAnswered).
 GOLDEN_V7 = Path(__file__).resolve().parents[1] / "golden" / "avro" / "workflow_records.v7.json"
-# v8: queries (workflowinbox.v6: a query_handler's query name; workflowreply's "answered").
+# v8: queries (workflowinbox.v6: a query_handler's query name; workflowreply's "answered") and
+# continue-as-new (workflowjournal.v8: a run's Started keeps its run number, ContinuedAsNew).
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "avro" / "workflow_records.v8.json"
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 TOKEN = "5f0c4a1e9b7d2c3a8e6f1b0d4c2a9e7f"
@@ -152,12 +154,14 @@ RECORDS: dict[str, object] = {
     "inbox query handler": WorkflowInbox(
         "r-14", "o-7", "query_handler", 1_700_000_000_011, payload=b'["A-1"]', reply_to="x.replies", query="items"),
     "reply answered": WorkflowReply("r-14", "o-7", "answered", 30, status="RUNNING", result="[1]"),
+    "journal continued as new": WorkflowJournalEntry("o-9", ContinuedAsNew(7, 30, '"ABD"', 2, 3)),
+    "journal started run 2": WorkflowJournalEntry("o-9", Started(8, '"ABD"', 30, run=2)),
 }
 V4_ONLY = 6  # the records with a token, a completion time or an attempt: older goldens hold none
 V5_ONLY = 3  # a traced start, a failed attempt's record, a status with its start: older goldens hold none
 V6_ONLY = 6  # a signal-with-start and its answer, the failures with causes: older goldens hold none
 V7_ONLY = 6  # the updates: older goldens hold none
-V8_ONLY = 2  # a query to a handler and its answer: older goldens hold none
+V8_ONLY = 4  # a query to a handler and its answer, continue-as-new: older goldens hold none
 
 
 def golden(path: Path = GOLDEN) -> dict[str, bytes]:
@@ -165,7 +169,7 @@ def golden(path: Path = GOLDEN) -> dict[str, bytes]:
 
 
 def test_every_workflow_record_encodes_to_its_golden_bytes() -> None:
-    # Written with workflowinbox.v6 / workflowjournal.v7 / workflowoutcome.v2 / workflowreply.v2 / workflowstatus.v2.
+    # Written with workflowinbox.v6 / workflowjournal.v8 / workflowoutcome.v2 / workflowreply.v2 / workflowstatus.v2.
     stored = golden()
     assert stored.keys() == RECORDS.keys()
     for name, record in RECORDS.items():
@@ -178,7 +182,8 @@ def test_every_golden_workflow_record_decodes_to_its_record() -> None:
 
 
 def test_every_v7_golden_workflow_record_still_decodes_to_its_record() -> None:
-    # Written with workflowinbox.v5: every request reads with no query name.
+    # Written with workflowinbox.v5 / workflowjournal.v7: every request reads with no query
+    # name, every start as a first run (run None).
     stored = golden(GOLDEN_V7)
     assert len(stored) == len(RECORDS) - V8_ONLY
     for name, data in stored.items():

@@ -32,7 +32,7 @@ from tidings.errors import DecodeError, SchemaError
 _JOURNAL_FIELDS: Final = (
     "at", "path", "kind", "name", "due", "input", "result", "payload", "signal", "error",
     "position", "change_id", "version", "outcome", "signal_id", "parent_workflow", "parent_id", "parent_path",
-    "outcome_json", "token", "parent_token", "attempt", "retry_at", "traceparent",
+    "outcome_json", "token", "parent_token", "attempt", "retry_at", "traceparent", "run", "carried",
     "update_id", "reply_to", "request_id", "reply_json",
 )
 

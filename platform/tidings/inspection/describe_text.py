@@ -77,7 +77,8 @@ def describe_workflow(
         "summary": summary(workflow, instance_id, records),
         "status": _status(status),
         "records": len(records),
-        "started": None if started is None else {"at": _iso(started.at), "input": started.input},
+        "started": None if started is None else {"at": _iso(started.at), "input": started.input,
+                                                  "run": started.run or 1},
         "ended": None if ended is None else {"at": _iso(ended.at), "outcome": ended.outcome,
                                               "result": ended.result,
                                               "error": None if ended.error is None else ended.error.message,
@@ -167,7 +168,9 @@ def describe_lines(described: Mapping[str, Any], records: Sequence[JournalRecord
     elif records:
         fact("status", "no status record yet (the worker publishes it after the start is stored)")
     if described["started"] is not None:
-        fact("started", f"{described['started']['at']} with {value(described['started']['input'], full=full)}")
+        run = described["started"].get("run", 1)
+        fact("started", f"{described['started']['at']} with {value(described['started']['input'], full=full)}"
+             + (f" (run {run}: continued as new {run - 1} times)" if run > 1 else ""))
     if described["ended"] is not None:
         ended = described["ended"]
         told = f": {value(ended['error'], full=full)}" if ended["error"] is not None else ""

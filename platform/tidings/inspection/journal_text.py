@@ -22,6 +22,7 @@ from ..core.workflow.child_records import ChildOutcome
 from ..core.workflow.failures import StepError
 from ..core.workflow.journal import (
     CancelRequested,
+    ContinuedAsNew,
     Ended,
     JournalRecord,
     SignalReceived,
@@ -104,6 +105,8 @@ def _what(record: JournalRecord, steps: dict[str, StepStarted], first: Started |
     """The record's time and its description."""
     if isinstance(record, Started):
         text = f"started with {value(record.input, full=full)}"
+        if record.run:
+            text = f"run {record.run} " + text
         if record.parent_workflow:
             text += f"  (child of {record.parent_workflow} {record.parent_id}, step {record.parent_path})"
         return record.at, text
@@ -135,6 +138,8 @@ def _what(record: JournalRecord, steps: dict[str, StepStarted], first: Started |
         if record.error is not None:
             return record.at, f"update {record.update_id} failed, {_error(record.error)}"
         return record.at, f"update {record.update_id} answered: {value(record.result or 'null', full=full)}"
+    if isinstance(record, ContinuedAsNew):
+        return record.at, f"continued as new: run {record.run} with {value(record.input, full=full)}"
     if isinstance(record, VersionMarker):
         return None, f"version {record.change_id} = {record.version} (at step {record.position})"
     if isinstance(record, CancelRequested):

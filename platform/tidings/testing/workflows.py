@@ -62,6 +62,7 @@ from tidings.core.workflow_records import WorkflowInbox
 from tidings.core.workflow_links import link_request
 from tidings.core.workflow.updates import AnswerUpdate
 from tidings.core.workflow.queries import caller_args, query_value, run_query
+from tidings.core.workflow.effects import DropRun
 from tidings.core.workflow.inbox_rules import (
     AwaitEnd,
     AwaitUpdate,
@@ -474,6 +475,8 @@ class WorkflowTestRuntime:
         self.journals: dict[tuple[str, str], list[JournalRecord]] = {}
         self.parked: dict[tuple[str, str], str] = {}
         self.outcomes: dict[tuple[str, str], Outcome] = {}
+        # How many records of earlier runs each instance's continue_as_new dropped (DropRun).
+        self.dropped: dict[tuple[str, str], int] = {}
         self._definitions: dict[str, WorkflowDefinition] = {}
         self._instances: dict[tuple[str, str], WorkflowInstance] = {}
         self._random = random.Random(seed)
@@ -630,6 +633,11 @@ class WorkflowTestRuntime:
                 self.outcomes[key] = effect.outcome
             elif isinstance(effect, ReportParked):
                 self.parked[key] = effect.reason
+            elif isinstance(effect, DropRun):
+                # As the worker tombstones them: the old run's records leave the journal.
+                kept = [r for r in self.journals[key] if not effect.first <= r.seq <= effect.last]
+                self.dropped[key] = self.dropped.get(key, 0) + len(self.journals[key]) - len(kept)
+                self.journals[key] = kept
             elif isinstance(effect, AnswerUpdate):
                 updates.append(effect)
         instance = self._instances.get(key)

@@ -14,6 +14,7 @@ from tidings.core.workflow.effects import (
     CancelActivity,
     Cancellation,
     CancelTimer,
+    DropRun,
     Effect,
     PublishOutcome,
     ReportParked,
@@ -22,8 +23,10 @@ from tidings.core.workflow.effects import (
 from tidings.core.workflow.failures import ErrorKind, StepCause, StepError
 from tidings.core.workflow.inbox import ActivityResult, Cancel, InboxMessage, Signal, Start, TimerFired
 from tidings.core.workflow.interpreter import Decision, Entropy, WorkflowInstance, replay
+from tidings.core.workflow.continuing import ContinueAsNew
 from tidings.core.workflow.journal import (
     CancelRequested,
+    ContinuedAsNew,
     Ended,
     JournalRecord,
     SignalReceived,
@@ -55,7 +58,10 @@ __all__ = [
     "CancelTimer",
     "Cancellation",
     "Cancelled",
+    "ContinueAsNew",
+    "ContinuedAsNew",
     "Decision",
+    "DropRun",
     "Effect",
     "Ended",
     "Entropy",

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar, overload
 
 from tidings.core.workflow.child_records import ChildHandle
+from tidings.core.workflow.continuing import ContinueAsNewRequest
 from tidings.core.workflow.children import ChildAwaitRequest, ChildStartRequest, child_call, definition_of
 from tidings.core.workflow.requests import (
     ActivityRequest,
@@ -278,6 +279,27 @@ class WorkflowContext:
                 not a plain callable.
         """
         return QueryRegisterRequest(name, handler)
+    def continue_as_new(self, input: Any = None) -> StepRequest[None]:
+        """End this run and start the instance afresh with ``input``: same id, an empty journal.
+
+        ``await ctx.continue_as_new(next_state)`` does not return: the run ends there (it
+        raises ``ContinueAsNew``, a BaseException, so ``except Exception`` does not stop it;
+        ``finally`` blocks run). The next run's body starts with ``input`` and run number + 1;
+        the signals and updates the run had stored and not taken are handed to the next run;
+        the run's activities and timers are stopped; no outcome is written (the last run's
+        is the instance's). Once the next run's start is stored, the old run's journal
+        records are tombstoned: a restart replays only the current run. Use it in a workflow
+        that loops for ever, e.g. every N iterations.
+
+        *Journaled:* ``ContinuedAsNew`` (the old run's last record), then the new run's
+        ``Started`` (``run``) and the carried signals and updates.
+        *Replay:* a run is replayed from its own ``Started``; an old run is never replayed.
+
+        Raises:
+            ContinueAsNew: Always (the run ends). An ``input`` that is not of the workflow's
+                input type faults the instance with NOT_RETRYABLE instead.
+        """
+        return ContinueAsNewRequest(input)
 
     def version(self, change_id: str, latest: int) -> StepRequest[int]:
         """Record which version of the code this instance runs, to change a running workflow.

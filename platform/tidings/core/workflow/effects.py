@@ -128,9 +128,20 @@ class ReportParked:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class DropRun:
+    """The instance continued as new: its earlier run's records, seqs ``first`` to ``last``,
+    are no longer its history. Once this decision's records (the new run's ``Started``) are
+    stored, tombstone them (journal key ``{id}/{seq}``, null value) and drop them from the
+    shell's store. Lost in a crash, it comes again from the replay (``continuing.current_run``)."""
+
+    first: int
+    last: int
+
+
 Effect = (
     RunActivity | CancelActivity | ArmTimer | CancelTimer | PublishOutcome | ReportParked
     | SendCommand | StopSend | SendSignal | StopSignal | StartChild | CancelChild | AckParent | TellParent
-    | AnswerUpdate
+    | AnswerUpdate | DropRun
 )
 """Anything a ``Decision`` asks the shell to do."""

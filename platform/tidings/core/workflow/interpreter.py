@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tidings.core.workflow import children, updates
+from tidings.core.workflow import children, continuing, updates
 from tidings.core.workflow.child_records import ChildEnded, ChildOutcome, ChildStarted
 from tidings.core.workflow.context import WorkflowContext
 from tidings.core.workflow.definition import WorkflowDefinition
@@ -124,6 +124,8 @@ class WorkflowInstance:
         "_parent",
         "_updates",
         "_queries",
+        "_run_number",
+        "_run_start",
     )
 
     def __init__(self, definition: WorkflowDefinition, instance_id: str, *, entropy: Entropy = os.urandom) -> None:
@@ -154,6 +156,8 @@ class WorkflowInstance:
         # Query handlers by name, once the body registers one (queries.py). Kept when the
         # instance parks or ends: a query answers from the state it reached.
         self._queries: dict[str, Any] | None = None
+        self._run_number = 1  # from Started: which run of the instance this is (continuing.py)
+        self._run_start = 1  # the seq of this run's Started: where its records begin
 
     # ----------------------------------------------------------------------------- public
 
@@ -176,6 +180,11 @@ class WorkflowInstance:
     def traceparent(self) -> str | None:
         """The W3C trace context of the run's span, as its ``Started`` record keeps it."""
         return self._traceparent
+
+    @property
+    def run(self) -> int:
+        """Which run of the instance this is: 1, then one more after each ``continue_as_new``."""
+        return self._run_number
 
     @property
     def pending_paths(self) -> tuple[str, ...]:
@@ -273,6 +282,11 @@ class WorkflowInstance:
         instance._begin()
         if not records:
             return instance, instance._decision(None)
+        # Only the current run is history; an earlier run still stored (a crash came before
+        # its tombstones) is dropped again once this replay's records are stored.
+        records, dropped = continuing.current_run(records)
+        if dropped is not None:
+            instance._effects.append(dropped)
         instance._next_seq = records[-1].seq + 1
         if any(type(record) is StepAttemptFailed for record in records):
             # A failed attempt's record is for people: the body never produced it and it is
@@ -520,6 +534,8 @@ class WorkflowInstance:
                 record.parent_workflow, record.parent_id, record.parent_path, record.parent_token  # type: ignore[union-attr]
             )
             self._outcome_json = bool(record.outcome_json)  # type: ignore[union-attr]
+            self._run_number = continuing.run_of(record)  # type: ignore[arg-type]
+            self._run_start = record.seq
             self._traceparent = record.traceparent  # type: ignore[union-attr]
             self._root = Fiber(ROOT_PREFIX, self.definition.body(_CONTEXT, value))
             self._ready.append((self._root, None, None))
@@ -587,7 +603,7 @@ class WorkflowInstance:
                     continue
                 self._fiber_ended(fiber, stop.value, None)
                 return
-            except Exception as error:  # noqa: BLE001 - the body's own exception
+            except (Exception, continuing.ContinueAsNew) as error:  # noqa: BLE001 - the body's own exception
                 del frames[-1]
                 if frames:
                     value, exc = None, error
@@ -738,6 +754,9 @@ class WorkflowInstance:
 
     def _body_ended(self, value: Any, exc: BaseException | None) -> None:
         now = self._now
+        if isinstance(exc, continuing.ContinueAsNew):
+            continuing.continue_run(self, exc.input)
+            return
         if exc is None:
             try:
                 text, _ = self.definition.codec.convert(value, self.definition.result_type)
@@ -778,6 +797,20 @@ class WorkflowInstance:
         self._signal_ids = None  # an ended instance answers every signal "ended"
         # and every update "ended" but one it answered: a repeat of that gets its first answer.
         self._updates = updates.answers_of(self._updates)
+        self._ready.clear()
+
+    def _reset_for_run(self) -> None:
+        """Forget the ended run's body, steps, signals and updates before the next run starts.
+
+        Its activities and timers are stopped; what it had stored and not taken is carried
+        into the new run by ``continuing.continue_run``, which calls this."""
+        for pending in list(self._pending.values()):
+            self._forget(pending, stop_work=True)
+        self._root = None
+        self._pending = {}
+        self._signals = self._waiters = self._children = None
+        self._signal_ids = None
+        self._updates = None
         self._ready.clear()
 
     def _park(self, reason: str) -> None:

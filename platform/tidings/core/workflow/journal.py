@@ -51,6 +51,8 @@ class Started:
     report to the parent carries (since ``workflowjournal.v4``).
     ``traceparent``: the W3C trace context of the run's span (docs/tracing.md), so the run's
     later spans resume under it after a restart (None: not traced; since ``workflowjournal.v5``).
+    ``run``: which run of the instance this start begins: 2, 3 ... after a ``continue_as_new``
+    (None: the first run; since ``workflowjournal.v8``).
     """
 
     seq: int
@@ -62,6 +64,26 @@ class Started:
     outcome_json: bool | None = None
     parent_token: str | None = None
     traceparent: str | None = None
+    run: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ContinuedAsNew:
+    """The body ended its run with ``continue_as_new(input)`` at ``at`` (ms): the next record is
+    the ``Started`` of run ``run`` with the same ``input`` (JSON text). Since ``workflowjournal.v8``.
+
+    ``carried``: how many stored signals and updates the new run gets, journaled right after
+    its ``Started``: a new run is complete only with all of them (a crash can cut a batch).
+    Produced by the body, so replay checks it in order. It is what makes a later ``Started``
+    legitimate: a ``Started`` that does not follow one of these (same run, same input, the
+    seq right before) is a second start, and the instance parks (``continuing.current_run``).
+    """
+
+    seq: int
+    at: int
+    input: str
+    run: int
+    carried: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +242,7 @@ class Ended:
 
 JournalRecord = (
     Started | StepStarted | StepCompleted | StepFailed | SignalReceived | VersionMarker | CancelRequested | Ended
-    | ChildOutcome | StepAttemptFailed | UpdateReceived | UpdateAnswered
+    | ChildOutcome | StepAttemptFailed | UpdateReceived | UpdateAnswered | ContinuedAsNew
 )
 """Any record of a workflow journal."""
 
@@ -237,6 +259,7 @@ JOURNAL_TYPES: Final[Mapping[str, type[Any]]] = MappingProxyType({
     "step_attempt_failed": StepAttemptFailed,
     "update_received": UpdateReceived,
     "update_answered": UpdateAnswered,
+    "continued_as_new": ContinuedAsNew,
 })
 """Each journal record class by its stored type name (the JSON and Avro ``type``)."""
 _NAMES: dict[type[Any], str] = {cls: name for name, cls in JOURNAL_TYPES.items()}

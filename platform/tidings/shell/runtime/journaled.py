@@ -52,7 +52,7 @@ def first_per_seq(
     Its records are keyed ``{instance_id}/{seq}`` ("a/b/3" is seq 3 of instance "a/b",
     never of "a"). Only the partition's owner writes there, so each seq appears once; should
     a zombie have written a seq too, the first record of that seq in offset order is kept,
-    as a worker's catch-up keeps it.
+    as a worker's catch-up keeps it. A tombstone (null value) at a seq removes it.
 
     Args:
         chunks: The partition's records in offset order (a range reader's chunks).
@@ -69,6 +69,11 @@ def first_per_seq(
             if not key.startswith(prefix) or not seq_text.isdigit():
                 continue
             seq = int(seq_text)
+            if record.value is None:
+                # A tombstone: the record at this seq is no longer history (a workflow run
+                # that continued as new). Compaction drops both later; until then, skip both.
+                by_seq.pop(seq, None)
+                continue
             if seq in by_seq:
                 continue
             entry = decode(record, seq)

@@ -107,6 +107,13 @@ class Metrics:
         self.partition_recovered_seconds = Gauge(
             "tidings_partition_recovered_seconds", "Seconds the last catch-up of the partition took.",
             ["kind", "name", "partition"], registry=r)
+        self.workflow_replayed_records = Counter(
+            "tidings_workflow_replayed_records", "Journal records a worker read back to rebuild workflow "
+            "instances by replay (after a restart, an eviction); a run that continued as new is not among "
+            "them.", ["workflow"], registry=r)
+        self.workflow_runs_continued = Counter(
+            "tidings_workflow_runs_continued", "Workflow runs that continued as new (their records tombstoned).",
+            ["workflow"], registry=r)
         self.transactions = Counter(
             "tidings_transactions", "Kafka transactions ended, by outcome (committed, aborted).",
             ["outcome"], registry=r)
@@ -191,6 +198,14 @@ class Metrics:
         now_ms = self._wall() * 1000
         for started in started_ms:
             histogram.observe(max(0.0, (now_ms - started) / 1000))
+
+    def workflow_replayed(self, workflow: str, records: int) -> None:
+        """Count the journal records read back to replay one instance."""
+        self._child(self.workflow_replayed_records, workflow).inc(records)
+
+    def workflow_continued(self, workflow: str) -> None:
+        """Count a run that continued as new."""
+        self._child(self.workflow_runs_continued, workflow).inc()
 
     def activity_attempt(self, workflow: str, activity: str, *, failed: bool) -> None:
         """Count an activity attempt that ended; ``failed``: it raised or timed out."""

@@ -45,6 +45,7 @@ from ....core.workflow import (
     ReportParked,
     RunActivity,
     Started,
+    DropRun,
     StepCompleted,
     StepError,
     StepAttemptFailed,
@@ -121,6 +122,12 @@ class WorkflowTopics:
     status: str
     replies: str
     deadletter: str
+
+
+def _tombstoned(key: bytes | None) -> tuple[str, int] | None:
+    """The instance and seq a journal tombstone's key ``{instance_id}/{seq}`` names (None: not one)."""
+    instance_id, _, seq = (key or b"").decode("utf-8", "surrogatepass").rpartition("/")
+    return (instance_id, int(seq)) if instance_id and seq.isdigit() else None
 
 
 @dataclass(slots=True)
@@ -599,12 +606,16 @@ class WorkflowAgent:
         self._remember(instance)
         self._record(instance_id, decision.records, commit, inbox_offset)
         self._effects(instance_id, decision.effects, commit)
-        if decision.status is not before or decision.records and isinstance(decision.records[-1], Ended):
+        if (decision.status is not before or decision.records and isinstance(decision.records[-1], Ended)
+                or any(isinstance(e, DropRun) for e in decision.effects)):
             self._status_changed(instance, decision, commit, now_ms)
         return decision
 
     def _effects(self, instance_id: str, effects: Sequence[Any], commit: _Commit) -> None:
         for effect in effects:
+            if isinstance(effect, DropRun):
+                self._drop_run(instance_id, effect, commit)
+                continue
             if isinstance(effect, AnswerUpdate):
                 self._answer_update(instance_id, effect, commit)
                 continue
@@ -618,6 +629,22 @@ class WorkflowAgent:
                 commit.write.timers[(instance_id, effect.path)] = effect.due
             elif isinstance(effect, CancelTimer):
                 commit.write.timers[(instance_id, effect.path)] = None
+
+    def _drop_run(self, instance_id: str, effect: DropRun, commit: _Commit) -> None:
+        """The instance continued as new: tombstone its old run's journal records.
+
+        The tombstones go on the journal after the new run's records (the Started first):
+        one producer, one partition, in order (idempotent, or one transaction under
+        exactly-once), so none is written unless the new start is; they are this worker's own
+        journal writes, as the partition's owner counts them. The store drops the old records
+        in the write that stores the new ones, once all are acknowledged. A crash before
+        leaves the old run in the journal: the replay keeps only the new run and drops it again.
+        """
+        partition = self._partition(instance_id)
+        for seq in range(effect.first, effect.last + 1):
+            commit.journal.append(Outgoing(self.topics.journal, f"{instance_id}/{seq}".encode(), None, partition))
+            commit.write.dropped.append((instance_id, seq))
+        self._metrics.workflow_continued(self.definition.name)
 
     def _answer_update(self, instance_id: str, effect: AnswerUpdate, commit: _Commit) -> None:
         """Answer an update's callers once the body's answer (or the instance's end) is durable."""
@@ -668,6 +695,8 @@ class WorkflowAgent:
             return
         partition = self._partition(instance_id)
         stored: dict[str, Any] = {"status": status.value}
+        if instance.run > 1:
+            stored["run"] = instance.run  # for status and describe: which run this is
         reason = next((e.reason for e in decision.effects if isinstance(e, ReportParked)), None)
         started_at = self._started_at.get(instance_id)
         if started_at is not None:
@@ -698,6 +727,7 @@ class WorkflowAgent:
     def _replayed(self, instance_id: str, commit: _Commit, now_ms: int) -> WorkflowInstance:
         """Rebuild an instance that is not in memory from its stored journal."""
         records = self._store.journal(instance_id)
+        self._metrics.workflow_replayed(self.definition.name, len(records))
         if records and isinstance(records[0], Started):
             self._started_at[instance_id] = records[0].at
         instance, decision = WorkflowInstance.replay(self.definition, instance_id, records, now_ms)
@@ -1047,6 +1077,12 @@ class WorkflowAgent:
             header = record.headers.get(INBOX_OFFSET_HEADER)
             if header is not None and header.isdigit():
                 applied = max(applied, int(header))
+            if record.value is None:
+                # A tombstone: a run that continued as new dropped this record.
+                dropped = _tombstoned(record.key)
+                if dropped is not None and self._partition(dropped[0]) == partition:
+                    change.dropped.append(dropped)
+                continue
             try:
                 entry = avro.decode_as(record.value or b"", WorkflowJournalEntry)  # type: ignore[type-var]
                 if self._partition(entry.instance_id) != partition:

@@ -36,6 +36,9 @@ class StoreWrite:
     timers: dict[tuple[str, str], int | None] = field(default_factory=dict)  # None: gone
     journal_offsets: dict[int, int] = field(default_factory=dict)
     inbox_offsets: dict[int, int] = field(default_factory=dict)
+    # Journal records no longer history (a run that continued as new, a tombstone caught up):
+    # deleted after this write's records are put.
+    dropped: list[tuple[str, int]] = field(default_factory=list)
 
     def merge(self, other: StoreWrite) -> None:
         """Add ``other``'s changes after this one's."""
@@ -44,6 +47,7 @@ class StoreWrite:
         self.running.update(other.running)
         self.timers.update(other.timers)
         self.journal_offsets.update(other.journal_offsets)
+        self.dropped.extend(other.dropped)
         for partition, offset in other.inbox_offsets.items():
             self.inbox_offsets[partition] = max(offset, self.inbox_offsets.get(partition, -1))
 
@@ -92,6 +96,8 @@ class WorkflowStore:
         for instance_id, record in change.records:
             key = f"j/{instance_id}/{record.seq:010d}".encode()
             batch.put(key, json.dumps(record_to_json(record), separators=(",", ":")).encode())
+        for instance_id, seq in change.dropped:
+            batch.delete(f"j/{instance_id}/{seq:010d}".encode())
         for instance_id, status in change.statuses.items():
             batch.put(f"s/{instance_id}".encode(), json.dumps(status).encode())
         for instance_id, (partition, live) in change.running.items():
