@@ -1,0 +1,513 @@
+"""An App in memory: its workflows, aggregates, sagas and projections on a fake clock, no Kafka.
+
+``AppTestRuntime(app)`` is a ``WorkflowTestRuntime`` that also hosts every aggregate, saga
+and projection the App declares, and carries out what the workflow runtime leaves undone:
+a workflow's ``ctx.send*`` reaches the in-memory aggregate and its reply comes back into the
+body, the aggregate's stored events feed the projections and the sagas subscribed to it,
+and a saga's commands reach the aggregates, their replies come back to it and its
+expectation timers fire on the virtual clock::
+
+    runtime = AppTestRuntime(build_app())
+    runtime.replace_activity("charge", lambda attempt: "receipt-1")
+    runtime.workflow("checkout").start("order-1", "order-1")
+    runtime.run_until_idle()
+    assert runtime.view("balances").get("acc-1")["balance"] == "70"
+
+Every rule is the pure core's, the one the worker applies: ``core.aggregate.handle`` decides
+(repeats of a command id get their first verdict, ``expected_version`` conflicts, the
+``SagaAlreadyStarted`` check through ``App.sagas_of``), ``core.saga.feed``/``fire`` drive the
+sagas, ``WorkflowInstance.advance`` the workflows; payloads go through the codec's
+``payload_of``/``load_payload`` both ways, as on the topics. What the shell adds is played
+here as the agents do it (``shell/kinds/*/agent.py``): a send's command carries the step key
+as command and correlation id; a saga hears the stored events of its aggregates and the
+events of the replies to its own commands (deferred ones too), once per event id; a
+projection gets each stored event once, in order, and a handler that raises has its writes
+dropped (the event is a dead letter, ``dead_letters``).
+
+Everything runs in the runtime's one queue, in time order: a command is decided when its
+send falls due, its reply is one more queued input, so nothing recurses and ``advance``
+skips the virtual clock over every kind at once. Not played: orchestrations, flow stages
+and schedules' dispatch (docs/testing.md, "The in-memory runtime").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import TYPE_CHECKING, Any, cast
+
+from tidings.codec.payloads import load_payload, payload_of
+from tidings.core import saga as saga_core
+from tidings.core.aggregate import AggregateDefinition, AggregateInstance, Handled, handle
+from tidings.core.records import CommandEnvelope, EventEnvelope, ReplyEnvelope
+from tidings.core.saga_records import SagaJournalEntry
+from tidings.core.workflow import Attempt, Decision, RunActivity
+from tidings.core.workflow.sends import CommandReplied, EventsSeen, SendCommand, SendTimedOut, SentEvent, StopSend
+from tidings.errors import AggregateVersionConflict, RecordError, SagaAlreadyStarted, SchemaError
+from tidings.shell.kinds.projection.agent import ProjectedEvent
+from tidings.shell.kinds.projection.signals import signal_id_for
+
+from .workflows import FakeClock, WorkflowHandle, WorkflowTestRuntime
+
+if TYPE_CHECKING:
+    from tidings.shell.app import App
+
+_REFUSAL_PREFIX = "SagaAlreadyStarted:"
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    """A queued input of a kind other than a workflow: ``run()`` when due.
+
+    It rides the workflow runtime's queue as a message (``path`` is its unique place there),
+    so every kind moves on one virtual clock, in time order.
+    """
+
+    path: str
+    run: Callable[[], None] = field(compare=False)
+
+
+@dataclass(slots=True)
+class DeadLetter:
+    """What a worker would have put on ``{app}.deadletter``: whose input, and why."""
+
+    origin: str
+    reason: str
+
+
+class MemoryView:
+    """A projection's read model in memory, as ``tidings.View`` reads and writes it.
+
+    The writes of one handler call are kept only when it returns (a call that raises has
+    them dropped), as the worker's view does.
+    """
+
+    def __init__(self) -> None:
+        self._data: dict[str, Any] = {}
+        self._event: dict[str, Any] = {}
+        self._deleted: set[str] = set()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """Return the value at ``key``, or ``default``."""
+        if key in self._deleted:
+            return default
+        if key in self._event:
+            return self._event[key]
+        return self._data.get(key, default)
+
+    def put(self, key: str, value: Any) -> None:
+        """Set ``key`` to ``value`` (JSON-compatible: checked now, as the worker's view does)."""
+        json.dumps(value)
+        self._deleted.discard(key)
+        self._event[key] = value
+
+    def delete(self, key: str) -> None:
+        """Remove ``key``."""
+        self._event.pop(key, None)
+        self._deleted.add(key)
+
+    def items(self, prefix: str = "") -> Iterator[tuple[str, Any]]:
+        """Iterate entries whose key starts with ``prefix``, in key order."""
+        merged = {k: v for k, v in self._data.items() if k.startswith(prefix) and k not in self._deleted}
+        merged.update((k, v) for k, v in self._event.items() if k.startswith(prefix))
+        for key in sorted(merged):
+            yield key, merged[key]
+
+    def _keep(self) -> None:
+        for key in self._deleted:
+            self._data.pop(key, None)
+        self._data.update(self._event)
+        self._event.clear()
+        self._deleted.clear()
+
+    def _discard(self) -> None:
+        self._event.clear()
+        self._deleted.clear()
+
+
+@dataclass(slots=True)
+class _Aggregate:
+    handle: Any
+    instances: dict[str, AggregateInstance[Any]] = field(default_factory=dict)
+    events: dict[str, list[EventEnvelope]] = field(default_factory=dict)
+    # (aggregate id, command id) -> (first verdict, when): answered again for command_retention.
+    verdicts: dict[tuple[str, str], tuple[ReplyEnvelope, int]] = field(default_factory=dict)
+    started: set[tuple[str, str, str]] = field(default_factory=set)  # (id, saga, correlation id)
+
+    @property
+    def definition(self) -> AggregateDefinition[Any, Any, Any]:
+        return cast("AggregateDefinition[Any, Any, Any]", self.handle.definition)
+
+
+@dataclass(slots=True)
+class _Saga:
+    handle: Any
+    sagas: dict[str, saga_core.SagaState] = field(default_factory=dict)
+    journals: dict[str, list[SagaJournalEntry]] = field(default_factory=dict)
+
+    @property
+    def replies_topic(self) -> str:
+        return str(self.handle.topics.replies)
+
+
+@dataclass(slots=True)
+class _Projection:
+    handle: Any
+    view: MemoryView = field(default_factory=MemoryView)
+
+
+class _EventSignals:
+    """``event.signal`` of a projection handler, to the runtime's workflows (ids as the worker's)."""
+
+    def __init__(self, runtime: AppTestRuntime, projection: str, event: EventEnvelope, aggregate: str) -> None:
+        self._runtime = runtime
+        self._projection = projection
+        self._event = event
+        self._aggregate = aggregate
+        self._counts: dict[tuple[str, str, str], int] = {}
+
+    def signal(self, workflow: Any, instance_id: str, name: str, payload: Any, timeout: float | None) -> Any:
+        key = (workflow.name, instance_id, name)
+        index = self._counts.get(key, 0)
+        self._counts[key] = index + 1
+        signal_id = signal_id_for(self._projection, self._aggregate, self._event.aggregate_id,
+                                  self._event.version, name, index)
+        runtime = self._runtime
+
+        async def send() -> None:
+            runtime.workflow(workflow.name).signal(instance_id, name, payload, signal_id=signal_id)
+
+        return send()
+
+
+class AppTestRuntime(WorkflowTestRuntime):
+    """Hosts every workflow, aggregate, saga and projection of ``app`` in memory, on one fake clock.
+
+    Args:
+        app: The App whose definitions to run (nothing of it is opened: no topic, no client).
+        clock: The clock; a new ``FakeClock`` by default.
+        seed: Seeds the entropy ``new_guid``/``random`` draw from, so tests are repeatable.
+    """
+
+    def __init__(self, app: App, *, clock: FakeClock | None = None, seed: int = 0) -> None:
+        super().__init__(clock=clock, seed=seed)
+        self.app = app
+        self.dead_letters: list[DeadLetter] = []
+        self._stand_ins: dict[str, Callable[[Attempt], Any]] = {}
+        self._aggregates: dict[str, _Aggregate] = {h.name: _Aggregate(h) for h in app.aggregates}
+        self._sagas: dict[str, _Saga] = {h.name: _Saga(h) for h in app.sagas}
+        self._projections: dict[str, _Projection] = {h.name: _Projection(h) for h in app.projections}
+        self._command_timeout_ms = int(app.command_timeout * 1000)
+        # Filter steps waiting for events under their correlation id: (aggregate, id, correlation) -> step.
+        self._watches: dict[tuple[str, str, str], tuple[tuple[str, str], str]] = {}
+        self._jobs = 0
+        for workflow in app.workflows:
+            self.register(workflow.definition)
+
+    # ------------------------------------------------------------------ the test's API
+
+    def workflow(self, name: str) -> WorkflowHandle:
+        """The in-memory handle of the App's workflow ``name`` (start, signal, update, result...)."""
+        self.definition(name)  # a KeyError names an unknown workflow at once
+        return WorkflowHandle(self, name)
+
+    def replace_activity(self, name: str, stand_in: Callable[[Attempt], Any]) -> None:
+        """Run ``stand_in(attempt)`` wherever a body calls activity ``name`` (sync or async).
+
+        Its result (or what it raises) is the activity's, under the body's retry policy.
+        """
+        if not callable(stand_in):
+            raise TypeError(f"a stand-in for activity {name!r} must be callable, not {stand_in!r}")
+        self._stand_ins[name] = stand_in
+
+    def send(
+        self, aggregate: Any, aggregate_id: str, command: Any, *, expected_version: int | None = None,
+        command_id: str | None = None, correlation_id: str | None = None,
+    ) -> Any:
+        """Send ``command`` to the aggregate (its handle or name) and return the reply event.
+
+        Decided at once, as ``Client.send`` would have it decided; what it causes (sagas,
+        projections, replies) runs at the next ``run_until_idle``/``advance``.
+
+        Raises:
+            AggregateVersionConflict, SagaAlreadyStarted, SchemaError: as ``Client.send``.
+        """
+        held = self._aggregate(aggregate)
+        command_id = command_id or str(uuid.UUID(int=self._random.getrandbits(128), version=4))
+        type_name, payload = payload_of(command)
+        if type_name not in held.definition.command_types:
+            known = ", ".join(sorted(held.definition.command_types))
+            raise SchemaError(f"{type_name} is not a command of aggregate {held.handle.name!r}; known: {known}")
+        envelope = CommandEnvelope(command_id=command_id, correlation_id=correlation_id or command_id,
+                                   aggregate_id=aggregate_id, type=type_name, payload=payload,
+                                   timestamp_ms=self.clock.now_ms, expected_version=expected_version)
+        reply = self._decide(held, envelope)
+        if reply.status == "conflict":
+            raise AggregateVersionConflict(aggregate_id, expected_version if expected_version is not None else -1,
+                                           reply.version)
+        if reply.status == "rejected":
+            if (reply.reason or "").startswith(_REFUSAL_PREFIX):
+                raise SagaAlreadyStarted(reply.reason)
+            raise SchemaError(f"the worker rejected the command: {reply.reason}")
+        if reply.status == "ignored" or not reply.events:
+            return None
+        last = reply.events[-1]
+        return load_payload(last.type, last.payload, held.definition.event_types)
+
+    def state(self, aggregate: Any, aggregate_id: str) -> Any:
+        """The aggregate instance's live state (its initial state when it has none)."""
+        held = self._aggregate(aggregate)
+        found = held.instances.get(aggregate_id)
+        return held.definition.initial if found is None else found.live
+
+    def events(self, aggregate: Any, aggregate_id: str) -> list[EventEnvelope]:
+        """The stored events of an aggregate instance, oldest first (a copy)."""
+        return list(self._aggregate(aggregate).events.get(aggregate_id, []))
+
+    def view(self, projection: str) -> MemoryView:
+        """The read model of projection ``projection``."""
+        return self._projections[projection].view
+
+    def saga_state(self, saga: str, saga_id: str) -> saga_core.SagaState | None:
+        """What saga ``saga`` knows of ``saga_id`` (None: never started)."""
+        return self._sagas[saga].sagas.get(saga_id)
+
+    def saga_journal(self, saga: str, saga_id: str) -> list[SagaJournalEntry]:
+        """The journal records of saga ``saga_id``, in seq order (a copy)."""
+        return list(self._sagas[saga].journals.get(saga_id, []))
+
+    # ------------------------------------------------------------- the queue of jobs
+
+    def deliver(self, workflow: str, instance_id: str, message: Any) -> Decision:
+        if isinstance(message, _Job):
+            message.run()
+            return Decision((), (), None)
+        return super().deliver(workflow, instance_id, message)
+
+    def _later(self, owner: str, due_ms: int, run: Callable[[], None]) -> None:
+        self._jobs += 1
+        self._schedule(("", owner), f"job-{self._jobs}", due_ms, message=_Job(f"job-{self._jobs}", run))
+
+    # ------------------------------------------------------------- workflows' effects
+
+    def _apply(self, key: tuple[str, str], decision: Decision) -> None:
+        if self._stand_ins and any(isinstance(e, RunActivity) and e.name in self._stand_ins for e in decision.effects):
+            effects = tuple(replace(e, fn=self._stand_ins[e.name])
+                            if isinstance(e, RunActivity) and e.name in self._stand_ins else e
+                            for e in decision.effects)
+            decision = replace(decision, effects=effects)
+        super()._apply(key, decision)  # journals first, then the effects it knows
+        for effect in decision.effects:
+            if isinstance(effect, SendCommand):
+                self._send_step(key, effect)
+            elif isinstance(effect, StopSend):
+                scheduled = self._by_path.pop((*key, effect.path), None)
+                if scheduled is not None:
+                    scheduled.cancelled = True
+                for watch, step in list(self._watches.items()):
+                    if step == (key, effect.path):
+                        del self._watches[watch]
+
+    def _send_step(self, key: tuple[str, str], effect: SendCommand) -> None:
+        """``SendCommand``: the command at ``not_before``, its reply fed back; a timeout if none comes."""
+        held = self._aggregates.get(str(getattr(effect.aggregate, "name", "")))
+        end = effect.not_before + (effect.timeout_ms or self._command_timeout_ms)
+        if effect.deadline_at is not None:
+            end = min(end, effect.deadline_at)
+        if held is None:
+            # No worker hosts that aggregate: the attempt times out, as on Kafka.
+            self._schedule(key, effect.path, end, message=SendTimedOut(effect.path, effect.attempt))
+            return
+        if effect.watch_from is not None:
+            self._watches[(held.handle.name, effect.aggregate_id, effect.command_id)] = (key, effect.path)
+
+        def send() -> None:
+            try:
+                type_name, payload = payload_of(effect.command)
+                if type_name not in held.definition.command_types:
+                    known = ", ".join(sorted(held.definition.command_types))
+                    raise TypeError(f"{type_name} is not a command of aggregate {held.handle.name!r}; known: {known}")
+            except (RecordError, TypeError, ValueError) as exc:
+                message = CommandReplied(effect.path, effect.command_id, "rejected",
+                                         reason=f"the command cannot be sent to {held.handle.name}: "
+                                                f"{type(exc).__name__}: {exc}")
+            else:
+                envelope = CommandEnvelope(
+                    command_id=effect.command_id, correlation_id=effect.command_id,
+                    aggregate_id=effect.aggregate_id, type=type_name, payload=payload,
+                    timestamp_ms=self.clock.now_ms, reply_key=key[1])
+                reply = self._decide(held, envelope)
+                events = tuple(SentEvent(e.type, load_payload(e.type, e.payload, held.definition.event_types),
+                                         e.command_id, e.deferred) for e in reply.events)
+                message = CommandReplied(effect.path, reply.command_id, reply.status, events, reply.reason)
+            if key in self._instances:
+                self._schedule(key, effect.path, self.clock.now_ms, message=message)
+
+        if effect.not_before <= self.clock.now_ms:
+            send()
+        else:
+            self._later(f"send:{key[0]}/{key[1]}/{effect.path}", effect.not_before, send)
+
+    # -------------------------------------------------------------------- aggregates
+
+    def _aggregate(self, aggregate: Any) -> _Aggregate:
+        name = aggregate if isinstance(aggregate, str) else str(getattr(aggregate, "name", ""))
+        held = self._aggregates.get(name)
+        if held is None:
+            raise LookupError(f"app {self.app.name!r} declares no aggregate {name!r}; "
+                              f"it declares: {', '.join(sorted(self._aggregates)) or 'none'}")
+        return held
+
+    def _decide(self, held: _Aggregate, command: CommandEnvelope) -> ReplyEnvelope:
+        """One command through ``core.aggregate.handle``, as the aggregate agent decides it."""
+        definition = held.definition
+        aggregate_id = command.aggregate_id
+        now_ms = self.clock.now_ms
+        retention = definition.command_retention_ms
+
+        def seen(command_id: str) -> bool:
+            first = held.verdicts.get((aggregate_id, command_id))
+            return first is not None and now_ms - first[1] < retention
+
+        def started(saga: str, correlation_id: str) -> bool:
+            return (aggregate_id, saga, correlation_id) in held.started
+
+        instance = held.instances.get(aggregate_id) or AggregateInstance.new(aggregate_id, definition.initial)
+        try:
+            value = load_payload(command.type, command.payload, definition.command_types)
+            admit = getattr(held.handle, "admit", None)
+            if admit is not None:
+                value = admit(command, value, now_ms)
+            handled: Handled[Any] = handle(definition, instance, command, value, now_ms=now_ms, encode=payload_of,
+                                           starters=self.app.sagas_of(definition.name), started=started, seen=seen)
+        except Exception as exc:  # noqa: BLE001 - user code: the worker dead-letters the command
+            reason = f"aggregate {definition.name} failed on command {command.type} for {aggregate_id!r}: " \
+                     f"{type(exc).__name__}: {exc}"
+            self.dead_letters.append(DeadLetter(f"aggregate {definition.name}", reason))
+            return ReplyEnvelope(command.command_id, command.correlation_id, aggregate_id, "rejected",
+                                 instance.version, now_ms, reason=reason)
+        if handled.duplicate:
+            return held.verdicts[(aggregate_id, command.command_id)][0]
+        assert handled.reply is not None
+        held.instances[aggregate_id] = handled.instance
+        held.verdicts[(aggregate_id, command.command_id)] = (handled.reply, now_ms)
+        held.started.update((aggregate_id, saga, corr) for saga, corr in handled.sagas)
+        if handled.stored:
+            held.events.setdefault(aggregate_id, []).extend(handled.stored)
+            self._stored(held, handled.stored)
+        return handled.reply
+
+    def _stored(self, held: _Aggregate, stored: tuple[EventEnvelope, ...]) -> None:
+        """What reads the events topic: projections, subscribed sagas, filter steps' watches."""
+        name = held.handle.name
+        for projection in self._projections.values():
+            if any(source.aggregate == name for source in projection.handle.sources):
+                for event in stored:
+                    self._later(f"projection:{projection.handle.name}", self.clock.now_ms,
+                                partial(self._project, projection, name, event))
+        for saga in self._sagas.values():
+            if saga.handle.subscribes_to(name):
+                for event in stored:
+                    self._later(f"saga:{saga.handle.name}", self.clock.now_ms,
+                                partial(self._saga_event, saga, name, event))
+        for event in stored:
+            step = self._watches.get((name, event.aggregate_id, event.correlation_id))
+            if step is not None:
+                value = load_payload(event.type, event.payload, held.definition.event_types)
+                seen = EventsSeen(step[1], (SentEvent(event.type, value, event.command_id, event.deferred),))
+                self._schedule(step[0], f"{step[1]}~seen-{event.version}", self.clock.now_ms, message=seen)
+
+    # ------------------------------------------------------------------- projections
+
+    def _project(self, projection: _Projection, aggregate: str, event: EventEnvelope) -> None:
+        """One stored event to the handler; its writes kept only when it returns."""
+        name = projection.handle.name
+        view = projection.view
+        try:
+            value = load_payload(event.type, event.payload, self._aggregates[aggregate].definition.event_types)
+            signals = _EventSignals(self, name, event, aggregate)
+            projected = ProjectedEvent(aggregate, event.aggregate_id, event.version, value, event,
+                                       cast(Any, signals))
+            result = projection.handle.handler(projected, view)
+            if inspect.isawaitable(result):
+                loop = asyncio.new_event_loop()
+                try:
+                    loop.run_until_complete(_awaited(result))
+                finally:
+                    loop.close()
+        except Exception as exc:  # noqa: BLE001 - the handler's: the event is a dead letter
+            view._discard()
+            self.dead_letters.append(DeadLetter(f"projection {name}", f"{type(exc).__name__}: {exc}"))
+            return
+        view._keep()
+
+    # ------------------------------------------------------------------------- sagas
+
+    def _saga_event(self, saga: _Saga, aggregate: str, event: EventEnvelope) -> None:
+        definition = self._aggregates[aggregate].definition
+        value = load_payload(event.type, event.payload, definition.event_types)
+        saga_event = saga_core.SagaEvent(aggregate, event.aggregate_id, event.event_id, event.command_id,
+                                         event.correlation_id, event.version, event.type, value, event.deferred)
+        saga_id = event.correlation_id
+        self._saga_step(saga, saga_id, lambda: saga_core.feed(
+            saga.handle.definition, saga.sagas.get(saga_id), saga_id, saga_event, now_ms=self.clock.now_ms,
+            encode=self._encode_for_saga, replies_topic=saga.replies_topic))
+
+    def _saga_step(self, saga: _Saga, saga_id: str, decide: Callable[[], saga_core.SagaStep]) -> None:
+        """Journal a step's records, then send its commands and arm its timers (the agent's order)."""
+        try:
+            step = decide()
+        except Exception as exc:  # noqa: BLE001 - HandlerFailed: the input is a dead letter
+            self.dead_letters.append(DeadLetter(f"saga {saga.handle.name}", f"{type(exc).__name__}: {exc}"))
+            return
+        saga.journals.setdefault(saga_id, []).extend(step.records)
+        if step.saga is not None:
+            saga.sagas[saga_id] = step.saga
+        for command in step.commands:
+            self._later(f"saga:{saga.handle.name}", self.clock.now_ms,
+                        partial(self._saga_command, saga, saga_id, command))
+        for timer in step.timers:
+            fired = saga_core.TimerFired(timer.seq, timer.index, timer.kind, timer.due_ms)
+            self._later(f"saga:{saga.handle.name}", timer.due_ms, partial(self._saga_timer, saga, saga_id, fired))
+
+    def _saga_timer(self, saga: _Saga, saga_id: str, fired: saga_core.TimerFired) -> None:
+        current = saga.sagas.get(saga_id)
+        if current is None or current.ended or current.seq != fired.seq:
+            return  # its state is over (the agent cancels such timers)
+        self._saga_step(saga, saga_id, lambda: saga_core.fire(
+            saga.handle.definition, current, fired, now_ms=self.clock.now_ms, encode=self._encode_for_saga,
+            replies_topic=saga.replies_topic))
+
+    def _saga_command(self, saga: _Saga, saga_id: str, command: saga_core.SagaCommand) -> None:
+        held = self._aggregates.get(str(getattr(command.aggregate, "name", "")))
+        if held is None:
+            return  # no worker hosts it: the expectation resends or runs out
+        reply = self._decide(held, command.envelope)
+        current = saga.sagas.get(saga_id)
+        if reply.status != "accepted" or current is None or current.ended:
+            return  # the agent logs a refusal and goes on; a late answer changes nothing
+        for event in reply.events:
+            self._later(f"saga:{saga.handle.name}", self.clock.now_ms,
+                        partial(self._saga_event, saga, held.handle.name, event))
+
+    def _encode_for_saga(self, aggregate: Any, command: Any) -> tuple[str, bytes]:
+        held = self._aggregates.get(str(getattr(aggregate, "name", "")))
+        if held is None or held.handle is not aggregate:
+            raise TypeError(f"{aggregate!r:.100} is not an aggregate handle of this app")
+        type_name, payload = payload_of(command)
+        if type_name not in held.definition.command_types:
+            known = ", ".join(sorted(held.definition.command_types))
+            raise TypeError(f"{type_name!r} is not a command of aggregate {held.handle.name} (known: {known})")
+        return type_name, payload
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
+
+
+__all__ = ["AppTestRuntime", "DeadLetter", "MemoryView"]

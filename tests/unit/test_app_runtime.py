@@ -1,0 +1,193 @@
+"""AppTestRuntime: an App's workflows, aggregates, sagas and projections in memory, on a fake clock."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+
+from examples.bank.account import Deposit, Deposited, Open, Opened, SendTransfer, TransferSent, Withdraw
+from tidings import App, Finished, WorkflowContext
+from tidings.core.workflow.retry import RetryPolicy
+from tidings.errors import AggregateVersionConflict, SchemaError
+from tidings.testing import AppTestRuntime, FakeClock
+from tests.parity_app import NAP, WINDOW, Paid, Payout, build
+
+
+def order(account: str = "ann", target: str = "bob") -> Payout:
+    return Payout(account=account, target=target, amount=Decimal(30))
+
+
+def test_a_workflow_sends_to_the_aggregate_and_the_saga_and_projection_follow_its_events() -> None:
+    runtime = AppTestRuntime(build())
+    runtime.send("account", "bob", Open(owner="bob"))
+    payout = runtime.workflow("payout")
+    payout.start("p-1", order())
+    runtime.run_until_idle()
+    assert runtime.state("account", "ann").balance == Decimal(100)  # the two sends were decided
+    payout.signal("p-1", "approve", True)
+    runtime.advance(NAP)
+    outcome = payout.outcome("p-1")
+    assert isinstance(outcome, Finished), outcome
+    assert outcome.value.model_dump() == {"fee": 6, "approved": True, "reply": "TransferSent",
+                                          "guid": outcome.value.guid}
+    # TransferSent started the transfer saga, which credited bob; the projection saw it all.
+    assert runtime.state("account", "ann").balance == Decimal(70)
+    assert runtime.state("account", "bob").balance == Decimal(30)
+    saga = runtime.saga_state("transfer", "payout/p-1/5")
+    assert saga is not None and saga.ended and saga.state.step == "credited"
+    assert [r.transition for r in runtime.saga_journal("transfer", "payout/p-1/5")] == ["start", "handle", "stop"]
+    assert runtime.view("balances").get("ann") == {"owner": "ann", "balance": "70", "events": 3}
+    assert runtime.view("balances").get("bob") == {"owner": "bob", "balance": "30", "events": 2}
+    # The send steps' command ids are the step keys, as the worker's.
+    assert [e.command_id for e in runtime.events("account", "ann")] == [
+        "payout/p-1/2", "payout/p-1/3", "payout/p-1/5"]
+    assert runtime.dead_letters == []
+
+
+def test_a_transfer_to_an_account_that_is_not_open_is_refunded_by_the_saga() -> None:
+    runtime = AppTestRuntime(build())
+    payout = runtime.workflow("payout")
+    payout.start("p-2", order(target="nobody"))
+    runtime.run_until_idle()
+    payout.signal("p-2", "approve", True)
+    runtime.advance(NAP)
+    assert payout.value("p-2").reply == "TransferSent"
+    assert runtime.state("account", "ann").balance == Decimal(100)  # the refund came back
+    saga = runtime.saga_state("transfer", "payout/p-2/5")
+    assert saga is not None and saga.ended and saga.state.step == "refunded"
+    assert runtime.view("balances").get("nobody") is None
+
+
+def test_no_signal_within_the_window_ends_without_a_transfer_on_the_virtual_clock() -> None:
+    runtime = AppTestRuntime(build())
+    payout = runtime.workflow("payout")
+    payout.start("p-3", order())
+    value = payout.value("p-3", timeout=WINDOW + NAP)
+    assert (value.approved, value.reply) == (False, "skipped")
+    assert runtime.saga_state("transfer", "payout/p-3/5") is None
+
+
+def test_an_activity_is_replaced_by_name_with_a_stand_in() -> None:
+    runtime = AppTestRuntime(build())
+    calls: list[str] = []
+
+    def stand_in(attempt: object) -> int:
+        calls.append(getattr(attempt, "idempotency_key"))
+        return 99
+
+    runtime.replace_activity("fee", stand_in)
+    runtime.workflow("payout").start("p-4", order())
+    assert runtime.workflow("payout").value("p-4", timeout=WINDOW + NAP).fee == 99
+    assert calls == ["payout/p-4/1"]
+    with pytest.raises(TypeError, match="callable"):
+        runtime.replace_activity("fee", 3)  # type: ignore[arg-type]
+
+
+def test_an_activity_stand_in_that_raises_is_retried_under_the_body_s_policy() -> None:
+    runtime = AppTestRuntime(build())
+    attempts: list[int] = []
+
+    def flaky(attempt: object) -> int:
+        attempts.append(getattr(attempt, "number"))
+        if len(attempts) < 3:
+            raise ConnectionError("the fee service is down")
+        return 1
+
+    runtime.replace_activity("fee", flaky)
+    runtime.workflow("payout").start("p-5", order())
+    assert runtime.workflow("payout").value("p-5", timeout=timedelta(minutes=5)).fee == 1
+    assert attempts == [1, 2, 3]
+
+
+def test_sending_to_an_aggregate_directly_answers_as_the_client_does() -> None:
+    runtime = AppTestRuntime(build())
+    assert runtime.send("account", "cy", Open(owner="cy")) == Opened(owner="cy")
+    assert runtime.send("account", "cy", Deposit(amount=Decimal(5)), command_id="c-1") == Deposited(amount=Decimal(5))
+    # A repeated command id gets its first verdict and stores nothing.
+    assert runtime.send("account", "cy", Deposit(amount=Decimal(5)), command_id="c-1") == Deposited(amount=Decimal(5))
+    assert runtime.state("account", "cy").balance == Decimal(5)
+    with pytest.raises(AggregateVersionConflict):
+        runtime.send("account", "cy", Withdraw(amount=Decimal(1)), expected_version=7)
+    with pytest.raises(SchemaError, match="not a command"):
+        runtime.send("account", "cy", Opened(owner="x"))
+    with pytest.raises(LookupError, match="no aggregate 'nope'"):
+        runtime.send("nope", "cy", Open(owner="x"))
+    assert [e.version for e in runtime.events("account", "cy")] == [1, 2]
+
+
+def test_a_stored_transfer_sent_directly_starts_the_saga_once() -> None:
+    runtime = AppTestRuntime(build())
+    runtime.send("account", "dee", Open(owner="dee"))
+    runtime.send("account", "eve", Open(owner="eve"))
+    runtime.send("account", "dee", Deposit(amount=Decimal(50)))
+    sent = runtime.send("account", "dee", SendTransfer(transfer_id="t1", target="eve", amount=Decimal(20)),
+                        correlation_id="corr-1")
+    assert isinstance(sent, TransferSent)
+    runtime.run_until_idle()
+    assert runtime.state("account", "eve").balance == Decimal(20)
+    assert runtime.saga_state("transfer", "corr-1").ended  # type: ignore[union-attr]
+
+
+def test_a_projection_handler_that_raises_has_its_writes_dropped_and_is_a_dead_letter() -> None:
+    app = build()
+    accounts = app.aggregates[0]
+
+    def picky(event: object, view: object) -> None:
+        view.put("seen", getattr(event, "version"))  # type: ignore[attr-defined]
+        if getattr(event, "version") == 2:
+            raise ValueError("version 2 is not liked")
+
+    app.projection("picky", [accounts], picky)
+    runtime = AppTestRuntime(app)
+    runtime.send("account", "fay", Open(owner="fay"))
+    runtime.send("account", "fay", Deposit(amount=Decimal(1)))
+    runtime.run_until_idle()
+    assert runtime.view("picky").get("seen") == 1
+    assert [d.origin for d in runtime.dead_letters] == ["projection picky"]
+    runtime.send("account", "fay", Deposit(amount=Decimal(1)))
+    runtime.run_until_idle()
+    assert list(runtime.view("picky").items()) == [("seen", 3)]
+
+
+def test_a_send_to_an_aggregate_no_one_hosts_times_out_under_the_policy() -> None:
+    other = App("other")
+    accounts = other.aggregate("account", None, lambda c, s: None, lambda e, s: s, command=Open, event=Opened)
+    app = App("lonely")
+
+    async def body(ctx: WorkflowContext, _: None) -> str:
+        try:
+            await ctx.send_with(RetryPolicy(attempts=2, attempt_timeout=timedelta(seconds=5)), accounts, "x",
+                                Open(owner="x"))
+        except Exception as exc:  # noqa: BLE001
+            return type(exc).__name__
+        return "sent"
+
+    app.workflow("w")(body)
+    runtime = AppTestRuntime(app)
+    runtime.workflow("w").start("w-1")
+    assert runtime.workflow("w").value("w-1", timeout=timedelta(minutes=1)) == "WorkflowStepFailed"
+
+
+def test_a_thirty_day_timer_finishes_on_the_virtual_clock_in_well_under_100_ms() -> None:
+    app = App("timers")
+
+    async def month(ctx: WorkflowContext, _: None) -> str:
+        await ctx.sleep(timedelta(days=30))
+        return "a month later"
+
+    app.workflow("month")(month)
+    clock = FakeClock()
+    started = clock.now()
+    began = time.perf_counter()
+    runtime = AppTestRuntime(app, clock=clock)
+    runtime.workflow("month").start("m-1")
+    runtime.advance(timedelta(days=30))
+    value = runtime.workflow("month").value("m-1")
+    elapsed = time.perf_counter() - began
+    print(f"\na 30-day sleep ran in {elapsed * 1000:.2f} ms of wall time")
+    assert value == "a month later"
+    assert clock.now() - started == timedelta(days=30)
+    assert elapsed < 1.0  # well under 100 ms in practice; generous for a loaded CI machine
