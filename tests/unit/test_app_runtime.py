@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
 import pytest
@@ -191,3 +192,28 @@ def test_a_thirty_day_timer_finishes_on_the_virtual_clock_in_well_under_100_ms()
     assert value == "a month later"
     assert clock.now() - started == timedelta(days=30)
     assert elapsed < 1.0  # well under 100 ms in practice; generous for a loaded CI machine
+
+
+def test_a_daily_schedule_starts_its_workflow_runs_on_the_virtual_clock() -> None:
+    from examples.reminder import app as reminder
+
+    clock = FakeClock(datetime(2026, 11, 14, 12, 0, tzinfo=timezone.utc))
+    runtime = AppTestRuntime(reminder.app, clock=clock)
+    asyncio.run(runtime.schedules.create(reminder.ADA_SCHEDULE, "reminder", reminder.ADA_TEXT, reminder.ADA_RULE))
+    asyncio.run(runtime.schedules.create(reminder.ADA_SCHEDULE, "reminder", reminder.ADA_TEXT, reminder.ADA_RULE))
+    runtime.advance(timedelta(days=3))
+    runs = sorted(key[1] for key in runtime.outcomes if key[0] == "reminder")
+    assert runs == ["ada-daily@2026-11-15T08:00:00.0000000Z", "ada-daily@2026-11-16T08:00:00.0000000Z",
+                    "ada-daily@2026-11-17T08:00:00.0000000Z"]
+    assert {runtime.workflow("reminder").value(run) for run in runs} == {"09:00 Europe/Oslo: Drink water"}
+    state = asyncio.run(runtime.schedules.state(reminder.ADA_SCHEDULE))
+    assert state.pending == () and state.next_due() == datetime(2026, 11, 18, 8, 0, tzinfo=timezone.utc)
+    assert asyncio.run(runtime.schedules.pause(reminder.ADA_SCHEDULE))
+    runtime.advance(timedelta(days=2))
+    assert len([key for key in runtime.outcomes if key[0] == "reminder"]) == 3  # paused: no run
+    assert runtime.dead_letters == []
+
+
+def test_an_app_without_schedules_says_so() -> None:
+    with pytest.raises(LookupError, match="declares no schedules"):
+        AppTestRuntime(build()).schedules

@@ -4,8 +4,9 @@
 and projection the App declares, and carries out what the workflow runtime leaves undone:
 a workflow's ``ctx.send*`` reaches the in-memory aggregate and its reply comes back into the
 body, the aggregate's stored events feed the projections and the sagas subscribed to it,
-and a saga's commands reach the aggregates, their replies come back to it and its
-expectation timers fire on the virtual clock::
+a saga's commands reach the aggregates, their replies come back to it and its
+expectation timers fire on the virtual clock, and a schedule's due times fire and start its
+workflow's runs (the dispatcher's decide -> start -> report, through the schedule aggregate)::
 
     runtime = AppTestRuntime(build_app())
     runtime.replace_activity("charge", lambda attempt: "receipt-1")
@@ -26,8 +27,8 @@ dropped (the event is a dead letter, ``dead_letters``).
 
 Everything runs in the runtime's one queue, in time order: a command is decided when its
 send falls due, its reply is one more queued input, so nothing recurses and ``advance``
-skips the virtual clock over every kind at once. Not played: orchestrations, flow stages
-and schedules' dispatch (docs/testing.md, "The in-memory runtime").
+skips the virtual clock over every kind at once. Not played: orchestrations and flow
+stages (docs/testing.md, "The in-memory runtime").
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import json
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
@@ -46,11 +48,21 @@ from tidings.core import saga as saga_core
 from tidings.core.aggregate import AggregateDefinition, AggregateInstance, Handled, handle
 from tidings.core.records import CommandEnvelope, EventEnvelope, ReplyEnvelope
 from tidings.core.saga_records import SagaJournalEntry
+from tidings.core.schedule.aggregate import (
+    SCHEDULE_AGGREGATE,
+    FireSchedule,
+    PendingRun,
+    ReportStart,
+    ScheduleState,
+)
+from tidings.core.schedule.runs import ScheduledRun, run_id
+from tidings.core.workflow.context import instant_ms
 from tidings.core.workflow import Attempt, Decision, RunActivity
 from tidings.core.workflow.sends import CommandReplied, EventsSeen, SendCommand, SendTimedOut, SentEvent, StopSend
 from tidings.errors import AggregateVersionConflict, RecordError, SagaAlreadyStarted, SchemaError
 from tidings.shell.kinds.projection.agent import ProjectedEvent
 from tidings.shell.kinds.projection.signals import signal_id_for
+from tidings.shell.kinds.schedule.handle import ScheduleHandle
 
 from .workflows import FakeClock, WorkflowHandle, WorkflowTestRuntime
 
@@ -185,6 +197,19 @@ class _EventSignals:
         return send()
 
 
+class _MemoryAggregate:
+    """An aggregate handle whose ``send`` is the runtime's (what ``ScheduleHandle`` sends through)."""
+
+    def __init__(self, runtime: AppTestRuntime, handle: Any) -> None:
+        self._runtime = runtime
+        self._handle = handle
+        self.name = handle.name
+        self.definition = handle.definition
+
+    async def send(self, aggregate_id: str, command: Any, timeout: float | None = None, **options: Any) -> Any:
+        return self._runtime.send(self._handle, aggregate_id, command, **options)
+
+
 class AppTestRuntime(WorkflowTestRuntime):
     """Hosts every workflow, aggregate, saga and projection of ``app`` in memory, on one fake clock.
 
@@ -206,6 +231,12 @@ class AppTestRuntime(WorkflowTestRuntime):
         # Filter steps waiting for events under their correlation id: (aggregate, id, correlation) -> step.
         self._watches: dict[tuple[str, str, str], tuple[tuple[str, str], str]] = {}
         self._jobs = 0
+        self._schedules: ScheduleHandle | None = None
+        self._runs_started: set[tuple[str, datetime]] = set()
+        if SCHEDULE_AGGREGATE in self._aggregates:
+            declared = app.schedule_handle()
+            self._schedules = replace(declared, aggregate=cast(Any, _MemoryAggregate(self, declared.aggregate)),
+                                      clock=self.clock.now)
         for workflow in app.workflows:
             self.register(workflow.definition)
 
@@ -415,12 +446,79 @@ class AppTestRuntime(WorkflowTestRuntime):
                 for event in stored:
                     self._later(f"saga:{saga.handle.name}", self.clock.now_ms,
                                 partial(self._saga_event, saga, name, event))
+        if name == SCHEDULE_AGGREGATE and self._schedules is not None:
+            for schedule_id in dict.fromkeys(event.aggregate_id for event in stored):
+                self._later("schedule-dispatcher", self.clock.now_ms, partial(self._dispatch, schedule_id))
         for event in stored:
             step = self._watches.get((name, event.aggregate_id, event.correlation_id))
             if step is not None:
                 value = load_payload(event.type, event.payload, held.definition.event_types)
                 seen = EventsSeen(step[1], (SentEvent(event.type, value, event.command_id, event.deferred),))
                 self._schedule(step[0], f"{step[1]}~seen-{event.version}", self.clock.now_ms, message=seen)
+
+    # --------------------------------------------------------------------- schedules
+
+    @property
+    def schedules(self) -> ScheduleHandle:
+        """The App's ``app.schedules`` handle, sending to the in-memory schedule aggregate on the
+        fake clock: ``asyncio.run(runtime.schedules.create(...))`` (its methods are coroutines).
+
+        Raises:
+            LookupError: The App declares no schedules.
+        """
+        if self._schedules is None:
+            raise LookupError(f"app {self.app.name!r} declares no schedules (app.schedules([...]))")
+        return self._schedules
+
+    def _dispatch(self, schedule_id: str) -> None:
+        """The dispatcher's decide -> start -> report for one schedule, from its stored state."""
+        held = self._aggregates[SCHEDULE_AGGREGATE]
+        instance = held.instances.get(schedule_id)
+        if instance is None:
+            return
+        state: ScheduleState = instance.state
+        dues: list[datetime] = []
+        tokens: set[str] = set()
+        for run in state.pending:
+            if (schedule_id, run.due) not in self._runs_started:
+                self._start_run(schedule_id, run)
+                dues.append(run.due)
+                if run.token:
+                    tokens.add(run.token)
+        if dues:
+            self._runs_started.update((schedule_id, due) for due in dues)
+            self._dispatcher_command(schedule_id, ReportStart(dues=tuple(dues), tokens=tuple(sorted(tokens))))
+            return  # its RunStarted comes back through the journal and arms the next fire
+        due = state.next_due()
+        armed = ("", "schedule-dispatcher")
+        path = f"fire:{schedule_id}"
+        if due is None:
+            scheduled = self._by_path.pop((*armed, path), None)
+            if scheduled is not None:
+                scheduled.cancelled = True
+            return
+        fire = partial(self._fire_schedule, schedule_id, due)
+        # One timer per schedule, as the dispatcher's index: a new due time replaces the old.
+        self._schedule(armed, path, max(instant_ms(due), self.clock.now_ms), message=_Job(path, fire))
+
+    def _fire_schedule(self, schedule_id: str, due: datetime) -> None:
+        self._dispatcher_command(schedule_id, FireSchedule(due=due, now=self.clock.now()))
+
+    def _start_run(self, schedule_id: str, run: PendingRun) -> None:
+        instance_id = run_id(schedule_id, run.due)
+        try:
+            if run.workflow not in self._definitions:
+                raise SchemaError(f"this app declares no workflow {run.workflow!r}")
+            self.workflow(run.workflow).start(instance_id, ScheduledRun(schedule_id, run.due, run.input))
+        except Exception as exc:  # noqa: BLE001 - a run that can never start must not block the rest
+            self.dead_letters.append(DeadLetter(
+                "schedule-dispatcher", f"schedule {schedule_id!r}: the run {instance_id!r} cannot start: {exc}"))
+
+    def _dispatcher_command(self, schedule_id: str, command: FireSchedule | ReportStart) -> None:
+        type_name, payload = payload_of(command)
+        self._decide(self._aggregates[SCHEDULE_AGGREGATE], CommandEnvelope(
+            command_id=uuid.UUID(int=self._random.getrandbits(128), version=4).hex, correlation_id=schedule_id,
+            aggregate_id=schedule_id, type=type_name, payload=payload, timestamp_ms=self.clock.now_ms))
 
     # ------------------------------------------------------------------- projections
 
