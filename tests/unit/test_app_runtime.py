@@ -217,3 +217,58 @@ def test_a_daily_schedule_starts_its_workflow_runs_on_the_virtual_clock() -> Non
 def test_an_app_without_schedules_says_so() -> None:
     with pytest.raises(LookupError, match="declares no schedules"):
         AppTestRuntime(build()).schedules
+
+
+def test_a_crash_after_the_transfer_was_stored_loses_nothing_and_moves_no_money_twice() -> None:
+    runtime = AppTestRuntime(build())
+    runtime.send("account", "bob", Open(owner="bob"))
+    payout = runtime.workflow("payout")
+    payout.start("p-6", order())
+    runtime.run_until_idle()
+    payout.signal("p-6", "approve", True)  # the transfer is decided and stored at once ...
+    assert runtime.state("account", "ann").balance == Decimal(70)
+    runtime.crash()  # ... and its reply, the saga's start and the projection's inputs are lost
+    assert runtime.saga_state("transfer", "payout/p-6/5") is None
+    runtime.recover()
+    runtime.advance(NAP)
+    assert payout.value("p-6").reply == "TransferSent"  # the resend got the first verdict
+    assert [e.type for e in runtime.events("account", "ann")] == ["Opened", "Deposited", "TransferSent"]
+    assert runtime.state("account", "ann").balance == Decimal(70)
+    assert runtime.state("account", "bob").balance == Decimal(30)
+    assert runtime.saga_state("transfer", "payout/p-6/5").ended  # type: ignore[union-attr]
+    assert runtime.view("balances").get("bob") == {"owner": "bob", "balance": "30", "events": 2}
+
+
+def test_a_crash_while_the_saga_waits_resends_its_command_under_the_same_id() -> None:
+    app = build()
+    runtime = AppTestRuntime(app)
+    runtime.send("account", "gus", Open(owner="gus"))
+    runtime.send("account", "gus", Deposit(amount=Decimal(10)))
+    # The target opens only later: the credit is refused (deferred Rejected) and refunded.
+    runtime.send("account", "gus", SendTransfer(transfer_id="t9", target="hal", amount=Decimal(10)),
+                 correlation_id="t9")
+    runtime.crash()
+    runtime.recover()
+    runtime.run_until_idle()
+    saga = runtime.saga_state("transfer", "t9")
+    assert saga is not None and saga.ended and saga.state.step == "refunded"
+    assert runtime.state("account", "gus").balance == Decimal(10)
+    refunds = [e for e in runtime.events("account", "gus") if e.type == "TransferRefunded"]
+    assert len(refunds) == 1 and refunds[0].command_id == "transfer:t9:2:0"
+
+
+def test_hostile_ids_and_payloads_are_refused_before_anything_is_decided() -> None:
+    from tidings.errors import LimitError
+
+    runtime = AppTestRuntime(build())
+    with pytest.raises(LimitError):
+        runtime.send("account", "", Open(owner="x"))
+    with pytest.raises(LimitError):
+        runtime.send("account", "x" * 300, Open(owner="x"))
+    with pytest.raises(LimitError):
+        runtime.send("account", "ok", Open(owner="x"), command_id="c" * 300)
+    with pytest.raises(LimitError):
+        runtime.send("account", "ok", Open(owner="x" * 600_000))
+    with pytest.raises(KeyError):
+        runtime.workflow("nope")
+    assert runtime.events("account", "ok") == [] and runtime.dead_letters == []

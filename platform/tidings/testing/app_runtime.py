@@ -45,7 +45,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from tidings.codec.payloads import load_payload, payload_of
 from tidings.core import saga as saga_core
-from tidings.core.aggregate import AggregateDefinition, AggregateInstance, Handled, handle
+from tidings.core.aggregate import AggregateDefinition, AggregateInstance, Handled, handle, restore
+from tidings.core.limits import check_command, check_id
 from tidings.core.records import CommandEnvelope, EventEnvelope, ReplyEnvelope
 from tidings.core.saga_records import SagaJournalEntry
 from tidings.core.schedule.aggregate import (
@@ -171,6 +172,8 @@ class _Saga:
 class _Projection:
     handle: Any
     view: MemoryView = field(default_factory=MemoryView)
+    # The last version applied per (aggregate, id), stored with the view as the worker's is.
+    versions: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 class _EventSignals:
@@ -269,6 +272,7 @@ class AppTestRuntime(WorkflowTestRuntime):
             AggregateVersionConflict, SagaAlreadyStarted, SchemaError: as ``Client.send``.
         """
         held = self._aggregate(aggregate)
+        check_id(aggregate_id, "aggregate_id")  # what the client checks before producing
         command_id = command_id or str(uuid.UUID(int=self._random.getrandbits(128), version=4))
         type_name, payload = payload_of(command)
         if type_name not in held.definition.command_types:
@@ -277,7 +281,7 @@ class AppTestRuntime(WorkflowTestRuntime):
         envelope = CommandEnvelope(command_id=command_id, correlation_id=correlation_id or command_id,
                                    aggregate_id=aggregate_id, type=type_name, payload=payload,
                                    timestamp_ms=self.clock.now_ms, expected_version=expected_version)
-        reply = self._decide(held, envelope)
+        reply = self._decide(held, check_command(envelope))
         if reply.status == "conflict":
             raise AggregateVersionConflict(aggregate_id, expected_version if expected_version is not None else -1,
                                            reply.version)
@@ -311,6 +315,63 @@ class AppTestRuntime(WorkflowTestRuntime):
     def saga_journal(self, saga: str, saga_id: str) -> list[SagaJournalEntry]:
         """The journal records of saga ``saga_id``, in seq order (a copy)."""
         return list(self._sagas[saga].journals.get(saga_id, []))
+
+    # ------------------------------------------------------------ crash and recover
+
+    def crash(self) -> None:
+        """Lose everything not stored: besides the workflows' (``WorkflowTestRuntime.crash``),
+        the aggregates' live state (a deferred fold), the sagas' timers and unsent commands,
+        the projections' and the dispatcher's queued inputs. Events, first verdicts, saga
+        journals and views are stored: they stay."""
+        super().crash()
+        for held in self._aggregates.values():
+            held.instances.clear()
+        for saga in self._sagas.values():
+            saga.sagas.clear()
+        self._watches.clear()
+        self._runs_started.clear()
+
+    def recover(self) -> dict[tuple[str, str], Decision]:
+        """What each agent does when it takes its partitions back, then ``WorkflowTestRuntime.recover``:
+        an aggregate folds its events again (``core.aggregate.restore``), a projection applies
+        what it had not, a saga drives its state again (``core.saga.restore``/``recover``:
+        its commands resent under their ids, its expectations armed from the stored entry
+        time), the dispatcher starts the pending runs again and arms each next due time."""
+        for held in self._aggregates.values():
+            for aggregate_id, events in held.events.items():
+                instance = AggregateInstance.new(aggregate_id, held.definition.initial)
+                for event in events:
+                    value = load_payload(event.type, event.payload, held.definition.event_types)
+                    instance = restore(held.definition, instance, event, value) or instance
+                held.instances[aggregate_id] = instance
+        for projection in self._projections.values():
+            for source in projection.handle.sources:
+                source_held = self._aggregates.get(source.aggregate)
+                for events in ([] if source_held is None else source_held.events.values()):
+                    for event in events:
+                        self._later(f"projection:{projection.handle.name}", self.clock.now_ms,
+                                    partial(self._project, projection, source.aggregate, event))
+        for saga in self._sagas.values():
+            for saga_id, records in saga.journals.items():
+                restored = saga_core.restore(saga.handle.definition, records)
+                if restored is None:
+                    continue
+                saga.sagas[saga_id] = restored
+                self._saga_step(saga, saga_id, partial(
+                    saga_core.recover, saga.handle.definition, restored, now_ms=self.clock.now_ms,
+                    encode=self._encode_for_saga, replies_topic=saga.replies_topic))
+            # Its router reads the events again from the committed offsets (here: all of them);
+            # the core takes each event id once, and an ended saga none.
+            for name, held in self._aggregates.items():
+                if saga.handle.subscribes_to(name):
+                    for events in held.events.values():
+                        for event in events:
+                            self._later(f"saga:{saga.handle.name}", self.clock.now_ms,
+                                        partial(self._saga_event, saga, name, event))
+        if self._schedules is not None:
+            for schedule_id in self._aggregates[SCHEDULE_AGGREGATE].events:
+                self._later("schedule-dispatcher", self.clock.now_ms, partial(self._dispatch, schedule_id))
+        return super().recover()
 
     # ------------------------------------------------------------- the queue of jobs
 
@@ -526,6 +587,10 @@ class AppTestRuntime(WorkflowTestRuntime):
         """One stored event to the handler; its writes kept only when it returns."""
         name = projection.handle.name
         view = projection.view
+        applied = projection.versions.get((aggregate, event.aggregate_id), 0)
+        if event.version <= applied:
+            return  # applied before (a recovery hands every stored event again)
+        projection.versions[(aggregate, event.aggregate_id)] = event.version
         try:
             value = load_payload(event.type, event.payload, self._aggregates[aggregate].definition.event_types)
             signals = _EventSignals(self, name, event, aggregate)
