@@ -272,3 +272,19 @@ def test_hostile_ids_and_payloads_are_refused_before_anything_is_decided() -> No
     with pytest.raises(KeyError):
         runtime.workflow("nope")
     assert runtime.events("account", "ok") == [] and runtime.dead_letters == []
+
+
+def test_an_approved_payout_moves_the_money_through_the_saga() -> None:
+    """The example of docs/testing.md, "The in-memory runtime", as it is written there."""
+    runtime = AppTestRuntime(build())
+    runtime.replace_activity("fee", lambda attempt: 3)       # no fee service in a unit test
+    runtime.send("account", "bob", Open(owner="bob"))
+    payout = runtime.workflow("payout")
+    payout.start("p-1", Payout(account="ann", target="bob", amount=Decimal(30)))
+    runtime.run_until_idle()                                  # the fee, then the two sends
+    payout.signal("p-1", "approve", True)
+    runtime.advance(NAP)                                      # the transfer, the saga, the nap
+    assert payout.value("p-1").fee == 3
+    assert runtime.state("account", "bob").balance == Decimal(30)
+    assert runtime.saga_state("transfer", "payout/p-1/5").ended  # type: ignore[union-attr]
+    assert runtime.view("balances").get("ann")["balance"] == "70"
