@@ -288,3 +288,35 @@ def test_an_approved_payout_moves_the_money_through_the_saga() -> None:
     assert runtime.state("account", "bob").balance == Decimal(30)
     assert runtime.saga_state("transfer", "payout/p-1/5").ended  # type: ignore[union-attr]
     assert runtime.view("balances").get("ann")["balance"] == "70"
+
+
+def test_an_orchestration_steps_on_the_events_its_key_of_routes_and_acts_once_per_position() -> None:
+    import json
+
+    from tests.integration.orchestration_apps import REPLIES, Happen
+    from tests.integration.orchestration_apps import build as build_orchestrations
+
+    runtime = AppTestRuntime(build_orchestrations("orchestrations"))
+    runtime.send("ledger", "order-a", Happen(order="a", step="placed"))
+    runtime.send("ledger", "noise-a", Happen(order="a", step="noise"))  # for the order, changes nothing
+    runtime.send("ledger", "x", Happen(order="b", step="explode"))  # key_of raises: a dead letter
+    runtime.send("ledger", "y", Happen(order="a", step="boom"))  # the orchestration raises: a dead letter
+    runtime.run_until_idle()
+    done: set[tuple[int, str]] = set()
+    for _ in range(10):  # the test is the executor: each action asked for is answered by its event
+        for record in runtime.orchestration_actions("fulfil", "a"):
+            for action in record.actions:
+                if (record.position, action.type) not in done:
+                    done.add((record.position, action.type))
+                    runtime.send("ledger", f"exec-{action.type}", Happen(order="a", step=REPLIES[action.type]))
+        runtime.run_until_idle()
+    asked = [(r.position, [a.type for a in r.actions]) for r in runtime.orchestration_actions("fulfil", "a")]
+    # placed (1) asks for Charge; noise (2); paid (3) for Pack and Label; packed (4), labelled (5) for Ship.
+    assert asked == [(1, ["Charge"]), (3, ["Pack", "Label"]), (5, ["Ship"])]
+    outcome = runtime.orchestration_outcome("fulfil", "a")
+    assert outcome is not None and outcome.type == "Shipped" and json.loads(outcome.payload or b"") == {"order": "a"}
+    assert sorted(d.origin for d in runtime.dead_letters) == ["orchestration fulfil"] * 2
+    # A crash loses the live orchestration; recovery replays its journal and acts on nothing again.
+    runtime.restart()
+    runtime.run_until_idle()
+    assert [(r.position, [a.type for a in r.actions]) for r in runtime.orchestration_actions("fulfil", "a")] == asked

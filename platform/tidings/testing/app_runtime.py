@@ -5,7 +5,8 @@ and projection the App declares, and carries out what the workflow runtime leave
 a workflow's ``ctx.send*`` reaches the in-memory aggregate and its reply comes back into the
 body, the aggregate's stored events feed the projections and the sagas subscribed to it,
 a saga's commands reach the aggregates, their replies come back to it and its
-expectation timers fire on the virtual clock, and a schedule's due times fire and start its
+expectation timers fire on the virtual clock, orchestrations step on the events their
+``key_of`` routes, and a schedule's due times fire and start its
 workflow's runs (the dispatcher's decide -> start -> report, through the schedule aggregate)::
 
     runtime = AppTestRuntime(build_app())
@@ -27,8 +28,10 @@ dropped (the event is a dead letter, ``dead_letters``).
 
 Everything runs in the runtime's one queue, in time order: a command is decided when its
 send falls due, its reply is one more queued input, so nothing recurses and ``advance``
-skips the virtual clock over every kind at once. Not played: orchestrations and flow
-stages (docs/testing.md, "The in-memory runtime").
+skips the virtual clock over every kind at once. An orchestration's instances are stepped by
+``core.orchestration.advance`` with the stored events its ``key_of`` routes to them (their
+actions and outcomes kept, not produced). Not played: flow stages (docs/testing.md, "The
+in-memory runtime").
 """
 
 from __future__ import annotations
@@ -48,6 +51,8 @@ from tidings.core import saga as saga_core
 from tidings.core.aggregate import AggregateDefinition, AggregateInstance, Handled, handle, restore
 from tidings.core.limits import check_command, check_id
 from tidings.core.records import CommandEnvelope, EventEnvelope, ReplyEnvelope
+from tidings.core import orchestration as orchestration_core
+from tidings.core.orchestration_records import OrchestrationActions
 from tidings.core.saga_records import SagaJournalEntry
 from tidings.core.schedule.aggregate import (
     SCHEDULE_AGGREGATE,
@@ -60,7 +65,15 @@ from tidings.core.schedule.runs import ScheduledRun, run_id
 from tidings.core.workflow.context import instant_ms
 from tidings.core.workflow import Attempt, Decision, RunActivity
 from tidings.core.workflow.sends import CommandReplied, EventsSeen, SendCommand, SendTimedOut, SentEvent, StopSend
-from tidings.errors import AggregateVersionConflict, RecordError, SagaAlreadyStarted, SchemaError
+from tidings.errors import (
+    AggregateVersionConflict,
+    KeyOfFailed,
+    OrchestrationFailed,
+    RecordError,
+    SagaAlreadyStarted,
+    SchemaError,
+)
+from tidings.shell.kinds.orchestration.agent import SourceEvent
 from tidings.shell.kinds.projection.agent import ProjectedEvent
 from tidings.shell.kinds.projection.signals import signal_id_for
 from tidings.shell.kinds.schedule.handle import ScheduleHandle
@@ -176,6 +189,23 @@ class _Projection:
     versions: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
+@dataclass(slots=True)
+class _Orchestrated:
+    """One orchestration instance: its journaled values, what it asked for, its outcome."""
+
+    state: orchestration_core.InstanceState
+    live: Any  # the Coordination that takes the next value; None once finished
+    journal: list[tuple[Any, tuple[str, int, int]]] = field(default_factory=list)
+    actions: list[OrchestrationActions] = field(default_factory=list)
+    outcome: orchestration_core.Finished | None = None
+
+
+@dataclass(slots=True)
+class _Orchestration:
+    handle: Any
+    instances: dict[str, _Orchestrated] = field(default_factory=dict)
+
+
 class _EventSignals:
     """``event.signal`` of a projection handler, to the runtime's workflows (ids as the worker's)."""
 
@@ -230,10 +260,13 @@ class AppTestRuntime(WorkflowTestRuntime):
         self._aggregates: dict[str, _Aggregate] = {h.name: _Aggregate(h) for h in app.aggregates}
         self._sagas: dict[str, _Saga] = {h.name: _Saga(h) for h in app.sagas}
         self._projections: dict[str, _Projection] = {h.name: _Projection(h) for h in app.projections}
+        self._orchestrations: dict[str, _Orchestration] = {
+            h.name: _Orchestration(h) for h in app.declared("orchestration")}
         self._command_timeout_ms = int(app.command_timeout * 1000)
         # Filter steps waiting for events under their correlation id: (aggregate, id, correlation) -> step.
         self._watches: dict[tuple[str, str, str], tuple[tuple[str, str], str]] = {}
         self._jobs = 0
+        self._offsets: dict[str, dict[tuple[str, int], int]] = {}
         self._schedules: ScheduleHandle | None = None
         self._runs_started: set[tuple[str, datetime]] = set()
         if SCHEDULE_AGGREGATE in self._aggregates:
@@ -308,6 +341,17 @@ class AppTestRuntime(WorkflowTestRuntime):
         """The read model of projection ``projection``."""
         return self._projections[projection].view
 
+    def orchestration_actions(self, orchestration: str, instance: str) -> list[OrchestrationActions]:
+        """What orchestration instance ``instance`` asked for, one record per position (what the
+        worker writes to its actions topic), oldest first."""
+        found = self._orchestrations[orchestration].instances.get(instance)
+        return [] if found is None else list(found.actions)
+
+    def orchestration_outcome(self, orchestration: str, instance: str) -> orchestration_core.Finished | None:
+        """The instance's outcome once an event finished it (the last ``Continue`` value, encoded)."""
+        found = self._orchestrations[orchestration].instances.get(instance)
+        return None if found is None else found.outcome
+
     def saga_state(self, saga: str, saga_id: str) -> saga_core.SagaState | None:
         """What saga ``saga`` knows of ``saga_id`` (None: never started)."""
         return self._sagas[saga].sagas.get(saga_id)
@@ -330,6 +374,9 @@ class AppTestRuntime(WorkflowTestRuntime):
             saga.sagas.clear()
         self._watches.clear()
         self._runs_started.clear()
+        for orchestration in self._orchestrations.values():
+            for found in orchestration.instances.values():
+                found.live = None  # rebuilt from its journal by recover()
 
     def recover(self) -> dict[tuple[str, str], Decision]:
         """What each agent does when it takes its partitions back, then ``WorkflowTestRuntime.recover``:
@@ -368,6 +415,17 @@ class AppTestRuntime(WorkflowTestRuntime):
                         for event in events:
                             self._later(f"saga:{saga.handle.name}", self.clock.now_ms,
                                         partial(self._saga_event, saga, name, event))
+        for orchestration in self._orchestrations.values():
+            for key, found in orchestration.instances.items():
+                if not found.state.finished:
+                    found.live = orchestration_core.replay(self._new_orchestration(orchestration, key),
+                                                           [value for value, _ in found.journal])
+            for source in orchestration.handle.sources:
+                source_held = self._aggregates.get(source.aggregate)
+                for events in ([] if source_held is None else source_held.events.values()):
+                    for event in events:
+                        self._later(f"orchestration:{orchestration.handle.name}", self.clock.now_ms,
+                                    partial(self._orchestrate, orchestration, source, event))
         if self._schedules is not None:
             for schedule_id in self._aggregates[SCHEDULE_AGGREGATE].events:
                 self._later("schedule-dispatcher", self.clock.now_ms, partial(self._dispatch, schedule_id))
@@ -507,6 +565,12 @@ class AppTestRuntime(WorkflowTestRuntime):
                 for event in stored:
                     self._later(f"saga:{saga.handle.name}", self.clock.now_ms,
                                 partial(self._saga_event, saga, name, event))
+        for orchestration in self._orchestrations.values():
+            for source in orchestration.handle.sources:
+                if source.aggregate == name:
+                    for event in stored:
+                        self._later(f"orchestration:{orchestration.handle.name}", self.clock.now_ms,
+                                    partial(self._orchestrate, orchestration, source, event))
         if name == SCHEDULE_AGGREGATE and self._schedules is not None:
             for schedule_id in dict.fromkeys(event.aggregate_id for event in stored):
                 self._later("schedule-dispatcher", self.clock.now_ms, partial(self._dispatch, schedule_id))
@@ -608,6 +672,55 @@ class AppTestRuntime(WorkflowTestRuntime):
             self.dead_letters.append(DeadLetter(f"projection {name}", f"{type(exc).__name__}: {exc}"))
             return
         view._keep()
+
+    # ---------------------------------------------------------------- orchestrations
+
+    def _orchestrate(self, orchestration: _Orchestration, source: Any, event: EventEnvelope) -> None:
+        """The router's ``key_of``, then ``core.orchestration.advance`` for the instance."""
+        name = orchestration.handle.name
+        try:
+            value = load_payload(event.type, event.payload, source.event_types)
+            key = orchestration.handle.key_of(SourceEvent(source.aggregate, event.aggregate_id, event.version,
+                                                          value, event))
+            if key is None:
+                return
+            if not isinstance(key, str) or not key:
+                raise KeyOfFailed(f"key_of of orchestration {name} returned {key!r:.100}, not a non-empty str or None")
+            check_id(key, "instance key")
+            found = orchestration.instances.get(key)
+            if found is None:
+                found = _Orchestrated(orchestration_core.InstanceState(key), self._new_orchestration(orchestration, key))
+            # One position per stored event: its events topic, partition 0, its place in the journal.
+            position = (source.topic, 0, self._offset_of(source.aggregate, event))
+            if found.state.finished or found.state.seen(*position):
+                return  # routed again after a recovery, or after the end
+            advanced = orchestration_core.advance(found.state, found.live, value, source=position, encode=payload_of)
+        except Exception as exc:  # noqa: BLE001 - KeyOfFailed, OrchestrationFailed: a dead letter
+            self.dead_letters.append(DeadLetter(f"orchestration {name}", f"{type(exc).__name__}: {exc}"))
+            return
+        orchestration.instances[key] = found
+        found.journal.append((value, position))
+        found.state, found.live = advanced.state, advanced.orchestration
+        if advanced.actions:
+            found.actions.append(OrchestrationActions(name, key, advanced.state.sequence, advanced.actions,
+                                                      self.clock.now_ms))
+        if advanced.outcome is not None:
+            found.outcome = advanced.outcome
+
+    def _new_orchestration(self, orchestration: _Orchestration, key: str) -> Any:
+        made = orchestration.handle.factory(key)
+        if not callable(made):
+            raise OrchestrationFailed(f"factory of orchestration {orchestration.handle.name} returned "
+                                      f"{made!r}, not an orchestration")
+        return made
+
+    def _offset_of(self, aggregate: str, event: EventEnvelope) -> int:
+        """The stored event's place among all the aggregate's stored events (its 'offset')."""
+        offsets = self._offsets.setdefault(aggregate, {})
+        key = (event.aggregate_id, event.version)
+        if key not in offsets:
+            offsets[key] = len(offsets)
+        return offsets[key]
 
     # ------------------------------------------------------------------------- sagas
 
