@@ -10,7 +10,7 @@ from decimal import Decimal
 import pytest
 
 from examples.bank.account import Deposit, Deposited, Open, Opened, SendTransfer, TransferSent, Withdraw
-from tidings import App, Finished, WorkflowContext
+from tidings import App, Finished, Retry, WorkflowContext
 from tidings.core.workflow.retry import RetryPolicy
 from tidings.errors import AggregateVersionConflict, SchemaError
 from tidings.testing import AppTestRuntime, FakeClock
@@ -320,3 +320,32 @@ def test_an_orchestration_steps_on_the_events_its_key_of_routes_and_acts_once_pe
     runtime.restart()
     runtime.run_until_idle()
     assert [(r.position, [a.type for a in r.actions]) for r in runtime.orchestration_actions("fulfil", "a")] == asked
+
+
+def test_a_flow_stage_starts_a_workflow_per_source_record_and_writes_each_outcome_to_its_sink() -> None:
+    app = App("flows")
+
+    async def square(ctx: WorkflowContext, n: int) -> int:
+        if n < 0:
+            raise ValueError("no negative numbers")
+        if n == 0:
+            await ctx.sleep(timedelta(hours=1))
+        return await ctx.activity("square", Retry.times(1), lambda attempt: n * n)
+
+    app.workflow("square")(square)
+    app.workflow_flow("numbers", "flows.numbers", "square", lambda n: f"sq-{n}", "flows.squared", 4,
+                      timedelta(minutes=10))
+    runtime = AppTestRuntime(app)
+    for value in (b"3", b"-1", b"0", b"not json", b'"a string"', None):
+        runtime.feed_flow("numbers", value)
+    runtime.advance(timedelta(minutes=11))
+    sink = dict(runtime.sinks["flows.squared"])  # in the order the outcomes came
+    assert sink["sq-3"] == {"id": "sq-3", "workflow": "square", "outcome": "finished", "value": 9}
+    assert sink["sq--1"]["outcome"] == "faulted" and "no negative numbers" in sink["sq--1"]["error"]["message"]
+    assert len(sink) == 2  # sq-0 sleeps for an hour: dead-lettered at the timeout, it carries on
+    reasons = [d.reason for d in runtime.dead_letters]
+    assert len(reasons) == 4 and any("did not end within 600.0 s" in r for r in reasons), reasons
+    runtime.advance(timedelta(hours=1))
+    assert runtime.workflow("square").value("sq-0") == 0 and len(runtime.sinks["flows.squared"]) == 2
+    runtime.feed_flow("numbers", b"3")  # a replayed element: its start stores nothing, its outcome again
+    assert runtime.sinks["flows.squared"][-1] == ("sq-3", sink["sq-3"])

@@ -30,8 +30,8 @@ Everything runs in the runtime's one queue, in time order: a command is decided 
 send falls due, its reply is one more queued input, so nothing recurses and ``advance``
 skips the virtual clock over every kind at once. An orchestration's instances are stepped by
 ``core.orchestration.advance`` with the stored events its ``key_of`` routes to them (their
-actions and outcomes kept, not produced). Not played: flow stages (docs/testing.md, "The
-in-memory runtime").
+actions and outcomes kept, not produced). A flow stage takes the source records a test feeds
+it (``feed_flow``) and writes each outcome to ``sinks`` as its agent does.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ from tidings.core.schedule.aggregate import (
 )
 from tidings.core.schedule.runs import ScheduledRun, run_id
 from tidings.core.workflow.context import instant_ms
-from tidings.core.workflow import Attempt, Decision, RunActivity
+from tidings.core.workflow import Attempt, Decision, PublishOutcome, RunActivity
 from tidings.core.workflow.sends import CommandReplied, EventsSeen, SendCommand, SendTimedOut, SentEvent, StopSend
 from tidings.errors import (
     AggregateVersionConflict,
@@ -73,6 +73,7 @@ from tidings.errors import (
     SagaAlreadyStarted,
     SchemaError,
 )
+from tidings.shell.kinds.flow.stage import SourceDecoder, WorkflowFlowAgent
 from tidings.shell.kinds.orchestration.agent import SourceEvent
 from tidings.shell.kinds.projection.agent import ProjectedEvent
 from tidings.shell.kinds.projection.signals import signal_id_for
@@ -206,6 +207,13 @@ class _Orchestration:
     instances: dict[str, _Orchestrated] = field(default_factory=dict)
 
 
+@dataclass(slots=True)
+class _Flow:
+    stage: Any
+    decoder: SourceDecoder
+    waiting: dict[str, int] = field(default_factory=dict)  # instance id -> deadline (ms)
+
+
 class _EventSignals:
     """``event.signal`` of a projection handler, to the runtime's workflows (ids as the worker's)."""
 
@@ -265,6 +273,11 @@ class AppTestRuntime(WorkflowTestRuntime):
         self._command_timeout_ms = int(app.command_timeout * 1000)
         # Filter steps waiting for events under their correlation id: (aggregate, id, correlation) -> step.
         self._watches: dict[tuple[str, str, str], tuple[tuple[str, str], str]] = {}
+        stages: list[Any] = list(app.declared("flow"))
+        self._flows: dict[str, _Flow] = {
+            h.name: _Flow(h, SourceDecoder(h.handle.definition, h.source_schema)) for h in stages}
+        #: What each flow stage wrote to its sink topic: ``(key, JSON value)``, in order.
+        self.sinks: dict[str, list[tuple[str, Any]]] = {h.sink_topic: [] for h in stages}
         self._jobs = 0
         self._offsets: dict[str, dict[tuple[str, int], int]] = {}
         self._schedules: ScheduleHandle | None = None
@@ -453,7 +466,11 @@ class AppTestRuntime(WorkflowTestRuntime):
             decision = replace(decision, effects=effects)
         super()._apply(key, decision)  # journals first, then the effects it knows
         for effect in decision.effects:
-            if isinstance(effect, SendCommand):
+            if isinstance(effect, PublishOutcome):
+                for flow in self._flows.values():
+                    if flow.stage.handle.name == key[0] and flow.waiting.pop(key[1], None) is not None:
+                        self._sink(flow, key[1], effect.outcome)
+            elif isinstance(effect, SendCommand):
                 self._send_step(key, effect)
             elif isinstance(effect, StopSend):
                 scheduled = self._by_path.pop((*key, effect.path), None)
@@ -673,6 +690,46 @@ class AppTestRuntime(WorkflowTestRuntime):
             return
         view._keep()
 
+    # ------------------------------------------------------------------- flow stages
+
+    def feed_flow(self, flow: str, value: bytes | None) -> None:
+        """One record of flow stage ``flow``'s source topic (its value's bytes, JSON or Avro).
+
+        As the stage's agent: the value read as the workflow's input, ``id_of`` asked for the
+        instance id, the workflow started; its outcome goes to ``sinks[sink_topic]`` when it
+        ends, and an element not ended within the stage's timeout, or a record that cannot
+        be used, is a dead letter.
+        """
+        held = self._flows[flow]
+        stage = held.stage
+        # The agent's own code for what it decides (nothing of it touches Kafka).
+        agent = cast(WorkflowFlowAgent, _AsAgent(stage))
+        try:
+            element = held.decoder.element(value)
+            instance_id = WorkflowFlowAgent._id_of(agent, element)
+            self.workflow(stage.handle.name).start(instance_id, element)
+        except Exception as exc:  # noqa: BLE001 - DecodeError, SchemaError, KeyOfFailed: the record's
+            self.dead_letters.append(DeadLetter(f"flow {stage.name}", f"{type(exc).__name__}: {exc}"))
+            return
+        outcome = self.outcomes.get((stage.handle.name, instance_id))
+        if outcome is not None:  # an element replayed after its instance ended
+            self._sink(held, instance_id, outcome)
+            return
+        deadline = self.clock.now_ms + int(stage.timeout * 1000)
+        held.waiting[instance_id] = deadline
+        self._later(f"flow:{flow}", deadline, partial(self._flow_timeout, held, instance_id))
+
+    def _flow_timeout(self, flow: _Flow, instance_id: str) -> None:
+        if flow.waiting.pop(instance_id, None) is not None:
+            self.dead_letters.append(DeadLetter(f"flow {flow.stage.name}", (
+                f"TimeoutError: flow {flow.stage.name!r}: workflow {flow.stage.handle.name} {instance_id!r} did not "
+                f"end within {flow.stage.timeout} s of its start; the element is dead-lettered and the workflow "
+                "carries on")))
+
+    def _sink(self, flow: _Flow, instance_id: str, outcome: Any) -> None:
+        record = WorkflowFlowAgent._outcome_record(cast(WorkflowFlowAgent, _AsAgent(flow.stage)), instance_id, outcome)
+        self.sinks.setdefault(record.topic, []).append((instance_id, json.loads(record.value or b"null")))
+
     # ---------------------------------------------------------------- orchestrations
 
     def _orchestrate(self, orchestration: _Orchestration, source: Any, event: EventEnvelope) -> None:
@@ -780,6 +837,13 @@ class AppTestRuntime(WorkflowTestRuntime):
             known = ", ".join(sorted(held.definition.command_types))
             raise TypeError(f"{type_name!r} is not a command of aggregate {held.handle.name} (known: {known})")
         return type_name, payload
+
+
+@dataclass(frozen=True, slots=True)
+class _AsAgent:
+    """What ``WorkflowFlowAgent._id_of`` and ``_outcome_record`` read of their agent: its stage."""
+
+    stage: Any
 
 
 async def _awaited(awaitable: Any) -> Any:
