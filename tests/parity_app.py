@@ -1,5 +1,5 @@
-"""The parity scenario's App: the bank (accounts, the transfer saga, the balances projection)
-and a ``payout`` workflow that sends to the accounts, waits for a signal, runs an activity and
+"""The parity scenario's App: the bank (accounts, the transfer saga, the balances projection),
+an ``onboarding`` orchestration over the accounts and a ``payout`` workflow that sends to the accounts, waits for a signal, runs an activity and
 sleeps, so one run crosses every kind the in-memory runtime plays (tests/unit/test_app_runtime.py,
 tests/integration/test_app_runtime_parity.py).
 
@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict
 from examples.bank import account, transfer
 from examples.bank.app import project_balance
 from tidings import App, Attempt, Retry, WorkflowContext
+from tidings.coordination import event, orchestrate, orchestration
 
 #: How long ``payout`` waits for its "approve" signal.
 WINDOW = timedelta(seconds=float(os.environ.get("PARITY_WINDOW", "4")))
@@ -51,6 +52,35 @@ def fee(attempt: Attempt, order: Payout) -> int:
     return 2 * len(order.account)
 
 
+class Welcome(BaseModel):
+    """What ``onboarding`` asks for once an account is open, until it is funded."""
+
+    account: str
+
+
+class Funded(BaseModel):
+    """``onboarding``'s outcome."""
+
+    account: str
+
+
+def account_of(source: object) -> str | None:
+    """``onboarding``'s key: one instance per account."""
+    return str(getattr(source, "aggregate_id"))
+
+
+def stored(kind: type) -> object:
+    return event(lambda value: True if isinstance(value, kind) else None)
+
+
+@orchestration
+def onboarding(account_id: str):  # noqa: ANN201 - an orchestration
+    """Opened -> ask for a Welcome until Deposited -> Funded."""
+    yield orchestrate(stored(account.Opened))
+    yield orchestrate(stored(account.Deposited), actions=[Welcome(account=account_id)])
+    return Funded(account=account_id)
+
+
 def build(name: str = "parity") -> App:
     """The bank plus ``payout`` on an App named ``name``."""
     app = App(name)
@@ -58,6 +88,7 @@ def build(name: str = "parity") -> App:
                              command=account.AccountCommand, event=account.AccountEvent)
     transfer.declare(app, accounts)
     app.projection("balances", [accounts], project_balance)
+    app.orchestration("onboarding", [accounts], account_of, onboarding)
 
     async def payout(ctx: WorkflowContext, order: Payout) -> Paid:
         cost = await ctx.activity("fee", Retry.times(3), lambda attempt: fee(attempt, order))

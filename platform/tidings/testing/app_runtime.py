@@ -52,7 +52,7 @@ from tidings.core.aggregate import AggregateDefinition, AggregateInstance, Handl
 from tidings.core.limits import check_command, check_id
 from tidings.core.records import CommandEnvelope, EventEnvelope, ReplyEnvelope
 from tidings.core import orchestration as orchestration_core
-from tidings.core.orchestration_records import OrchestrationActions
+from tidings.core.orchestration_records import OrchestrationActions, OrchestrationOutcome
 from tidings.core.saga_records import SagaJournalEntry
 from tidings.core.schedule.aggregate import (
     SCHEDULE_AGGREGATE,
@@ -198,7 +198,7 @@ class _Orchestrated:
     live: Any  # the Coordination that takes the next value; None once finished
     journal: list[tuple[Any, tuple[str, int, int]]] = field(default_factory=list)
     actions: list[OrchestrationActions] = field(default_factory=list)
-    outcome: orchestration_core.Finished | None = None
+    outcome: OrchestrationOutcome | None = None
 
 
 @dataclass(slots=True)
@@ -360,8 +360,9 @@ class AppTestRuntime(WorkflowTestRuntime):
         found = self._orchestrations[orchestration].instances.get(instance)
         return [] if found is None else list(found.actions)
 
-    def orchestration_outcome(self, orchestration: str, instance: str) -> orchestration_core.Finished | None:
-        """The instance's outcome once an event finished it (the last ``Continue`` value, encoded)."""
+    def orchestration_outcome(self, orchestration: str, instance: str) -> OrchestrationOutcome | None:
+        """The instance's outcome once an event finished it (the record the worker writes to its
+        outcomes topic: the position, the last ``Continue`` value encoded)."""
         found = self._orchestrations[orchestration].instances.get(instance)
         return None if found is None else found.outcome
 
@@ -762,7 +763,8 @@ class AppTestRuntime(WorkflowTestRuntime):
             found.actions.append(OrchestrationActions(name, key, advanced.state.sequence, advanced.actions,
                                                       self.clock.now_ms))
         if advanced.outcome is not None:
-            found.outcome = advanced.outcome
+            found.outcome = OrchestrationOutcome(name, key, advanced.state.sequence, self.clock.now_ms,
+                                                 advanced.outcome.type, advanced.outcome.payload)
 
     def _new_orchestration(self, orchestration: _Orchestration, key: str) -> Any:
         made = orchestration.handle.factory(key)
