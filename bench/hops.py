@@ -106,7 +106,7 @@ def summary(runs: Sequence[Run]) -> list[str]:
     """One line per hop: p50 / p99 over all runs, and its mean over the slowest 1 % (at least 2)."""
     split_runs = [(r.returned - r.called, h) for r in runs if (h := r.hops()) is not None]
     if not split_runs:
-        missing = [sum(1 for r in runs if len(r.instants) > i and r.instants[i] is None)
+        missing = [sum(1 for r in runs if len(r.instants) <= i or r.instants[i] is None)
                    for i in range(len(HOPS) - 1)]
         return [f"hops: no run could be split ({len(runs)} runs; runs missing the inbox, Started, StepStarted, "
                 f"StepCompleted, Ended, outcome record: {missing})"]

@@ -102,8 +102,7 @@ def _one(bootstrap: str, count: int, processes: int, workdir: Path, stack: ExitS
         await asyncio.gather(*(handle.value(f"warm-{n}", TIMEOUT_S, bootstrap=bootstrap) for n in range(WARM)))
         idle, total = cpu_times()
         began = time.perf_counter()
-        await asyncio.gather(*(handle.start(f"p-{n}", n, bootstrap=bootstrap) for n in range(count)))
-        await asyncio.gather(*(handle.value(f"p-{n}", TIMEOUT_S, bootstrap=bootstrap) for n in range(count)))
+        await asyncio.gather(*(handle.execute(f"p-{n}", n, TIMEOUT_S, bootstrap=bootstrap) for n in range(count)))
         elapsed = time.perf_counter() - began
         idle_after, total_after = cpu_times()
         return elapsed, (idle_after - idle) / max(1.0, total_after - total)

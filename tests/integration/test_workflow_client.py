@@ -21,7 +21,7 @@ import pytest
 
 from tidings import App, Cancelled, Client, Faulted, Finished, WorkflowStatus
 from tidings.core.workflow import Outcome
-from tidings.errors import WorkflowCancelled, WorkflowFaulted, WorkflowNotFound
+from tidings.errors import LimitError, ReplyTimeout, WorkflowCancelled, WorkflowFaulted, WorkflowNotFound
 from tidings.testing.eventually import assert_eventually, assert_eventually_async
 from tidings.testing.topics import read_topic
 from tests.integration.workflow_apps import Calls
@@ -230,5 +230,47 @@ def test_the_cli_prints_outcomes_as_json_lines_and_follows_until_ctrl_c(
             if follower.poll() is None:
                 follower.kill()
                 follower.wait(10)
+    finally:
+        client.close()
+
+
+def _inbox_kinds(bootstrap: str, app: App, workflow: str, instance_id: str) -> list[str]:
+    """The kinds of the inbox records of ``instance_id`` (start, query, signal, ...)."""
+    from tidings.codec import avro
+    from tidings.core.workflow_records import WorkflowInbox
+
+    topic = f"{app.name}.workflow.{workflow}.inbox"
+    return [avro.decode_as(r.value, WorkflowInbox).kind for r in read_topic(bootstrap, topic)  # type: ignore[type-var]
+            if r.key == instance_id.encode()]
+
+
+def test_execute_starts_and_waits_with_one_inbox_record_and_asks_only_when_the_outcome_does_not_come(
+    kafka_bootstrap: str, workflow_app: App, workflow_workers: WorkflowWorkers
+) -> None:
+    workflow_workers.start()
+    client = Client(kafka_bootstrap, app=workflow_app)
+    one = workflow_app.workflow_handle("one-activity")
+    try:
+        # The worker may still be joining: the default ask_after (1 s) would ask it then.
+        assert run(client.execute("one-activity", "warm", 0, 60)) == 1, workflow_workers.log_tail()
+        assert run(one.execute("x-1", 1, 60, bootstrap=kafka_bootstrap, ask_after=30)) == 2
+        assert run(one.execute("x-2", 5, 60, bootstrap=kafka_bootstrap, ask_after=30)) == 6
+        # A new instance's outcome came by itself: the worker was asked nothing.
+        assert _inbox_kinds(kafka_bootstrap, workflow_app, "one-activity", "x-1") == ["start"]
+        assert _inbox_kinds(kafka_bootstrap, workflow_app, "one-activity", "x-2") == ["start"]
+
+        # Executed again, the start stores nothing and no outcome is written: the worker is
+        # asked after ask_after and answers with the stored one (the input is not used again).
+        assert run(one.execute("x-1", 100, 60, bootstrap=kafka_bootstrap, ask_after=0.5)) == 2
+        assert _inbox_kinds(kafka_bootstrap, workflow_app, "one-activity", "x-1") == ["start", "start", "query"]
+
+        with pytest.raises(WorkflowFaulted, match="boom"):
+            run(client.execute("faulty", "xf-1", "boom", 60))
+        # Still running when the timeout ends the wait: asked once, then the timeout.
+        with pytest.raises(ReplyTimeout):
+            run(client.execute("approve", "xa-1", None, 3))
+        assert _inbox_kinds(kafka_bootstrap, workflow_app, "approve", "xa-1") == ["start", "query"]
+        with pytest.raises(LimitError):
+            run(client.execute("one-activity", "", 1, 10))  # refused before anything is produced
     finally:
         client.close()

@@ -212,6 +212,19 @@ class Client:
         """
         await self.workflow_for(workflow).start(instance_id, input, bootstrap=self.connection)
 
+    async def execute(
+        self, workflow: WorkflowHandle | str, instance_id: str, input: Any = None, timeout: float | None = None
+    ) -> Any:
+        """Start ``instance_id`` of ``workflow`` and wait for its result value, in one inbox record;
+        see ``WorkflowHandle.execute``.
+
+        Raises:
+            LookupError: The app declares no workflow of that name.
+            SchemaError, WorkflowFaulted, WorkflowCancelled, WorkflowNotFound, ReplyTimeout: As
+                for ``start`` and ``value``.
+        """
+        return await self.workflow_for(workflow).execute(instance_id, input, timeout, bootstrap=self.connection)
+
     async def result(self, workflow: WorkflowHandle | str, instance_id: str, timeout: float | None = None) -> Outcome:
         """Wait for the outcome: ``Finished(value)``, ``Faulted(error)`` or ``Cancelled()``.
 

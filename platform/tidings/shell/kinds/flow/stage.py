@@ -44,7 +44,6 @@ import asyncio
 import json
 import logging
 import math
-import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from io import BytesIO
 from typing import TYPE_CHECKING, Any
@@ -58,6 +57,7 @@ from ....core.limits import MAX_ID_BYTES, check_id, load_json
 from ....core.partitioning import partition_for
 from ....core.workflow import Cancelled, Faulted, Finished, Outcome
 from ....errors import BrokerError, DecodeError, DefinitionError, KeyOfFailed, SchemaError
+from ..workflow.handle import ASK_AFTER_S as EXECUTE_ASK_AFTER_S
 from ..workflow.handle import WorkflowHandle, workflow_named
 from .definition import _check
 from ...runtime.context import KindContext
@@ -81,8 +81,8 @@ _CONFLUENT_HEADER = len(_CONFLUENT) + 4
 #: Seconds an element waits for its outcome record alone before asking the worker about its
 #: instance (``WorkflowFlowAgent._run``): long enough for most short workflows to end
 #: unasked, short enough that a replayed element whose instance ended before a crash
-#: (its outcome written before the watch began) is answered soon.
-ASK_AFTER_S = 1.0
+#: (its outcome written before the watch began) is answered soon. ``execute``'s own.
+ASK_AFTER_S = EXECUTE_ASK_AFTER_S
 _NO_SCHEMA = ("the flow declares no source_schema: pass app.workflow_flow(..., source_schema=<the "
               "producers' Avro schema>) to read Avro values")
 
@@ -379,31 +379,23 @@ class WorkflowFlowAgent:
             await self._runtime.publisher.publish([self._outcome_record(instance_id, outcome)])
 
     async def _run(self, instance_id: str, element: Any) -> Outcome:
-        """Start the element's workflow and return its outcome.
+        """Start the element's workflow and return its outcome (``WorkflowHandle.execute_outcome``).
 
         The outcome record is watched *before* the start, so the outcome of an instance
         this start creates is seen without asking the worker anything: no query and no
         reply per element, which would double the inbox records the worker handles and
         the records this stage waits for. Only an instance that has not ended within
-        ``ASK_AFTER_S`` (or half the timeout, if less) is asked about (``handle.result``):
-        it may have ended before the watch began (a replayed element whose instance ended
-        before the crash), or it may simply still run.
+        ``ASK_AFTER_S`` (or half the timeout, if less) is asked about: it may have ended
+        before the watch began (a replayed element whose instance ended before the crash),
+        or it may simply still run.
         """
-        handle, bootstrap, seconds = self.stage.handle, self._runtime.connection, self.stage.timeout
-        read = handle.outcome_reader(instance_id)
-        requester = handle.client(bootstrap).requester
-        partition = partition_for(instance_id, self.stage.context.partitions)
-        async with requester.outcome(handle.topics.outcomes, partition, instance_id, read) as ended:
-            await handle.start(instance_id, element, bootstrap=bootstrap)
-            began = time.monotonic()
-            # At most half the timeout: a short timeout still leaves the question time.
-            await asyncio.wait((ended,), timeout=min(ASK_AFTER_S, seconds / 2))
-            if ended.done():
-                return ended.result()
-        left = max(0.0, seconds - (time.monotonic() - began))
-        # The handle's own deadline answers with its reason (e.g. "it is parked");
-        # wait_for bounds it should it not honour the timeout.
-        return await asyncio.wait_for(handle.result(instance_id, left, bootstrap=bootstrap), left)
+        handle, seconds = self.stage.handle, self.stage.timeout
+        # At most half the timeout: a short timeout still leaves the question time. The
+        # handle's own deadline answers with its reason (e.g. "it is parked"); wait_for
+        # bounds it should it not honour the timeout.
+        return await asyncio.wait_for(handle.execute_outcome(
+            instance_id, element, seconds, bootstrap=self._runtime.connection,
+            ask_after=min(ASK_AFTER_S, seconds / 2)), seconds)
 
     def _id_of(self, element: Any) -> str:
         try:

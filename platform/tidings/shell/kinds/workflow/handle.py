@@ -54,6 +54,10 @@ from ...runtime.hosting import Runtime, hosted_named
 from .journal import read_journal
 from ...runtime.topics import TopicSpec, deadletter_topic, spec_for, topic_name
 
+#: ``execute``: seconds after the start before the worker is asked about the instance, when its
+#: outcome has not come by itself (the start of an instance that existed and ended stored nothing).
+ASK_AFTER_S = 1.0
+
 
 class WorkflowHandle:
     """What ``@app.workflow`` returns: start, signal, cancel and inspect instances.
@@ -95,14 +99,48 @@ class WorkflowHandle:
             SchemaError: ``input`` cannot be stored or read back as the input type.
             BrokerError: The request could not be produced.
         """
+        payload = self._start_payload(instance_id, input)
+        requester = self.client(bootstrap).requester
+        await requester.send(self.topics.inbox, _request(instance_id, "start", None, payload=payload))
+
+    async def execute(
+        self, instance_id: str, input: Any = None, timeout: float | None = None, *,
+        bootstrap: str | KafkaConnection | None = None, ask_after: float = ASK_AFTER_S,
+    ) -> Any:
+        """Start ``instance_id`` with ``input`` and wait for its result value (Temporal's
+        ``execute_workflow``): ``start`` then ``value``, with one record to the inbox instead of two.
+
+        The outcome is watched before the start is sent, so a new instance's outcome is seen
+        without asking the worker. Only when none has come ``ask_after`` seconds after the start
+        is the worker asked, as ``result`` asks it at once: an instance that already existed
+        (the start stored nothing) and has ended answers then with its outcome, and a start the
+        worker refused answers ``WorkflowNotFound``.
+
+        Raises:
+            LimitError, SchemaError, BrokerError: as for ``start``.
+            WorkflowFaulted, WorkflowCancelled, WorkflowNotFound, ReplyTimeout: as for ``value``.
+        """
+        return self._value_of(instance_id, await self.execute_outcome(
+            instance_id, input, timeout, bootstrap=bootstrap, ask_after=ask_after))
+
+    async def execute_outcome(
+        self, instance_id: str, input: Any = None, timeout: float | None = None, *,
+        bootstrap: str | KafkaConnection | None = None, ask_after: float = ASK_AFTER_S,
+    ) -> Outcome:
+        """``execute``, returning the outcome (``Finished``, ``Faulted``, ``Cancelled``) as
+        ``result`` does instead of the value; a flow stage runs each element with it."""
+        payload = self._start_payload(instance_id, input)
+        return await self._outcome(instance_id, timeout, bootstrap, start=payload, ask_after=ask_after)
+
+    def _start_payload(self, instance_id: str, input: Any) -> bytes:
         _check_id(instance_id)
         try:
             text, _ = self.definition.codec.convert(input, self.definition.input_type)
         except ValueError as exc:
             raise SchemaError(f"workflow {self.name!r}: the input cannot be stored: {exc}") from exc
-        check_payload_size(text.encode(), "the input")
-        requester = self.client(bootstrap).requester
-        await requester.send(self.topics.inbox, _request(instance_id, "start", None, payload=text.encode()))
+        payload = text.encode()
+        check_payload_size(payload, "the input")
+        return payload
 
     def outcome_reader(self, instance_id: str) -> Callable[[bytes], Outcome]:
         """Return how to read the outcome record of ``instance_id`` (any other is refused)."""
@@ -128,6 +166,13 @@ class WorkflowHandle:
             ReplyTimeout: It had not ended within ``timeout`` seconds (default: the app's).
         """
         _check_id(instance_id)
+        return await self._outcome(instance_id, timeout, bootstrap)
+
+    async def _outcome(
+        self, instance_id: str, timeout: float | None, bootstrap: str | KafkaConnection | None, *,
+        start: bytes | None = None, ask_after: float = 0.0,
+    ) -> Outcome:
+        """Watch for the outcome, send the start (``start``: its payload) and ask the worker."""
         requester = self.client(bootstrap).requester
         wait = self.context.command_timeout if timeout is None else timeout
         deadline = time.monotonic() + wait
@@ -135,9 +180,16 @@ class WorkflowHandle:
 
         read = self.outcome_reader(instance_id)
 
-        # The end offset is noted before the question is sent: an outcome the worker
-        # writes after it answered "running" lies beyond it.
+        # The end offset is noted before the start or the question is sent: an outcome the
+        # worker writes after either lies beyond it.
         async with requester.outcome(self.topics.outcomes, partition, instance_id, read) as ended:
+            if start is not None:
+                await requester.send(self.topics.inbox, _request(instance_id, "start", None, payload=start))
+                # A new instance's outcome comes by itself: no question to the worker (no second
+                # inbox record to decide). asyncio.wait leaves the watch running when it times out.
+                done, _ = await asyncio.wait((ended,), timeout=max(0.0, min(ask_after, _left(deadline))))
+                if done:
+                    return ended.result()
             query = _request(instance_id, "query", requester.replies_topic)
             asked = asyncio.ensure_future(requester.ask(self.topics.inbox, query, _left(deadline)))
             try:
@@ -164,7 +216,9 @@ class WorkflowHandle:
             WorkflowCancelled: It ended Cancelled.
             WorkflowNotFound, ReplyTimeout: as for ``result``.
         """
-        outcome = await self.result(instance_id, timeout, bootstrap=bootstrap)
+        return self._value_of(instance_id, await self.result(instance_id, timeout, bootstrap=bootstrap))
+
+    def _value_of(self, instance_id: str, outcome: Outcome) -> Any:
         if isinstance(outcome, Faulted):
             raise WorkflowFaulted(f"{self.name} {instance_id!r} faulted: {outcome.error}", outcome.error)
         if isinstance(outcome, Cancelled):
