@@ -349,3 +349,32 @@ def test_a_flow_stage_starts_a_workflow_per_source_record_and_writes_each_outcom
     assert runtime.workflow("square").value("sq-0") == 0 and len(runtime.sinks["flows.squared"]) == 2
     runtime.feed_flow("numbers", b"3")  # a replayed element: its start stores nothing, its outcome again
     assert runtime.sinks["flows.squared"][-1] == ("sq-3", sink["sq-3"])
+
+
+def test_the_async_variant_runs_every_kind_with_activities_as_tasks_and_an_async_projection() -> None:
+    app = build()
+    accounts = app.aggregates[0]
+    seen: list[int] = []
+
+    async def counting(event: object, view: object) -> None:
+        await asyncio.sleep(0)
+        seen.append(getattr(event, "version"))
+
+    app.projection("counting", [accounts], counting)
+    runtime = AppTestRuntime(app)
+
+    async def scenario() -> Paid:
+        runtime.send("account", "bob", Open(owner="bob"))
+        payout = runtime.workflow("payout")
+        payout.start("p-7", order())
+        await runtime.run_until_idle_async()
+        payout.signal("p-7", "approve", True)
+        await runtime.run_until_idle_async()  # the transfer's reply, the saga; the nap is armed
+        runtime.clock.advance(NAP)
+        await runtime.run_until_idle_async()
+        value: Paid = payout.value("p-7")
+        return value
+
+    assert asyncio.run(scenario()).reply == "TransferSent"
+    assert runtime.state("account", "bob").balance == Decimal(30)
+    assert sorted(seen) == [1, 1, 2, 2, 3]  # bob's two, ann's three: each once

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from concurrent.futures import ThreadPoolExecutor
 import json
 import uuid
 from collections.abc import Callable, Iterator
@@ -680,11 +681,7 @@ class AppTestRuntime(WorkflowTestRuntime):
                                        cast(Any, signals))
             result = projection.handle.handler(projected, view)
             if inspect.isawaitable(result):
-                loop = asyncio.new_event_loop()
-                try:
-                    loop.run_until_complete(_awaited(result))
-                finally:
-                    loop.close()
+                _complete(result)
         except Exception as exc:  # noqa: BLE001 - the handler's: the event is a dead letter
             view._discard()
             self.dead_letters.append(DeadLetter(f"projection {name}", f"{type(exc).__name__}: {exc}"))
@@ -850,6 +847,21 @@ class _AsAgent:
 
 async def _awaited(awaitable: Any) -> Any:
     return await awaitable
+
+
+def _complete(awaitable: Any) -> Any:
+    """Run an async handler to its end from synchronous code: on a private loop, or, when the
+    test's own loop runs in this thread (``run_until_idle_async``), on a thread of its own."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        loop = asyncio.new_event_loop()
+        try:
+            return loop.run_until_complete(_awaited(awaitable))
+        finally:
+            loop.close()
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, _awaited(awaitable)).result()
 
 
 __all__ = ["AppTestRuntime", "DeadLetter", "MemoryView"]
