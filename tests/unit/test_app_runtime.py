@@ -214,6 +214,19 @@ def test_a_daily_schedule_starts_its_workflow_runs_on_the_virtual_clock() -> Non
     assert runtime.dead_letters == []
 
 
+def test_a_fire_sent_as_a_client_would_is_refused_as_a_worker_refuses_it() -> None:
+    from examples.reminder import app as reminder
+    from tidings.core.schedule.aggregate import FireSchedule
+
+    runtime = AppTestRuntime(reminder.app)
+    asyncio.run(runtime.schedules.create(reminder.ADA_SCHEDULE, "reminder", reminder.ADA_TEXT, reminder.ADA_RULE))
+    with pytest.raises(SchemaError, match="asks for no reply"):
+        runtime.send("schedule", reminder.ADA_SCHEDULE, FireSchedule(due=runtime.clock.now(), now=runtime.clock.now()))
+    assert [d.origin for d in runtime.dead_letters] == ["aggregate schedule"]
+    runtime.run_until_idle()
+    assert runtime.outcomes == {}
+
+
 def test_an_app_without_schedules_says_so() -> None:
     with pytest.raises(LookupError, match="declares no schedules"):
         AppTestRuntime(build()).schedules
@@ -269,7 +282,7 @@ def test_hostile_ids_and_payloads_are_refused_before_anything_is_decided() -> No
         runtime.send("account", "ok", Open(owner="x"), command_id="c" * 300)
     with pytest.raises(LimitError):
         runtime.send("account", "ok", Open(owner="x" * 600_000))
-    with pytest.raises(KeyError):
+    with pytest.raises(LookupError, match="declares no workflow 'nope'; it declares: payout"):
         runtime.workflow("nope")
     assert runtime.events("account", "ok") == [] and runtime.dead_letters == []
 

@@ -253,7 +253,7 @@ class _MemoryAggregate:
 
 
 class AppTestRuntime(WorkflowTestRuntime):
-    """Hosts every workflow, aggregate, saga and projection of ``app`` in memory, on one fake clock.
+    """Hosts every kind ``app`` declares in memory, on one fake clock (see the module's docstring).
 
     Args:
         app: The App whose definitions to run (nothing of it is opened: no topic, no client).
@@ -294,7 +294,9 @@ class AppTestRuntime(WorkflowTestRuntime):
 
     def workflow(self, name: str) -> WorkflowHandle:
         """The in-memory handle of the App's workflow ``name`` (start, signal, update, result...)."""
-        self.definition(name)  # a KeyError names an unknown workflow at once
+        if name not in self._definitions:
+            raise LookupError(f"app {self.app.name!r} declares no workflow {name!r}; "
+                              f"it declares: {', '.join(sorted(self._definitions)) or 'none'}")
         return WorkflowHandle(self, name)
 
     def replace_activity(self, name: str, stand_in: Callable[[Attempt], Any]) -> None:
@@ -316,7 +318,8 @@ class AppTestRuntime(WorkflowTestRuntime):
         projections, replies) runs at the next ``run_until_idle``/``advance``.
 
         Raises:
-            AggregateVersionConflict, SagaAlreadyStarted, SchemaError: as ``Client.send``.
+            AggregateVersionConflict, SagaAlreadyStarted, SchemaError, LimitError: as ``Client.send``.
+            LookupError: The App declares no such aggregate.
         """
         held = self._aggregate(aggregate)
         check_id(aggregate_id, "aggregate_id")  # what the client checks before producing
@@ -325,9 +328,12 @@ class AppTestRuntime(WorkflowTestRuntime):
         if type_name not in held.definition.command_types:
             known = ", ".join(sorted(held.definition.command_types))
             raise SchemaError(f"{type_name} is not a command of aggregate {held.handle.name!r}; known: {known}")
+        # Addressed as the client addresses it (its replies topic): what a worker judges by it
+        # (a schedule fire that asks for a reply is refused) is judged the same here.
         envelope = CommandEnvelope(command_id=command_id, correlation_id=correlation_id or command_id,
                                    aggregate_id=aggregate_id, type=type_name, payload=payload,
-                                   timestamp_ms=self.clock.now_ms, expected_version=expected_version)
+                                   timestamp_ms=self.clock.now_ms, expected_version=expected_version,
+                                   reply_to=self.app.replies_topic)
         reply = self._decide(held, check_command(envelope))
         if reply.status == "conflict":
             raise AggregateVersionConflict(aggregate_id, expected_version if expected_version is not None else -1,
