@@ -1,7 +1,7 @@
-"""An App in memory: its workflows, aggregates, sagas and projections on a fake clock, no Kafka.
+"""An App in memory: every kind it declares on one fake clock, no Kafka.
 
-``AppTestRuntime(app)`` is a ``WorkflowTestRuntime`` that also hosts every aggregate, saga
-and projection the App declares, and carries out what the workflow runtime leaves undone:
+``AppTestRuntime(app)`` is a ``WorkflowTestRuntime`` that also hosts every aggregate, saga,
+projection, orchestration, flow stage and schedule the App declares, and carries out what the workflow runtime leaves undone:
 a workflow's ``ctx.send*`` reaches the in-memory aggregate and its reply comes back into the
 body, the aggregate's stored events feed the projections and the sagas subscribed to it,
 a saga's commands reach the aggregates, their replies come back to it and its
@@ -38,10 +38,10 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from concurrent.futures import ThreadPoolExecutor
 import json
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import partial
