@@ -284,6 +284,12 @@ def test_hostile_ids_and_payloads_are_refused_before_anything_is_decided() -> No
         runtime.send("account", "ok", Open(owner="x" * 600_000))
     with pytest.raises(LookupError, match="declares no workflow 'nope'; it declares: payout"):
         runtime.workflow("nope")
+    for ask, what in ((lambda: runtime.view("nope"), "projection"), (lambda: runtime.saga_state("nope", "x"), "saga"),
+                      (lambda: runtime.saga_journal("nope", "x"), "saga"),
+                      (lambda: runtime.orchestration_actions("nope", "x"), "orchestration"),
+                      (lambda: runtime.feed_flow("nope", b"1"), "flow stage")):
+        with pytest.raises(LookupError, match=f"declares no {what} 'nope'"):
+            ask()
     assert runtime.events("account", "ok") == [] and runtime.dead_letters == []
 
 

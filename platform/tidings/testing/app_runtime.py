@@ -45,7 +45,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import partial
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from tidings.codec.payloads import load_payload, payload_of
 from tidings.core import saga as saga_core
@@ -86,6 +86,7 @@ if TYPE_CHECKING:
     from tidings.shell.app import App
 
 _REFUSAL_PREFIX = "SagaAlreadyStarted:"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -359,27 +360,27 @@ class AppTestRuntime(WorkflowTestRuntime):
 
     def view(self, projection: str) -> MemoryView:
         """The read model of projection ``projection``."""
-        return self._projections[projection].view
+        return _declared(self._projections, 'projection', projection, self.app.name).view
 
     def orchestration_actions(self, orchestration: str, instance: str) -> list[OrchestrationActions]:
         """What orchestration instance ``instance`` asked for, one record per position (what the
         worker writes to its actions topic), oldest first."""
-        found = self._orchestrations[orchestration].instances.get(instance)
+        found = _declared(self._orchestrations, 'orchestration', orchestration, self.app.name).instances.get(instance)
         return [] if found is None else list(found.actions)
 
     def orchestration_outcome(self, orchestration: str, instance: str) -> OrchestrationOutcome | None:
         """The instance's outcome once an event finished it (the record the worker writes to its
         outcomes topic: the position, the last ``Continue`` value encoded)."""
-        found = self._orchestrations[orchestration].instances.get(instance)
+        found = _declared(self._orchestrations, 'orchestration', orchestration, self.app.name).instances.get(instance)
         return None if found is None else found.outcome
 
     def saga_state(self, saga: str, saga_id: str) -> saga_core.SagaState | None:
         """What saga ``saga`` knows of ``saga_id`` (None: never started)."""
-        return self._sagas[saga].sagas.get(saga_id)
+        return _declared(self._sagas, 'saga', saga, self.app.name).sagas.get(saga_id)
 
     def saga_journal(self, saga: str, saga_id: str) -> list[SagaJournalEntry]:
         """The journal records of saga ``saga_id``, in seq order (a copy)."""
-        return list(self._sagas[saga].journals.get(saga_id, []))
+        return list(_declared(self._sagas, 'saga', saga, self.app.name).journals.get(saga_id, []))
 
     # ------------------------------------------------------------ crash and recover
 
@@ -704,7 +705,7 @@ class AppTestRuntime(WorkflowTestRuntime):
         ends, and an element not ended within the stage's timeout, or a record that cannot
         be used, is a dead letter.
         """
-        held = self._flows[flow]
+        held = _declared(self._flows, 'flow stage', flow, self.app.name)
         stage = held.stage
         # The agent's own code for what it decides (nothing of it touches Kafka).
         agent = cast(WorkflowFlowAgent, _AsAgent(stage))
@@ -842,6 +843,14 @@ class AppTestRuntime(WorkflowTestRuntime):
             known = ", ".join(sorted(held.definition.command_types))
             raise TypeError(f"{type_name!r} is not a command of aggregate {held.handle.name} (known: {known})")
         return type_name, payload
+
+
+def _declared(kinds: dict[str, T], kind: str, name: str, app: str) -> T:
+    """``kinds[name]``, or a LookupError that names what the App declares."""
+    found = kinds.get(name)
+    if found is None:
+        raise LookupError(f"app {app!r} declares no {kind} {name!r}; it declares: {', '.join(sorted(kinds)) or 'none'}")
+    return found
 
 
 @dataclass(frozen=True, slots=True)
