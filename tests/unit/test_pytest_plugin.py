@@ -15,7 +15,7 @@ import pytest
 
 from tidings import App, WorkflowContext
 from tidings.core.workflow import define_workflow
-from tidings.testing import FakeClock, WorkflowTestRuntime
+from tidings.testing import AppTestRuntime, FakeClock, WorkflowTestRuntime
 from tidings.errors import DefinitionError
 from tidings.testing.app_factory import APP_ENV, APP_ID_ENV, app_from_environment, build_app
 from tidings.testing.brokers import delete_topics, docker_answers, session_broker
@@ -144,3 +144,22 @@ def test_the_plugin_is_a_pytest11_entry_point_named_as_its_module() -> None:
 
     installed = {ep.name: ep.value for ep in entry_points(group="pytest11") if ep.value.startswith("tidings")}
     assert installed in ({}, declared)  # a venv installed before the entry point existed has none
+
+
+@pytest.fixture
+def tidings_app_spec() -> str:
+    return "tests.parity_app:build"
+
+
+def test_the_app_runtime_fixture_runs_the_suite_s_app_in_memory_on_the_test_s_clock(
+    tidings_app_runtime: AppTestRuntime, tidings_clock: FakeClock
+) -> None:
+    from decimal import Decimal
+
+    from examples.bank.account import Open
+
+    assert tidings_app_runtime.clock is tidings_clock and tidings_app_runtime.app.name == "memory"
+    assert tidings_app_runtime.send("account", "ann", Open(owner="ann")).owner == "ann"
+    tidings_app_runtime.run_until_idle()
+    assert tidings_app_runtime.view("balances").get("ann") == {"owner": "ann", "balance": "0", "events": 1}
+    assert tidings_app_runtime.state("account", "ann").balance == Decimal(0)

@@ -4,12 +4,14 @@
 - ``WorkerProcess``: run ``tidings worker MODULE:APP`` as a child, SIGKILL and restart it.
 - ``read_topic`` / ``group_assignment``: read a topic back; see a group's assignment.
 - ``FakeClock`` / ``WorkflowTestRuntime``: run workflows in memory, without Kafka.
+- ``AppTestRuntime``: an App's workflows, aggregates, sagas and projections in memory.
 - ``replay``: would the code now park running instances? (``tidings replay``, a deploy check)
 
 ``tidings.testing.pytest_plugin`` offers them as pytest fixtures, with a session broker and an
 App of each test's own (docs/testing.md).
 """
 
+from .app_runtime import AppTestRuntime as AppTestRuntime
 from .eventually import assert_eventually as assert_eventually
 from .eventually import assert_eventually_async as assert_eventually_async
 from .processes import WorkerProcess as WorkerProcess
@@ -21,6 +23,7 @@ from .workflows import FakeClock as FakeClock
 from .workflows import WorkflowTestRuntime as WorkflowTestRuntime
 
 __all__ = [
+    "AppTestRuntime",
     "FakeClock",
     "ReplayReport",
     "WorkerProcess",

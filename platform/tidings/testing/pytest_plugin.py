@@ -16,6 +16,8 @@ no:tidings.testing.pytest_plugin`` turns it off). Every fixture is named ``tidin
   (``tidings.testing.WorkerProcess``), stopped after the test; a failed test's report shows
   each worker's log tail.
 - ``tidings_clock`` / ``tidings_runtime``: a ``FakeClock`` and a ``WorkflowTestRuntime`` on it.
+- ``tidings_app_runtime``: the suite's App (its factory, as ``tidings_app``) in an
+  ``AppTestRuntime`` on ``tidings_clock``: every kind in memory, no broker.
 
 docs/testing.md shows a suite using them (examples/shop/tests).
 """
@@ -37,6 +39,7 @@ from tidings.testing.brokers import SessionBroker, delete_topics, session_broker
 if TYPE_CHECKING:
     from tidings.shell.app import App
     from tidings.testing.processes import WorkerProcess
+    from tidings.testing.app_runtime import AppTestRuntime
     from tidings.testing.workflows import FakeClock, WorkflowTestRuntime
 
 #: The ini option naming the suite's app factory.
@@ -248,6 +251,16 @@ def tidings_runtime(tidings_clock: FakeClock) -> WorkflowTestRuntime:
     from tidings.testing.workflows import WorkflowTestRuntime
 
     return WorkflowTestRuntime(clock=tidings_clock)
+
+
+@pytest.fixture
+def tidings_app_runtime(tidings_app_spec: str, tidings_clock: FakeClock) -> AppTestRuntime:
+    """The suite's App, built by its factory under the name ``memory``, in an ``AppTestRuntime``
+    on ``tidings_clock``: its workflows, aggregates, sagas, projections and schedules in memory.
+    Needs no broker (docs/testing.md, "The in-memory runtime")."""
+    from tidings.testing.app_runtime import AppTestRuntime
+
+    return AppTestRuntime(build_app(tidings_app_spec, "memory"), clock=tidings_clock)
 
 
 def _progress(config: pytest.Config) -> Callable[[str], None]:
