@@ -269,3 +269,20 @@ def test_a_run_number_that_does_not_follow_the_one_it_ends_begins_no_run() -> No
     short = [Started(1, '{"total":0,"rounds":0}', 0), ContinuedAsNew(2, 1, '{"total":1,"rounds":1}', 2, 2),
              Started(3, '{"total":1,"rounds":1}', 1, run=2), SignalReceived(4, "add", "1", 1)]
     assert current_run(short) == (short, None)
+
+
+def test_a_cancel_requested_in_a_run_wins_over_its_continue() -> None:
+    async def stubborn(ctx: WorkflowContext, n: int) -> int:
+        try:
+            await ctx.sleep(timedelta(days=1))
+        except Exception:  # noqa: BLE001 - the cancel fails the sleep; the body tries to go on
+            pass
+        await ctx.continue_as_new(n + 1)
+        return n
+
+    rt = WorkflowTestRuntime()
+    handle = rt.register(define_workflow("stubborn-cancel", stubborn))
+    handle.start("s-1", 0)
+    handle.cancel("s-1")
+    assert handle.status("s-1") is WorkflowStatus.CANCELLED
+    assert not any(isinstance(r, ContinuedAsNew) for r in handle.journal("s-1"))

@@ -97,6 +97,10 @@ def continue_run(instance: WorkflowInstance, new_input: Any) -> None:
     """The body raised ``ContinueAsNew(new_input)``: journal the next run's start and begin it."""
     definition = instance.definition
     now = instance._now
+    if instance._cancel_requested:
+        # A cancel requested in this run wins: a new run would not know of it and run on.
+        instance._end(Ended(instance._next_seq, "cancelled", now))
+        return
     try:
         text, _ = definition.codec.convert(new_input, definition.input_type)
     except Exception as exc:  # noqa: BLE001 - a validator of the input type is user code
