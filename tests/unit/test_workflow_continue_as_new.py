@@ -286,3 +286,17 @@ def test_a_cancel_requested_in_a_run_wins_over_its_continue() -> None:
     handle.cancel("s-1")
     assert handle.status("s-1") is WorkflowStatus.CANCELLED
     assert not any(isinstance(r, ContinuedAsNew) for r in handle.journal("s-1"))
+
+
+def test_the_replay_checker_checks_a_continued_run() -> None:
+    from tidings.core.workflow.replay_check import check_journals
+
+    rt, handle = runtime()
+    handle.start("c-1", Tally(0, 0))
+    for _ in range(4):
+        handle.signal("c-1", "add", 1)
+        rt.run_until_idle()
+    journal = handle.journal("c-1")
+    assert isinstance(journal[0], Started) and journal[0].run == 2 and journal[0].seq > 1
+    report = check_journals(counter_definition(), [("c-1", journal)], 0)
+    assert report.checked == 1 and report.findings == () and report.errors == ()
