@@ -300,3 +300,21 @@ def test_the_replay_checker_checks_a_continued_run() -> None:
     assert isinstance(journal[0], Started) and journal[0].run == 2 and journal[0].seq > 1
     report = check_journals(counter_definition(), [("c-1", journal)], 0)
     assert report.checked == 1 and report.findings == () and report.errors == ()
+
+
+def test_an_update_taken_and_not_answered_before_the_continue_is_answered_ended() -> None:
+    async def forgetful(ctx: WorkflowContext, n: int) -> int:
+        if n == 0:
+            await ctx.wait_update("bump")  # taken, never answered
+            await ctx.continue_as_new(1)
+        call = await ctx.wait_update("bump")
+        await call.reply(n)
+        return n
+
+    rt = WorkflowTestRuntime()
+    handle = rt.register(define_workflow("forgetful", forgetful, updates={"bump": int}))
+    handle.start("f-1", 0)
+    taken = handle.ask("f-1", "update", payload=b"1", update="bump", update_id="u-1", wait_for="completed")
+    rt.run_until_idle()
+    assert taken.reply is not None and taken.reply.answer == "ended"
+    assert handle.update("f-1", "bump", 2) == 1  # the next run takes the next update
