@@ -269,3 +269,52 @@ def test_a_run_number_that_does_not_follow_the_one_it_ends_begins_no_run() -> No
     short = [Started(1, '{"total":0,"rounds":0}', 0), ContinuedAsNew(2, 1, '{"total":1,"rounds":1}', 2, 2),
              Started(3, '{"total":1,"rounds":1}', 1, run=2), SignalReceived(4, "add", "1", 1)]
     assert current_run(short) == (short, None)
+
+
+def test_a_cancel_requested_in_a_run_wins_over_its_continue() -> None:
+    async def stubborn(ctx: WorkflowContext, n: int) -> int:
+        try:
+            await ctx.sleep(timedelta(days=1))
+        except Exception:  # noqa: BLE001 - the cancel fails the sleep; the body tries to go on
+            pass
+        await ctx.continue_as_new(n + 1)
+        return n
+
+    rt = WorkflowTestRuntime()
+    handle = rt.register(define_workflow("stubborn-cancel", stubborn))
+    handle.start("s-1", 0)
+    handle.cancel("s-1")
+    assert handle.status("s-1") is WorkflowStatus.CANCELLED
+    assert not any(isinstance(r, ContinuedAsNew) for r in handle.journal("s-1"))
+
+
+def test_the_replay_checker_checks_a_continued_run() -> None:
+    from tidings.core.workflow.replay_check import check_journals
+
+    rt, handle = runtime()
+    handle.start("c-1", Tally(0, 0))
+    for _ in range(4):
+        handle.signal("c-1", "add", 1)
+        rt.run_until_idle()
+    journal = handle.journal("c-1")
+    assert isinstance(journal[0], Started) and journal[0].run == 2 and journal[0].seq > 1
+    report = check_journals(counter_definition(), [("c-1", journal)], 0)
+    assert report.checked == 1 and report.findings == () and report.errors == ()
+
+
+def test_an_update_taken_and_not_answered_before_the_continue_is_answered_ended() -> None:
+    async def forgetful(ctx: WorkflowContext, n: int) -> int:
+        if n == 0:
+            await ctx.wait_update("bump")  # taken, never answered
+            await ctx.continue_as_new(1)
+        call = await ctx.wait_update("bump")
+        await call.reply(n)
+        return n
+
+    rt = WorkflowTestRuntime()
+    handle = rt.register(define_workflow("forgetful", forgetful, updates={"bump": int}))
+    handle.start("f-1", 0)
+    taken = handle.ask("f-1", "update", payload=b"1", update="bump", update_id="u-1", wait_for="completed")
+    rt.run_until_idle()
+    assert taken.reply is not None and taken.reply.answer == "ended"
+    assert handle.update("f-1", "bump", 2) == 1  # the next run takes the next update

@@ -38,6 +38,7 @@ from tidings.core.workflow.failures import ErrorKind, StepError
 from tidings.core.workflow.journal import ContinuedAsNew, Ended, JournalRecord, SignalReceived, Started, UpdateReceived
 from tidings.core.workflow.requests import StepRequest
 from tidings.core.workflow.signal_ids import remember_signal_id
+from tidings.core.workflow.updates import AnswerUpdate
 from tidings.errors import ContinueAsNew
 
 if TYPE_CHECKING:
@@ -97,6 +98,10 @@ def continue_run(instance: WorkflowInstance, new_input: Any) -> None:
     """The body raised ``ContinueAsNew(new_input)``: journal the next run's start and begin it."""
     definition = instance.definition
     now = instance._now
+    if instance._cancel_requested:
+        # A cancel requested in this run wins: a new run would not know of it and run on.
+        instance._end(Ended(instance._next_seq, "cancelled", now))
+        return
     try:
         text, _ = definition.codec.convert(new_input, definition.input_type)
     except Exception as exc:  # noqa: BLE001 - a validator of the input type is user code
@@ -112,6 +117,11 @@ def continue_run(instance: WorkflowInstance, new_input: Any) -> None:
     signals = [s for queue in (instance._signals or {}).values() for s in queue]
     book = instance._updates
     pending_updates = [u for queue in (book.queues.values() if book is not None else ()) for u in queue]
+    # An update the run took and never answered cannot be answered by the next run (it has no
+    # UpdateCall for it): its callers hear "ended", as when an instance ends first.
+    queued = {u.update_id for u in pending_updates}
+    unanswered = [] if book is None or instance._replay is not None else [
+        AnswerUpdate(update_id, "ended", reply) for update_id, reply in book.pending.items() if update_id not in queued]
     continued = instance._record(ContinuedAsNew(instance._next_seq, now, text, run, len(signals) + len(pending_updates)))
     parent = instance._parent
     started = Started(
@@ -135,4 +145,5 @@ def continue_run(instance: WorkflowInstance, new_input: Any) -> None:
             instance._next_seq, update.name, update.payload, update.at, update.update_id,
             update.reply_to, update.request_id, update.reply_json))
         instance._apply_stored(carried_update)
+    instance._effects.extend(unanswered)
     instance._effects.append(DropRun(first, last))

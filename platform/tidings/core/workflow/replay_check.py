@@ -281,9 +281,12 @@ def incomplete(records: Sequence[JournalRecord]) -> str | None:
     """Why a journal cannot be replayed as it is (no start, missing seqs), or None."""
     if not records:
         return "an empty journal"
-    if not isinstance(records[0], Started) or records[0].seq != 1:
-        return f"it starts with seq {records[0].seq} ({type(records[0]).__name__}), not with its start (seq 1)"
-    for expected, record in enumerate(records, 1):
+    first = records[0]
+    # A run that continued as new starts at the seq after its predecessor's last record.
+    start = first.seq if isinstance(first, Started) and (first.run or 1) > 1 else 1
+    if not isinstance(first, Started) or first.seq != start:
+        return f"it starts with seq {first.seq} ({type(first).__name__}), not with its start (seq 1)"
+    for expected, record in enumerate(records, start):
         if record.seq != expected:
             return f"seq {expected} is missing (the next record has seq {record.seq})"
     return None
