@@ -61,6 +61,9 @@ POLL_S = 0.02
 LINGER_S = 30.0
 #: Seconds to wait for Kafka when noting an end offset.
 NOTE_TIMEOUT_S = 30.0
+#: A request not delivered for this long has its producer replaced by a new one (see
+#: ``Requester._produce``).
+STUCK_S = 30.0
 
 
 class Requester:
@@ -185,6 +188,17 @@ class Requester:
     ) -> None:
         if self._producer is None:
             self._producer = RequestSender(self.connection)
+        elif self._producer.stuck_for() > STUCK_S:
+            # librdkafka asks one broker for the idempotent producer's id and retries that
+            # broker for ever (confluent-kafka-python#1335); seen after a controller failover
+            # on the local cluster, where one broker kept answering COORDINATOR_LOAD_IN_PROGRESS
+            # and a client's every request waited. A new producer asks again, of a broker
+            # drawn afresh. The old one's queue is purged: its callers get a BrokerError (a
+            # caller retrying with the same command id is safe).
+            log.warning("requests to Kafka were not delivered for %.0f s; producing with a new producer",
+                        self._producer.stuck_for())
+            stuck, self._producer = self._producer, RequestSender(self.connection)
+            stuck.close(1.0)
         key = request.aggregate_id if isinstance(request, CommandEnvelope) else request.instance_id
         if self._tracing is not None:
             self._produce_traced(self._tracing, topic, key, request, report)
@@ -249,8 +263,18 @@ class RequestSender:
             }
         )
         self._stopping = threading.Event()
+        # When each record not yet reported was produced (monotonic), by a token of its own.
+        self._pending: dict[int, float] = {}
+        self._next_token = 0
+        self._pending_lock = threading.Lock()
         self._thread = threading.Thread(target=self._serve, name="tidings-producer", daemon=True)
         self._thread.start()
+
+    def stuck_for(self) -> float:
+        """Seconds the oldest record produced and not yet reported has waited (0 if none)."""
+        with self._pending_lock:
+            oldest = min(self._pending.values(), default=None)
+        return 0.0 if oldest is None else time.monotonic() - oldest
 
     def produce(self, topic: str, key: bytes, value: bytes, report: Callable[[KafkaError | None, Any], None],
                 headers: Sequence[tuple[str, bytes]] = ()) -> None:
@@ -259,6 +283,25 @@ class RequestSender:
         Raises:
             BrokerError: librdkafka refused the record (too large, for one).
         """
+        with self._pending_lock:
+            token = self._next_token
+            self._next_token += 1
+            self._pending[token] = time.monotonic()
+
+        def reported(error: KafkaError | None, message: Any) -> None:
+            with self._pending_lock:
+                self._pending.pop(token, None)
+            report(error, message)
+
+        try:
+            self._enqueue(topic, key, value, reported, headers)
+        except BaseException:
+            with self._pending_lock:
+                self._pending.pop(token, None)
+            raise
+
+    def _enqueue(self, topic: str, key: bytes, value: bytes, report: Callable[[KafkaError | None, Any], None],
+                 headers: Sequence[tuple[str, bytes]]) -> None:
         while True:
             try:
                 if headers:
