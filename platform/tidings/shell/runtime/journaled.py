@@ -98,7 +98,7 @@ class Journaled:
             at once (``recover_again``); otherwise ``on_foreign`` is called.
         ready: Makes partitions ready under the lock; ``owner.ensure_ready`` by default
             (the workflow agent first follows their replies).
-        applied, forget, restore, caught_up, catch_up, on_foreign: As ``PartitionOwner``.
+        applied, forget, restore, caught_up, catch_up, on_foreign, settle: As ``PartitionOwner``.
         reader: Overrides the runtime's journal reader (tests over an in-memory Kafka).
     """
 
@@ -120,6 +120,7 @@ class Journaled:
         catch_up: Callable[[int], Awaitable[None]] | None = None,
         on_foreign: Callable[[int], None] | None = None,
         reader: PartitionReader | None = None,
+        settle: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.runtime = runtime
         self.what = what or f"{kind} {name}"
@@ -141,6 +142,7 @@ class Journaled:
             catch_up=catch_up,
             on_foreign=self.recover_again if drop is not None else on_foreign,
             on_recovered=runtime.metrics.recovery(kind, name),
+            settle=settle,
         )
         if instances is not None:
             runtime.metrics.register_instances(kind, name, instances)

@@ -60,6 +60,8 @@ class PartitionOwner:
             forget its instances (the next ``ensure_ready`` catches it up again).
         on_recovered: ``on_recovered(partition, seconds)``: a catch-up ended and took that
             long (``Metrics.recovery``).
+        settle: Awaited before a catch-up reads the journal's end: the agent's journal writes
+            still in flight have landed (or failed) by then.
         foreign_writers: Check that the journal's acknowledged writes land back to back
             (``settle``). Off when the worker writes in transactions: a zombie's writes
             are fenced then, and each commit marker takes an offset after our records.
@@ -80,6 +82,7 @@ class PartitionOwner:
         on_foreign: Callable[[int], None] | None = None,
         on_recovered: Callable[[int, float], None] | None = None,
         foreign_writers: bool = True,
+        settle: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.what = what
         self.journal = journal
@@ -93,6 +96,7 @@ class PartitionOwner:
         self._on_foreign = on_foreign
         self._on_recovered = on_recovered
         self._check_writers = foreign_writers
+        self._settle = settle
         self._ready: set[int] = set()
         # One catch-up per partition at a time: an eager one started on assignment and a
         # batch that arrives meanwhile must not both apply the journal.
@@ -137,6 +141,11 @@ class PartitionOwner:
             await self._custom_catch_up(partition)
             self._ready.add(partition)
             return
+        if self._settle is not None:
+            # Journal records produced before the partition was revoked may still be on their
+            # way (a broker outage): their end must be read after they land, or the instances
+            # replay without them and redo a step (a child's token was seen drawn twice).
+            await self._settle()
         end = await self._read_journal(partition) if self.journal is not None else 0
         self._journal_end[partition] = end
         self._ready.add(partition)

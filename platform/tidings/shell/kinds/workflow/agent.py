@@ -185,6 +185,7 @@ class WorkflowAgent:
             runtime, "workflow", definition.name, journal=topics.journal, instances=self._instances,
             drop=self._drop, ready=self._ready, applied=store.journal_offset,
             forget=self._begin_catch_up, restore=self._restore_chunk, caught_up=self._caught_up,
+            settle=self._settled,
         )
         self.owner = self.journaled.owner
         self._partition_of = self.owner.home
@@ -1061,6 +1062,12 @@ class WorkflowAgent:
             instance.close()
 
     # -- recovery ----------------------------------------------------------------------
+
+    async def _settled(self) -> None:
+        """Wait until every commit submitted so far has completed (commits complete in order)."""
+        last = self._last_commit
+        if last is not None and not last.done():
+            await asyncio.shield(last)
 
     def _begin_catch_up(self, partition: int) -> None:
         self._forget_cached(partition)
