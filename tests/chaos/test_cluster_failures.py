@@ -50,6 +50,7 @@ from tidings.core.workflow_records import WorkflowJournalEntry, WorkflowOutcomeR
 from tidings.errors import BrokerError, ReplyTimeout, WorkflowEnded
 from tidings.shell.client.client import Client
 from tidings.shell.runtime.topics import apply_topics
+from tidings.testing.eventually import assert_eventually
 from tidings.testing.processes import WorkerProcess
 from tidings.testing.topics import read_topic
 from tests.bank_chaos import CALLERS, Progress, caller, drain, journal, open_accounts, violations
@@ -268,9 +269,15 @@ def _delete_topics(bootstrap: str, prefix: str) -> None:
 
 def _assert_replicated(bootstrap: str, prefix: str) -> None:
     """Every topic of the apps has three replicas and ``min.insync.replicas`` 2."""
-    metadata = kafka(bootstrap).admin().list_topics(timeout=10)
-    ours = {name: t for name, t in metadata.topics.items() if name.startswith(prefix)}
-    assert ours, "no topic was created"
+    def listed() -> dict[str, Any]:
+        # The broker asked may not have the new topics' metadata yet (seen right after a
+        # node's restart): ask again until it has.
+        metadata = kafka(bootstrap).admin().list_topics(timeout=10)
+        found = {name: t for name, t in metadata.topics.items() if name.startswith(prefix)}
+        assert found, "no topic was created"
+        return found
+
+    ours = assert_eventually(listed, timeout=30, interval=0.5)
     thin = [name for name, t in ours.items() if any(len(p.replicas) != 3 for p in t.partitions.values())]
     assert thin == [], f"topics without three replicas: {thin[:5]}"
 
