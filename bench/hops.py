@@ -21,17 +21,13 @@ the slowest 1 % of runs, the mean of each hop: which hop the tail lives in.
 
 from __future__ import annotations
 
-import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-from confluent_kafka import TopicPartition
 
 from tidings.codec import avro
 from tidings.core.workflow.journal import Ended, Started, StepCompleted, StepStarted
 from tidings.core.workflow_records import WorkflowJournalEntry
-from tidings.shell.runtime.connection import KafkaConnection
+from tidings.testing.topics import read_topic
 
 from .report import percentile
 
@@ -56,27 +52,9 @@ class Run:
         return [b - a for a, b in zip(marks, marks[1:], strict=False)]  # type: ignore[operator]
 
 
-def _records(bootstrap: str, topic: str, timeout: float = 30.0) -> list[tuple[bytes, bytes, float]]:
+def _records(bootstrap: str, topic: str) -> list[tuple[bytes, bytes, float]]:
     """(key, value, CreateTime in seconds) of every record of ``topic``, in offset order per partition."""
-    consumer = KafkaConnection.of(bootstrap).consumer(**{
-        "group.id": f"bench-hops-{uuid.uuid4().hex}", "enable.auto.commit": False})
-    try:
-        partitions = sorted(consumer.list_topics(topic, timeout=timeout).topics[topic].partitions)
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout)[1] for p in partitions}
-        consumer.assign([TopicPartition(topic, p, 0) for p in partitions if ends[p] > 0])
-        remaining = {p for p, end in ends.items() if end > 0}
-        found: list[tuple[bytes, bytes, float]] = []
-        deadline = time.monotonic() + timeout
-        while remaining and time.monotonic() < deadline:
-            for message in consumer.consume(1000, 0.2):
-                if message.error() is not None:
-                    continue
-                found.append((message.key() or b"", message.value() or b"", message.timestamp()[1] / 1000))
-                if message.offset() >= ends[message.partition()] - 1:
-                    remaining.discard(message.partition())
-        return found
-    finally:
-        consumer.close()
+    return [(r.key or b"", r.value or b"", (r.timestamp_ms or 0) / 1000) for r in read_topic(bootstrap, topic)]
 
 
 def split(bootstrap: str, app_id: str, workflow: str,

@@ -21,6 +21,7 @@ class StoredRecord:
     key: bytes | None
     value: bytes | None
     headers: dict[str, bytes]
+    timestamp_ms: int | None = None  # the record's timestamp (CreateTime unless the topic logs its append)
 
 
 def read_topic(
@@ -71,7 +72,8 @@ def read_topic(
                     continue
                 record = incoming(message)
                 records.append(
-                    StoredRecord(record.partition, record.offset, record.key, record.value, dict(record.headers))
+                    StoredRecord(record.partition, record.offset, record.key, record.value, dict(record.headers),
+                                 record.timestamp_ms)
                 )
                 if record.partition in remaining and record.offset >= remaining[record.partition] - 1:
                     del remaining[record.partition]
