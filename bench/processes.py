@@ -25,11 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import KafkaException
-
 from tidings.shell.runtime.connection import KafkaConnection
 from tidings.shell.runtime.topics import apply_topics
 from tidings.testing.processes import WorkerProcess
+from tidings.testing.topics import group_assignment
 
 from . import workflow_apps
 from .report import Row, alone, print_report, rate
@@ -65,16 +64,6 @@ def run(bootstrap: str, count: int, *, workdir: Path, stack: ExitStack,
     return ProcessFigures(count, seconds, free)
 
 
-def _members(bootstrap: str, group: str) -> list[set[int]]:
-    admin = KafkaConnection.of(bootstrap).admin()
-    (future,) = admin.describe_consumer_groups([group], request_timeout=10).values()
-    try:
-        description = future.result()
-    except KafkaException:
-        return []
-    return [{tp.partition for tp in m.assignment.topic_partitions} for m in description.members]
-
-
 def _one(bootstrap: str, count: int, processes: int, workdir: Path, stack: ExitStack,
          progress: Callable[[str], None]) -> tuple[float, float]:
     app_id = f"benchwfp{processes}{uuid.uuid4().hex[:10]}"
@@ -90,8 +79,8 @@ def _one(bootstrap: str, count: int, processes: int, workdir: Path, stack: ExitS
     worker.start()
     deadline = time.monotonic() + 120
     while True:
-        held = _members(bootstrap, app_id)
-        if len(held) == processes and all(held):
+        held = group_assignment(bootstrap, app_id, f"{app_id}.workflow.one-activity.inbox")
+        if len(held) == processes and all(held.values()):
             break
         if not worker.running or time.monotonic() > deadline:
             raise RuntimeError(f"{processes} worker process(es) did not join:\n{worker.log_tail(30)}")
