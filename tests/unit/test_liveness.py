@@ -156,6 +156,18 @@ def test_a_consumer_out_of_its_group_has_work_waiting_one_in_steady_state_none()
     assert steady is not None and steady.waiting == 0
 
 
+def test_a_reader_that_only_assigns_is_never_out_of_its_group() -> None:
+    # librdkafka reports an assign-only consumer's group "init" for ever: read as waiting,
+    # every idle outcome watcher and reply reader was renewed each 10 s (issue 20's p99).
+    idle = json.dumps({"topics": {"t": {"partitions": {"0": {
+        "desired": True, "fetch_state": "active", "fetchq_cnt": 0, "next_offset": 1,
+        "ls_offset": 1, "committed_offset": -1001}}}},
+        "brokers": UP, "cgrp": {"state": "up", "join_state": "init"}})
+    assigned, subscribed = read_statistics(idle, subscribed=False), read_statistics(idle)
+    assert assigned is not None and assigned.waiting == 0
+    assert subscribed is not None and subscribed.waiting == 1
+
+
 def test_only_a_known_broker_that_is_up_counts_as_answering() -> None:
     down = {"127.0.0.1:9092/1": {"state": "TRY_CONNECT", "nodeid": 1},
             "GroupCoordinator": {"state": "UP", "nodeid": -1}}

@@ -78,8 +78,14 @@ class Statistics:
     brokers_up: bool
 
 
-def read_statistics(stats: str) -> Statistics | None:
-    """Read a librdkafka statistics JSON string; None when it is unreadable (best effort)."""
+def read_statistics(stats: str, *, subscribed: bool = True) -> Statistics | None:
+    """Read a librdkafka statistics JSON string; None when it is unreadable (best effort).
+
+    ``subscribed``: the consumer joins its group (``subscribe``). One that only assigns
+    partitions never joins, and librdkafka reports its group ``init`` for ever: that is no
+    record waiting (counted as one, every idle reader looked deaf after 10 s and was renewed,
+    and each renewal's first fetch put tens of milliseconds on the next answer).
+    """
     try:
         report = json.loads(stats)
         lags: list[tuple[str, int, int]] = []
@@ -96,7 +102,7 @@ def read_statistics(stats: str) -> Statistics | None:
         # Out of the group (a session lost, a rejoin that never completes): it holds no
         # partition, so none shows records waiting, but its topics' records wait for it.
         group = report.get("cgrp")
-        if isinstance(group, dict) and group.get("join_state", "steady") != "steady":
+        if subscribed and isinstance(group, dict) and group.get("join_state", "steady") != "steady":
             waiting += 1
         brokers_up = any(broker.get("state") == "UP" and int(broker.get("nodeid", -1)) >= 0
                          for broker in report.get("brokers", {}).values())

@@ -170,7 +170,7 @@ class ReplyReader(Generic[R]):
         return self._consumer_at(positions)
 
     def _statistics(self, stats: str) -> None:
-        read = read_statistics(stats)
+        read = read_statistics(stats, subscribed=False)  # assigned, never joined
         if read is not None:
             self._liveness.observe(read.waiting, read.brokers_up)
 

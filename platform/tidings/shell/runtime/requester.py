@@ -509,7 +509,7 @@ class OutcomeWatcher:
         )
 
     def _statistics(self, stats: str) -> None:
-        read = read_statistics(stats)
+        read = read_statistics(stats, subscribed=False)  # assigned, never joined
         if read is not None:
             self._liveness.observe(read.waiting, read.brokers_up)
 
