@@ -158,6 +158,11 @@ def describe(phase: Phase, wall_s: float, *, kind: str, exactly_once: bool,
         f"commit {phase.total('tidings_commit_seconds_sum') / commits * 1e3:,.2f} ms/batch"
         if commits else "commit n/a",
     ]
+    cpu = phase.total("process_cpu_seconds_total")
+    if cpu and records_in:
+        # The whole process (every thread), per record taken in: steadier than a rate on a
+        # shared 2-core machine, so the figure to compare changes by.
+        parts.append(f"worker CPU {cpu / records_in * 1e6:,.0f} µs/record in")
     if kind == "aggregate":
         p50 = phase.quantile("tidings_command_reply_seconds", 0.50)
         p99 = phase.quantile("tidings_command_reply_seconds", 0.99)
@@ -174,6 +179,10 @@ def describe(phase: Phase, wall_s: float, *, kind: str, exactly_once: bool,
         committed = phase.total("tidings_transactions_total", outcome="committed")
         aborted = phase.total("tidings_transactions_total", outcome="aborted")
         parts.append(f"{committed / wall_s:,.0f} transactions committed/s" if wall_s > 0 else "n/a")
+        timed = phase.total("tidings_transaction_commit_seconds_count")
+        if timed:
+            parts.append(f"a commit {phase.total('tidings_transaction_commit_seconds_sum') / timed * 1e3:,.1f} ms "
+                         "(offsets and commit)")
         if aborted:
             parts.append(f"{aborted:,.0f} aborted")
     return ", ".join(parts)

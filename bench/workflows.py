@@ -631,11 +631,17 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="smaller counts")
     parser.add_argument("--no-flows", action="store_true", help="skip the flow throughput row")
+    parser.add_argument("--exactly-once", action="store_true",
+                        help="then measure the latency, one-activity and ten-step rows exactly-once too")
     args = parser.parse_args(argv)
+    workload = QUICK if args.quick else DEFAULT
     with alone("tidings-bench-wf-") as (bootstrap, workdir, stack, progress):
-        figures = run(bootstrap, QUICK if args.quick else DEFAULT, workdir=workdir, stack=stack,
+        figures = run(bootstrap, workload, workdir=workdir, stack=stack,
                       progress=progress, flows=not args.no_flows)
-    print_report(rows(figures), notes(figures), None)
+        eos = run(bootstrap, workload, workdir=workdir, stack=stack, progress=progress,
+                  exactly_once=True) if args.exactly_once else None
+    listed = rows(figures) + (exactly_once_rows(eos, figures) if eos is not None else [])
+    print_report(listed, notes(figures) + (notes(eos) if eos is not None else []), None)
     return 0
 
 
