@@ -395,3 +395,52 @@ def test_a_record_the_broker_refuses_aborts_its_transaction_and_the_next_one_goe
     written = read_to_end(kafka_bootstrap, names["output"], 1, isolation="read_uncommitted")
     assert [value for _, value in written] == [b"lost", b"redone"]
     assert group_offset(kafka_bootstrap, names["group"], names["input"], 0) == 1
+
+
+def test_a_commit_whose_records_are_acknowledged_is_one_call_in_the_transaction_thread(
+    kafka_bootstrap: str, names: Mapping[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Offsets, commit and the next begin go to the transaction thread together: each hop
+    back to a busy event loop waited for the batch it was deciding (issue 20)."""
+    from tidings.shell.runtime import transactions
+
+    # Only the offsets below commit (no timer commit while an ack is still out).
+    monkeypatch.setattr(transactions, "MAX_OPEN_S", 60.0)
+    create_topics(kafka_bootstrap, NewTopic(names["input"], 1, 1), NewTopic(names["output"], 1, 1))
+    produce_input(kafka_bootstrap, names["input"], 3)
+    consumer = member(kafka_bootstrap, names["group"], names["input"])
+    fenced: list[BaseException] = []
+    calls: list[str] = []
+
+    async def scenario() -> TransactionalPublisher:
+        publisher = TransactionalPublisher(
+            kafka(kafka_bootstrap),
+            transactional_id=names["transactional_id"],
+            group_metadata=consumer.consumer_group_metadata,
+            on_fenced=fenced.append,
+        )
+        await publisher.start()
+        original = publisher._calls.run
+
+        async def counted(function, *args):  # type: ignore[no-untyped-def]
+            calls.append(getattr(function, "__name__", repr(function)))
+            return await original(function, *args)
+
+        publisher._calls.run = counted  # type: ignore[method-assign]
+        try:
+            for round_ in range(3):
+                await publisher.send([Outgoing(names["output"], b"k", f"out-{round_}".encode())])  # acked
+                await publisher.commit_offsets({(names["input"], 0): round_ + 1})
+        finally:
+            await publisher.aclose()
+        return publisher
+
+    try:
+        publisher = asyncio.run(scenario())
+    finally:
+        consumer.close()
+    assert (publisher.commits, publisher.aborts, fenced) == (3, 0, [])
+    assert calls == ["_commit_at_once"] * 3
+    visible = read_to_end(kafka_bootstrap, names["output"], 1, isolation="read_committed")
+    assert [value for _, value in visible] == [b"out-0", b"out-1", b"out-2"]
+    assert group_offset(kafka_bootstrap, names["group"], names["input"], 0) == 3
