@@ -221,11 +221,17 @@ def test_each_metrics_has_its_own_registry() -> None:
     assert value(second, "tidings_transactions_total", outcome="committed") is None
 
 
+#: prometheus_client's process collector: the standard names every exporter uses.
+PROCESS = {"process_cpu_seconds", "process_max_fds", "process_open_fds", "process_resident_memory_bytes",
+           "process_start_time_seconds", "process_virtual_memory_bytes"}
+
+
 def test_every_metric_is_named_tidings_and_documented_in_operations() -> None:
     metrics = Metrics()
     metrics.register_instances("aggregate", "account", lambda: {"cached": 0})
     names = {family.name for family in metrics.registry.collect()}
-    assert names and all(name.startswith("tidings_") for name in names)
+    assert PROCESS <= names  # the whole process's CPU and memory, for operators and the bench
+    assert all(name.startswith("tidings_") for name in names - PROCESS)
     docs = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
     exposed = {name + "_total" if family.type == "counter" else name
                for family in metrics.registry.collect() for name in [family.name]}
