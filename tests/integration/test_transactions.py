@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -121,6 +121,13 @@ def member(bootstrap: str, group: str, topic: str) -> Consumer:
     return consumer
 
 
+def started(bootstrap: str, names: Mapping[str, str], group_metadata: Callable[[], object],
+            on_fenced: Callable[[BaseException], None] = lambda error: None) -> TransactionalPublisher:
+    """The publisher under test with the test's transactional id (``start`` it)."""
+    return TransactionalPublisher(kafka(bootstrap), transactional_id=names["transactional_id"],
+                                  group_metadata=group_metadata, on_fenced=on_fenced)
+
+
 @pytest.fixture
 def names(app_id: str) -> Iterator[Mapping[str, str]]:
     yield {
@@ -140,12 +147,7 @@ def test_records_and_offsets_commit_together_and_become_visible(
     fenced: list[BaseException] = []
 
     async def scenario() -> TransactionalPublisher:
-        publisher = TransactionalPublisher(
-            kafka(kafka_bootstrap),
-            transactional_id=names["transactional_id"],
-            group_metadata=consumer.consumer_group_metadata,
-            on_fenced=fenced.append,
-        )
+        publisher = started(kafka_bootstrap, names, consumer.consumer_group_metadata, fenced.append)
         await publisher.start()
         try:
             sent = publisher.send(
@@ -187,12 +189,7 @@ def test_records_sent_during_a_commit_go_into_the_next_transaction_in_order(
     sent: list[list[Outgoing]] = []
 
     async def scenario() -> TransactionalPublisher:
-        publisher = TransactionalPublisher(
-            kafka(kafka_bootstrap),
-            transactional_id=names["transactional_id"],
-            group_metadata=consumer.consumer_group_metadata,
-            on_fenced=lambda error: None,
-        )
+        publisher = started(kafka_bootstrap, names, consumer.consumer_group_metadata)
         await publisher.start()
         try:
             sent.append(batch("a"))
@@ -249,12 +246,7 @@ def test_a_zombie_with_a_stale_generation_is_fenced_and_makes_nothing_visible(
     metadata: list[object] = [stale]
 
     async def scenario() -> TransactionalPublisher:
-        publisher = TransactionalPublisher(
-            kafka(kafka_bootstrap),
-            transactional_id=names["transactional_id"],
-            group_metadata=lambda: metadata[0],
-            on_fenced=fenced.append,
-        )
+        publisher = started(kafka_bootstrap, names, lambda: metadata[0], fenced.append)
         await publisher.start()
         try:
             # Acknowledged first, so the record is surely written (the abort purges what is not).
@@ -331,12 +323,7 @@ def test_a_transaction_left_open_by_a_killed_process_is_never_visible_and_its_su
         read_to_end(kafka_bootstrap, names["output"], 1, isolation="read_committed", timeout=2.0)
 
     async def successor() -> None:
-        publisher = TransactionalPublisher(
-            kafka(kafka_bootstrap),
-            transactional_id=names["transactional_id"],
-            group_metadata=lambda: None,
-            on_fenced=lambda error: None,
-        )
+        publisher = started(kafka_bootstrap, names, lambda: None)
         await publisher.start()  # aborts the victim's transaction
         publisher.close()
 
@@ -361,12 +348,7 @@ def test_a_record_the_broker_refuses_aborts_its_transaction_and_the_next_one_goe
     consumer = member(kafka_bootstrap, names["group"], names["input"])
 
     async def scenario() -> TransactionalPublisher:
-        publisher = TransactionalPublisher(
-            kafka(kafka_bootstrap),
-            transactional_id=names["transactional_id"],
-            group_metadata=consumer.consumer_group_metadata,
-            on_fenced=lambda error: None,
-        )
+        publisher = started(kafka_bootstrap, names, consumer.consumer_group_metadata)
         await publisher.start()
         try:
             # Written (acknowledged), yet never visible: its transaction is aborted below.
@@ -413,12 +395,7 @@ def test_a_commit_whose_records_are_acknowledged_is_one_call_in_the_transaction_
     calls: list[str] = []
 
     async def scenario() -> TransactionalPublisher:
-        publisher = TransactionalPublisher(
-            kafka(kafka_bootstrap),
-            transactional_id=names["transactional_id"],
-            group_metadata=consumer.consumer_group_metadata,
-            on_fenced=fenced.append,
-        )
+        publisher = started(kafka_bootstrap, names, consumer.consumer_group_metadata, fenced.append)
         await publisher.start()
         original = publisher._calls.run
 
