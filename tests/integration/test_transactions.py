@@ -121,7 +121,7 @@ def member(bootstrap: str, group: str, topic: str) -> Consumer:
     return consumer
 
 
-def started(bootstrap: str, names: Mapping[str, str], group_metadata: Callable[[], object],
+def publisher_for(bootstrap: str, names: Mapping[str, str], group_metadata: Callable[[], object],
             on_fenced: Callable[[BaseException], None] = lambda error: None) -> TransactionalPublisher:
     """The publisher under test with the test's transactional id (``start`` it)."""
     return TransactionalPublisher(kafka(bootstrap), transactional_id=names["transactional_id"],
@@ -147,7 +147,7 @@ def test_records_and_offsets_commit_together_and_become_visible(
     fenced: list[BaseException] = []
 
     async def scenario() -> TransactionalPublisher:
-        publisher = started(kafka_bootstrap, names, consumer.consumer_group_metadata, fenced.append)
+        publisher = publisher_for(kafka_bootstrap, names, consumer.consumer_group_metadata, fenced.append)
         await publisher.start()
         try:
             sent = publisher.send(
@@ -189,7 +189,7 @@ def test_records_sent_during_a_commit_go_into_the_next_transaction_in_order(
     sent: list[list[Outgoing]] = []
 
     async def scenario() -> TransactionalPublisher:
-        publisher = started(kafka_bootstrap, names, consumer.consumer_group_metadata)
+        publisher = publisher_for(kafka_bootstrap, names, consumer.consumer_group_metadata)
         await publisher.start()
         try:
             sent.append(batch("a"))
@@ -246,7 +246,7 @@ def test_a_zombie_with_a_stale_generation_is_fenced_and_makes_nothing_visible(
     metadata: list[object] = [stale]
 
     async def scenario() -> TransactionalPublisher:
-        publisher = started(kafka_bootstrap, names, lambda: metadata[0], fenced.append)
+        publisher = publisher_for(kafka_bootstrap, names, lambda: metadata[0], fenced.append)
         await publisher.start()
         try:
             # Acknowledged first, so the record is surely written (the abort purges what is not).
@@ -323,7 +323,7 @@ def test_a_transaction_left_open_by_a_killed_process_is_never_visible_and_its_su
         read_to_end(kafka_bootstrap, names["output"], 1, isolation="read_committed", timeout=2.0)
 
     async def successor() -> None:
-        publisher = started(kafka_bootstrap, names, lambda: None)
+        publisher = publisher_for(kafka_bootstrap, names, lambda: None)
         await publisher.start()  # aborts the victim's transaction
         publisher.close()
 
@@ -348,7 +348,7 @@ def test_a_record_the_broker_refuses_aborts_its_transaction_and_the_next_one_goe
     consumer = member(kafka_bootstrap, names["group"], names["input"])
 
     async def scenario() -> TransactionalPublisher:
-        publisher = started(kafka_bootstrap, names, consumer.consumer_group_metadata)
+        publisher = publisher_for(kafka_bootstrap, names, consumer.consumer_group_metadata)
         await publisher.start()
         try:
             # Written (acknowledged), yet never visible: its transaction is aborted below.
@@ -395,7 +395,7 @@ def test_a_commit_whose_records_are_acknowledged_is_one_call_in_the_transaction_
     calls: list[str] = []
 
     async def scenario() -> TransactionalPublisher:
-        publisher = started(kafka_bootstrap, names, consumer.consumer_group_metadata, fenced.append)
+        publisher = publisher_for(kafka_bootstrap, names, consumer.consumer_group_metadata, fenced.append)
         await publisher.start()
         original = publisher._calls.run
 
