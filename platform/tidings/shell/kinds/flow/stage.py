@@ -376,7 +376,10 @@ class WorkflowFlowAgent:
                 return
             finally:
                 self.in_flight -= 1
-            await self._runtime.publisher.publish([self._outcome_record(instance_id, outcome)])
+        # Outside the bound: the slot goes to the next element while the broker acknowledges
+        # this one's sink record (a round trip per element that held each of the
+        # ``parallelism`` slots). The batch's finish still waits for it before its offsets.
+        await self._runtime.publisher.publish([self._outcome_record(instance_id, outcome)])
 
     async def _run(self, instance_id: str, element: Any) -> Outcome:
         """Start the element's workflow and return its outcome (``WorkflowHandle.execute_outcome``).
