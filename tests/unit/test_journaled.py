@@ -14,7 +14,7 @@ from tidings.errors import HandlerFailed, RecordRejected, SchemaError
 from tidings.shell.runtime.connection import KafkaConnection
 from tidings.shell.runtime.hosting import Runtime, hosted_named
 from tidings.shell.runtime.io import Delivered, Incoming, Outgoing
-from tidings.shell.runtime.journaled import Agents, Backstop, CommitQueue, EventRouter, OwnInputs, Pending, first_per_seq
+from tidings.shell.runtime.journaled import Agents, Backstop, CommitQueue, EventRouter, Journaled, OwnInputs, Pending, first_per_seq
 
 
 class Published:
@@ -169,3 +169,31 @@ def test_a_definition_is_found_by_kind_and_name_and_a_missing_one_lists_the_know
     assert hosted_named(hosted, "workflow", "a", app="shop") is hosted[2]  # type: ignore[arg-type]
     with pytest.raises(LookupError, match=r"^app 'shop' has no workflow 'c'; known: a, b$"):
         hosted_named(hosted, "workflow", "c", app="shop")  # type: ignore[arg-type]
+
+
+def test_an_agent_that_owns_nothing_catches_every_assigned_partition_up_before_its_next_batch(tmp_path: Path) -> None:
+    """A start or a restart: every partition's instances resume before anything else is
+    decided. An agent already deciding other partitions lets a batch in between two catch-ups."""
+
+    async def scenario(owned_before: list[int]) -> list[str]:
+        order: list[str] = []
+
+        async def catch_up(partition: int) -> None:
+            order.append(f"catch-up {partition}")
+            await asyncio.sleep(0.01)  # a journal read: the loop runs others meanwhile
+
+        journaled = Journaled(runtime_over(Published(), tmp_path), "workflow", "w", journal=None, catch_up=catch_up)
+        await journaled.owner.ensure_ready(owned_before)
+        order.clear()
+
+        async def batch() -> None:
+            await asyncio.sleep(0.005)  # arrives during the first catch-up
+            async with journaled.lock:
+                order.append("batch")
+
+        await asyncio.gather(journaled.ready_now([("in", 0), ("in", 1), ("in", 2), ("other", 3)], "in"), batch())
+        assert all(journaled.owner.is_ready(p) for p in (0, 1, 2))
+        return order
+
+    assert asyncio.run(scenario([])) == ["catch-up 0", "catch-up 1", "catch-up 2", "batch"]
+    assert asyncio.run(scenario([5])) == ["catch-up 0", "batch", "catch-up 1", "catch-up 2"]

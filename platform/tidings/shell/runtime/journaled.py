@@ -161,12 +161,23 @@ class Journaled:
             await self.owner.ensure_ready(partitions)
 
     async def ready_now(self, partitions: Collection[TopicPartition], topic: str) -> None:
-        """Catch each assigned partition of ``topic`` up at once, one at a time under the lock.
+        """Catch each assigned partition of ``topic`` up at once.
 
         Eagerly, not at its first record: running instances have timers, commands and
-        activities to resume even when nobody writes to them.
+        activities to resume even when nobody writes to them. An agent that owns no ready
+        partition yet (a worker's start, a restart after a crash) catches them all up under
+        one hold of the lock: nothing else waits for it, and each partition's replayed
+        activities would otherwise wait for the results of the ones before it to be
+        decided (a restart with 2,000 in flight: the last of four partitions began 0.3 s
+        later). An agent already deciding other partitions takes the lock per partition,
+        so their batches go on between two catch-ups.
         """
-        for partition in sorted(p for name, p in partitions if name == topic):
+        mine = sorted(p for name, p in partitions if name == topic)
+        if not self.owner.owns_any:
+            async with self.lock:
+                await self.ready(mine)
+            return
+        for partition in mine:
             async with self.lock:
                 await self.ready([partition])
 

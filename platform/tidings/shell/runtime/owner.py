@@ -113,6 +113,11 @@ class PartitionOwner:
     def is_ready(self, partition: int) -> bool:
         return partition in self._ready
 
+    @property
+    def owns_any(self) -> bool:
+        """Whether some partition is ready: its records are being decided."""
+        return bool(self._ready)
+
     async def ensure_ready(self, partitions: Iterable[int]) -> None:
         """Catch up, in partition order, each of ``partitions`` not ready yet.
 
