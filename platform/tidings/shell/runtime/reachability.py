@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import wait
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
@@ -66,7 +67,10 @@ def probe_kafka(kafka: KafkaConnection | str, timeout_s: float) -> None:
     try:
         future = admin.describe_cluster(request_timeout=timeout_s)
         while not future.done() and time.monotonic() < deadline:
-            admin.poll(0.05)  # serves the error callback
+            # Back as soon as the answer is: a poll(0.05) alone slept its whole 50 ms with no
+            # callback to serve, at every worker start and CLI command.
+            wait([future], timeout=0.05)
+            admin.poll(0)  # serves the error callback
         if future.done() and future.exception() is None:
             return
         failure = future.exception() if future.done() else None
