@@ -118,8 +118,11 @@ def test_plaintext_to_the_sasl_ssl_port_fails_fast_and_says_why(secured_broker: 
 
 
 @pytest.mark.parametrize("method", ["scram", "plain", "scram-sha-256", "mtls"])
-def test_the_aiokafka_clients_connect_over_each_method(secured_broker: LocalBroker, method: str) -> None:
+def test_the_aiokafka_clients_connect_over_each_method(secured_broker: LocalBroker, method: str, app_id: str) -> None:
     connection = secured_broker.client_settings("worker", method).connection()  # type: ignore[arg-type]
+    # aiokafka's producer is idempotent: Kafka lets it start only for a principal that may
+    # write some topic (KIP-679). Granted here, or the test passed only after another had.
+    grant_app(secured_broker, build(app_id), worker="worker")
 
     async def metadata() -> list[str]:
         producer = connection.aiokafka_producer()
@@ -130,7 +133,10 @@ def test_the_aiokafka_clients_connect_over_each_method(secured_broker: LocalBrok
         finally:
             await producer.stop()
 
-    assert asyncio.run(metadata()) == [connection.bootstrap]
+    try:
+        assert asyncio.run(metadata()) == [connection.bootstrap]
+    finally:
+        revoke(secured_broker, build(app_id), worker="worker")
 
 
 @pytest.mark.parametrize("method", ["scram", "mtls"])
