@@ -189,6 +189,17 @@ def test_a_fed_message_is_accepted_unless_the_instance_refused_it() -> None:
     assert answer_fed(Request("cancel"), ended, "the instance has ended") == Reply(ACCEPTED)
 
 
+def test_a_watched_start_is_answered_only_when_it_stores_nothing() -> None:
+    """``execute``'s start (``wait``): the outcome answers a start that started the instance."""
+    watched = Request("start", b"1", wait=True)
+    assert answer_fed(watched, started(), None) is None
+    assert decide_request(watched, started()) == Reply(ACCEPTED)  # it existed: ask about it
+    assert decide_request(watched, finished()) == Reply(ACCEPTED)
+    assert answer_fed(watched, started(), "the input cannot be stored") == Refuse(
+        "the workflow refused the input: the input cannot be stored"
+    )
+
+
 def test_a_start_whose_input_does_not_read_as_the_input_type_is_refused_after_feeding() -> None:
     typed = define_workflow("typed", approve, input_type=int)
     verdict = decide_request(Request("start", b'"many"'), None)

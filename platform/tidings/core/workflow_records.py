@@ -60,7 +60,8 @@ class WorkflowInbox:
             signal-with-start's signal).
         signal: The signal's name (``kind`` ``signal`` or ``signal_with_start``).
         reply_to: Where to answer; None asks for no answer.
-        wait: For a query: answer once the instance has ended, not before.
+        wait: For a query: answer once the instance has ended, not before. For a start:
+            answer only if it stores nothing (the instance existed, or the input was refused).
         metadata: Free-form strings (trace context).
         signal_id: The sender's id of a signal (``kind == "signal"``): an instance stores
             a signal id once, so a repeat is accepted and stores nothing (since

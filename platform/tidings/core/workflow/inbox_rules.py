@@ -27,6 +27,13 @@ request       never started   live, not ended               ended
 ``start``     update
 ============  ==============  ============================  ==========================
 
+A ``start`` with ``wait`` set (``WorkflowHandle.execute``, which watches the outcomes topic for
+the instance's end) is answered only when it stores nothing: ``accepted`` then means the
+instance existed, and a refused input is ``rejected`` as for any start. A start that starts
+the instance gets no answer: its outcome comes by itself, so the caller never has to ask
+(before, it asked after a second without the outcome: a second inbox record per run under
+load).
+
 An update's caller waits for its completion (``wait_for`` ``completed``, the default) or only
 for its acceptance (``accepted``). A fed update the instance refused (an undeclared name, a
 payload that does not read as the declared type, its validator) stored nothing and is
@@ -103,7 +110,8 @@ class InboxRequest(Protocol):
 
     @property
     def wait(self) -> bool:
-        """For a query: answer once the instance has ended, not before."""
+        """For a query: answer once the instance has ended, not before. For a start: answer
+        only if it stores nothing."""
         ...
 
     @property
@@ -322,7 +330,8 @@ def answer_fed(
         that an ended instance refused (it changes nothing). An update: ``rejected`` (a
         ``Reply``: nothing stored, nothing dead-lettered) when refused; ``accepted`` for a
         caller that waits for the acceptance; None for one that waits for the completion (the
-        ``AnswerUpdate`` effect answers it once the body's answer is stored).
+        ``AnswerUpdate`` effect answers it once the body's answer is stored); None for a
+        ``start`` with ``wait`` that started the instance (its outcome answers it).
     """
     if request.kind in UPDATE_KINDS:
         if rejected is not None:
@@ -334,6 +343,8 @@ def answer_fed(
         if isinstance(fed, Start):
             return Refuse(f"the workflow refused the signal-with-start: {rejected}")
     elif rejected is None or request.kind == "cancel":
+        if request.kind == "start" and request.wait:
+            return None  # it started the instance: the caller watches for its outcome
         return Reply(ACCEPTED)
     if request.kind == "start":
         return Refuse(f"the workflow refused the input: {rejected}")

@@ -141,6 +141,33 @@ class Requester:
             replies.forget(key)
 
     @asynccontextmanager
+    async def answer_to(self, topic: str, request: WorkflowInbox) -> AsyncIterator[asyncio.Future[WorkflowReply]]:
+        """Produce ``request`` and yield the future of its answer, forgotten on exit.
+
+        For a request that may get no answer at all (a watched start): no task and no
+        timer of its own, the caller waits on the future beside whatever else it waits for.
+
+        Raises:
+            BrokerError: The replies topic cannot be read (on entry); the future fails with
+                it when producing fails.
+        """
+        replies = self._reply_reader()
+        await replies.start()
+        loop = asyncio.get_running_loop()
+        key = _answer_key(request)
+        answered = replies.expect(key)
+
+        def report(error: KafkaError | None, message: Any) -> None:  # on the producer's thread
+            if error is not None:
+                _call_soon(loop, settle_future, answered, None, BrokerError(f"producing to {topic} failed: {error}"))
+
+        try:
+            self._produce(topic, request, report)
+            yield answered  # type: ignore[misc]
+        finally:
+            replies.forget(key)
+
+    @asynccontextmanager
     async def outcome(
         self, topic: str, partition: int, instance_id: str, read: Callable[[bytes], T]
     ) -> AsyncIterator[asyncio.Future[T]]:
@@ -340,6 +367,11 @@ def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[..., object],
         loop.call_soon_threadsafe(callback, *args)
     except RuntimeError:
         pass
+
+
+def _settle_all(outcomes: list[tuple[asyncio.Future[Any], Any]]) -> None:
+    for future, outcome in outcomes:
+        settle_future(future, outcome, None)
 
 
 def _answer_key(request: CommandEnvelope | WorkflowInbox) -> str:
@@ -558,6 +590,7 @@ class OutcomeWatcher:
                     log.warning("the outcome watcher read nothing for %.0f s with outcomes waiting; "
                                 "reading again with a new consumer", RECOVER_AFTER_S)
                     self._renew(positions)
+                settled: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any]]] = {}
                 for message in take_waiting(self._consumer, 500, POLL_S):
                     error = message.error()
                     if error is None:
@@ -566,13 +599,17 @@ class OutcomeWatcher:
                         if where in positions and offset is not None:
                             positions[where] = offset + 1
                         self._liveness.progressed()
-                        self._deliver(message.topic(), message.partition(), message.key(), message.value())
+                        self._deliver(message.topic(), message.partition(), message.key(), message.value(), settled)
                     elif is_fatal(error):
                         log.warning("reading outcomes: %s; reading again with a new consumer", error.str())
                         self._renew(positions)
                         break
                     else:
                         log.debug("reading outcomes: %s", error)
+                # One wake-up of each caller's loop per batch read, not one per outcome: a
+                # burst of 10,000 outcomes was 10,000 writes to the loop's self-pipe.
+                for loop, outcomes in settled.items():
+                    _call_soon(loop, _settle_all, outcomes)
         except Exception:  # noqa: BLE001 - a caller would hang; its timeout still ends its wait
             log.exception("the outcome watcher stopped; waiting callers time out")
         finally:
@@ -605,7 +642,11 @@ class OutcomeWatcher:
             for where in idle:
                 assigned.pop(where, None)
 
-    def _deliver(self, topic: Any, partition: Any, key: Any, value: Any) -> None:
+    def _deliver(
+        self, topic: Any, partition: Any, key: Any, value: Any,
+        settled: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any]]],
+    ) -> None:
+        """Read the outcome for each of its waiters into ``settled`` (by the waiter's loop)."""
         if not isinstance(key, bytes) or not isinstance(value, bytes):
             return  # a tombstone, or a record keyed by nothing: no outcome
         with self._lock:
@@ -617,5 +658,5 @@ class OutcomeWatcher:
             except Exception as exc:  # noqa: BLE001 - not an outcome record; wait for the next
                 log.warning("skipping outcome record %s/%s keyed %r: %s", topic, partition, key, exc)
                 continue
-            _call_soon(waiter.loop, settle_future, waiter.future, outcome, None)
+            settled.setdefault(waiter.loop, []).append((waiter.future, outcome))
 

@@ -57,7 +57,6 @@ from ....core.limits import MAX_ID_BYTES, check_id, load_json
 from ....core.partitioning import partition_for
 from ....core.workflow import Cancelled, Faulted, Finished, Outcome
 from ....errors import BrokerError, DecodeError, DefinitionError, KeyOfFailed, SchemaError
-from ..workflow.handle import ASK_AFTER_S as EXECUTE_ASK_AFTER_S
 from ..workflow.handle import WorkflowHandle, workflow_named
 from .definition import _check
 from ...runtime.context import KindContext
@@ -78,11 +77,6 @@ _SINGLE_OBJECT_HEADER = len(_SINGLE_OBJECT) + 8
 #: No JSON text starts with it (nor with 0xC3, which is no JSON token's first byte).
 _CONFLUENT = b"\x00"
 _CONFLUENT_HEADER = len(_CONFLUENT) + 4
-#: Seconds an element waits for its outcome record alone before asking the worker about its
-#: instance (``WorkflowFlowAgent._run``): long enough for most short workflows to end
-#: unasked, short enough that a replayed element whose instance ended before a crash
-#: (its outcome written before the watch began) is answered soon. ``execute``'s own.
-ASK_AFTER_S = EXECUTE_ASK_AFTER_S
 _NO_SCHEMA = ("the flow declares no source_schema: pass app.workflow_flow(..., source_schema=<the "
               "producers' Avro schema>) to read Avro values")
 
@@ -387,18 +381,15 @@ class WorkflowFlowAgent:
         The outcome record is watched *before* the start, so the outcome of an instance
         this start creates is seen without asking the worker anything: no query and no
         reply per element, which would double the inbox records the worker handles and
-        the records this stage waits for. Only an instance that has not ended within
-        ``ASK_AFTER_S`` (or half the timeout, if less) is asked about: it may have ended
-        before the watch began (a replayed element whose instance ended before the crash),
-        or it may simply still run.
+        the records this stage waits for. The worker answers the start only when it stores
+        nothing: the instance existed (a replayed element whose instance ended before the
+        crash, its outcome written before the watch began), and is asked about then.
         """
         handle, seconds = self.stage.handle, self.stage.timeout
-        # At most half the timeout: a short timeout still leaves the question time. The
-        # handle's own deadline answers with its reason (e.g. "it is parked"); wait_for
+        # The handle's own deadline answers with its reason (e.g. "it is parked"); wait_for
         # bounds it should it not honour the timeout.
         return await asyncio.wait_for(handle.execute_outcome(
-            instance_id, element, seconds, bootstrap=self._runtime.connection,
-            ask_after=min(ASK_AFTER_S, seconds / 2)), seconds)
+            instance_id, element, seconds, bootstrap=self._runtime.connection), seconds)
 
     def _id_of(self, element: Any) -> str:
         try:

@@ -51,13 +51,13 @@ from .codec import decode_outcome, outcome_from
 from .store import WorkflowStore
 from ...runtime.connection import KafkaConnection
 from ...runtime.context import KindClient, KindContext
+from ...runtime.requester import Requester
 from ...runtime.hosting import Runtime, hosted_named
 from .journal import read_journal
 from ...runtime.topics import TopicSpec, deadletter_topic, spec_for, topic_name
 
 #: ``execute``: seconds after the start before the worker is asked about the instance, when its
 #: outcome has not come by itself (the start of an instance that existed and ended stored nothing).
-ASK_AFTER_S = 1.0
 
 
 class WorkflowHandle:
@@ -106,32 +106,33 @@ class WorkflowHandle:
 
     async def execute(
         self, instance_id: str, input: Any = None, timeout: float | None = None, *,
-        bootstrap: str | KafkaConnection | None = None, ask_after: float = ASK_AFTER_S,
+        bootstrap: str | KafkaConnection | None = None,
     ) -> Any:
         """Start ``instance_id`` with ``input`` and wait for its result value (Temporal's
         ``execute_workflow``): ``start`` then ``value``, with one record to the inbox instead of two.
 
         The outcome is watched before the start is sent, so a new instance's outcome is seen
-        without asking the worker. Only when none has come ``ask_after`` seconds after the start
-        is the worker asked, as ``result`` asks it at once: an instance that already existed
-        (the start stored nothing) and has ended answers then with its outcome, and a start the
-        worker refused answers ``WorkflowNotFound``.
+        without asking the worker: the worker answers the start only when it stores nothing.
+        An instance that existed already is then asked about, as ``result`` asks at once, and
+        answers with its stored outcome if it has ended; a start the worker refused raises
+        ``WorkflowNotFound`` with the reason. A new instance still running when half the
+        timeout has gone is asked about too, so that a timeout says why (parked, and why).
 
         Raises:
             LimitError, SchemaError, BrokerError: as for ``start``.
             WorkflowFaulted, WorkflowCancelled, WorkflowNotFound, ReplyTimeout: as for ``value``.
         """
         return self._value_of(instance_id, await self.execute_outcome(
-            instance_id, input, timeout, bootstrap=bootstrap, ask_after=ask_after))
+            instance_id, input, timeout, bootstrap=bootstrap))
 
     async def execute_outcome(
         self, instance_id: str, input: Any = None, timeout: float | None = None, *,
-        bootstrap: str | KafkaConnection | None = None, ask_after: float = ASK_AFTER_S,
+        bootstrap: str | KafkaConnection | None = None,
     ) -> Outcome:
         """``execute``, returning the outcome (``Finished``, ``Faulted``, ``Cancelled``) as
         ``result`` does instead of the value; a flow stage runs each element with it."""
         payload = self._start_payload(instance_id, input)
-        return await self._outcome(instance_id, timeout, bootstrap, start=payload, ask_after=ask_after)
+        return await self._outcome(instance_id, timeout, bootstrap, start=payload)
 
     def _start_payload(self, instance_id: str, input: Any) -> bytes:
         _check_id(instance_id)
@@ -171,7 +172,7 @@ class WorkflowHandle:
 
     async def _outcome(
         self, instance_id: str, timeout: float | None, bootstrap: str | KafkaConnection | None, *,
-        start: bytes | None = None, ask_after: float = 0.0,
+        start: bytes | None = None,
     ) -> Outcome:
         """Watch for the outcome, send the start (``start``: its payload) and ask the worker."""
         requester = self.client(bootstrap).requester
@@ -184,13 +185,12 @@ class WorkflowHandle:
         # The end offset is noted before the start or the question is sent: an outcome the
         # worker writes after either lies beyond it.
         async with requester.outcome(self.topics.outcomes, partition, instance_id, read) as ended:
-            if start is not None:
-                await requester.send(self.topics.inbox, _request(instance_id, "start", None, payload=start))
-                # A new instance's outcome comes by itself: no question to the worker (no second
-                # inbox record to decide). asyncio.wait leaves the watch running when it times out.
-                done, _ = await asyncio.wait((ended,), timeout=max(0.0, min(ask_after, _left(deadline))))
-                if done:
-                    return ended.result()
+            if start is not None and await self._started(requester, instance_id, start, ended, deadline):
+                # Its outcome answers by itself. Asked about only once half the time is gone,
+                # so that a timeout can say why (still running, parked and why).
+                await asyncio.wait((ended,), timeout=_left(deadline) / 2)
+            if ended.done():
+                return ended.result()
             query = _request(instance_id, "query", requester.replies_topic)
             asked = asyncio.ensure_future(requester.ask(self.topics.inbox, query, _left(deadline)))
             try:
@@ -208,6 +208,33 @@ class WorkflowHandle:
                     raise ReplyTimeout(self._not_ended(instance_id, wait, reply)) from None
             finally:
                 asked.cancel()
+
+    async def _started(
+        self, requester: Requester, instance_id: str, start: bytes, ended: asyncio.Future[Outcome], deadline: float,
+    ) -> bool:
+        """Send the start with ``wait``; return False if the instance existed before it.
+
+        The worker answers such a start only when it stores nothing (``inbox_rules``): the
+        instance existed (``accepted``), or its input was refused. A start that starts the
+        instance gets no answer; its outcome, watched already, answers the caller. So the
+        worker decides one inbox record per run however long the run takes (an ask after
+        a fixed second was a second record for every run under load). The wait ends with
+        that answer, the outcome or the deadline: True for the last two.
+
+        Raises:
+            WorkflowNotFound: The worker refused the start (the reason says why).
+        """
+        request = _request(instance_id, "start", requester.replies_topic, payload=start, wait=True)
+        async with requester.answer_to(self.topics.inbox, request) as answer:
+            await asyncio.wait((answer, ended), timeout=_left(deadline), return_when=asyncio.FIRST_COMPLETED)
+            reply = answer.result() if answer.done() and not ended.done() else None
+        if reply is None:
+            return True
+        if reply.answer == "rejected":
+            raise WorkflowNotFound(f"the worker refused to start {self.name} {instance_id!r}: {reply.reason}")
+        # The instance existed: its outcome may lie before the watch. (A worker older than
+        # this rule answers a start that started the instance so too: one question more.)
+        return False
 
     async def value(self, instance_id: str, timeout: float | None = None, *, bootstrap: str | KafkaConnection | None = None) -> Any:
         """Wait for the instance's result value.
@@ -635,7 +662,7 @@ def workflow_named(context: KindContext, name: str) -> WorkflowHandle:
 def _request(
     instance_id: str, kind: str, reply_to: str | None, *, payload: bytes | None = None, signal: str | None = None,
     signal_id: str | None = None, input: bytes | None = None, update: str | None = None,
-    update_id: str | None = None, wait_for: str | None = None, query: str | None = None,
+    update_id: str | None = None, wait_for: str | None = None, query: str | None = None, wait: bool = False,
 ) -> WorkflowInbox:
     """Build an inbox request; ``reply_to`` None asks for no answer."""
     return WorkflowInbox(
@@ -646,7 +673,7 @@ def _request(
         payload=payload,
         signal=signal,
         reply_to=reply_to,
-        wait=False,
+        wait=wait,
         signal_id=signal_id,
         input=input,
         update=update,
