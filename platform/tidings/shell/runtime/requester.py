@@ -119,33 +119,21 @@ class Requester:
         Raises:
             BrokerError: The replies topic cannot be read, or producing failed.
         """
-        replies = self._reply_reader()
-        await replies.start()
-        loop = asyncio.get_running_loop()
-        key = _answer_key(request)
-        answered = replies.expect(key)
-
-        def report(error: KafkaError | None, message: Any) -> None:  # on the producer's thread
-            # Only a failure wakes the caller (at once, rather than at its timeout): an ack
-            # is not worth a wake-up of the loop per request; the answer follows it.
-            if error is not None:
-                _call_soon(loop, settle_future, answered, None, BrokerError(f"producing to {topic} failed: {error}"))
-
-        try:
-            self._produce(topic, request, report)
+        async with self.answer_to(topic, request) as answered:
             try:
                 return await asyncio.wait_for(answered, timeout)
             except TimeoutError:
                 return None
-        finally:
-            replies.forget(key)
 
     @asynccontextmanager
-    async def answer_to(self, topic: str, request: WorkflowInbox) -> AsyncIterator[asyncio.Future[WorkflowReply]]:
+    async def answer_to(
+        self, topic: str, request: CommandEnvelope | WorkflowInbox
+    ) -> AsyncIterator[asyncio.Future[Answer]]:
         """Produce ``request`` and yield the future of its answer, forgotten on exit.
 
-        For a request that may get no answer at all (a watched start): no task and no
-        timer of its own, the caller waits on the future beside whatever else it waits for.
+        ``ask`` waits on it with a timeout; a request that may get no answer at all (a
+        watched start) is waited on beside whatever else the caller waits for, with no task
+        or timer of its own. The request must name this requester's replies topic.
 
         Raises:
             BrokerError: The replies topic cannot be read (on entry); the future fails with
@@ -163,7 +151,7 @@ class Requester:
 
         try:
             self._produce(topic, request, report)
-            yield answered  # type: ignore[misc]
+            yield answered
         finally:
             replies.forget(key)
 

@@ -228,7 +228,7 @@ class WorkflowHandle:
         async with requester.answer_to(self.topics.inbox, request) as answer:
             await asyncio.wait((answer, ended), timeout=_left(deadline), return_when=asyncio.FIRST_COMPLETED)
             reply = answer.result() if answer.done() and not ended.done() else None
-        if reply is None:
+        if not isinstance(reply, WorkflowReply):  # no answer (a command's never keys a workflow request)
             return True
         if reply.answer == "rejected":
             raise WorkflowNotFound(f"the worker refused to start {self.name} {instance_id!r}: {reply.reason}")
