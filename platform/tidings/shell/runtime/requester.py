@@ -146,6 +146,8 @@ class Requester:
         answered = replies.expect(key)
 
         def report(error: KafkaError | None, message: Any) -> None:  # on the producer's thread
+            # Only a failure wakes the caller (at once, rather than at its timeout): an ack
+            # is not worth a wake-up of the loop per request; the answer follows it.
             if error is not None:
                 _call_soon(loop, settle_future, answered, None, BrokerError(f"producing to {topic} failed: {error}"))
 

@@ -51,13 +51,10 @@ from .codec import decode_outcome, outcome_from
 from .store import WorkflowStore
 from ...runtime.connection import KafkaConnection
 from ...runtime.context import KindClient, KindContext
-from ...runtime.requester import Requester
 from ...runtime.hosting import Runtime, hosted_named
+from ...runtime.requester import Requester
 from .journal import read_journal
 from ...runtime.topics import TopicSpec, deadletter_topic, spec_for, topic_name
-
-#: ``execute``: seconds after the start before the worker is asked about the instance, when its
-#: outcome has not come by itself (the start of an instance that existed and ended stored nothing).
 
 
 class WorkflowHandle:
