@@ -25,6 +25,7 @@ from tidings.core.workflow_records import WorkflowJournalEntry
 from tidings.testing.eventually import assert_eventually
 from tidings.testing.topics import group_assignment, read_topic
 from tests.integration.workflow_apps import EVICTED_CACHE, PARTITIONS, Calls
+from tests.prometheus import free_port, scrape
 from tests.workflow_workers import WorkflowWorkers, calls, workflow_app, workflow_workers  # noqa: F401
 
 #: The paths of the steps of "evicted" and "moved": first activity, signal wait, (nap,) second.
@@ -84,7 +85,8 @@ def test_instances_evicted_from_a_small_cache_are_rebuilt_by_replay_without_runn
     signal to it) without the activity running again, and at least 35 bodies were entered a
     second time: those instances had been evicted and were rebuilt by replay.
     """
-    worker = workflow_workers.start()
+    port = free_port()
+    worker = workflow_workers.start(env={"TIDINGS_METRICS_PORT": str(port)})
     evicted = workflow_app.workflow_handle("evicted")
     count = 40
     ids = {n: f"e-{n}" for n in range(count)}
@@ -100,6 +102,12 @@ def test_instances_evicted_from_a_small_cache_are_rebuilt_by_replay_without_runn
                       timeout=30, interval=0.5, message="every instance waits for its signal")
     # Started once each, not rebuilt yet: nothing is evicted while an activity runs.
     assert sorted(entries(calls, "evicted")) == [(n, worker.pid) for n in range(count)], workflow_workers.log_tail()
+    # The journal shows a step's records once they are produced; the instance leaves memory
+    # only once they are durable (acknowledged, their statuses sent, RocksDB written). A
+    # signal sooner finds it still there, so wait until the worker says the cache is bounded.
+    cached = ("tidings_instances", frozenset({"kind": "workflow", "name": "evicted", "state": "cached"}.items()))
+    assert_eventually(lambda: scrape(port).get(cached, EVICTED_CACHE + 1) <= EVICTED_CACHE, timeout=30,
+                      interval=0.2, message=f"at most {EVICTED_CACHE} instances in memory")
 
     async def signal_then_values() -> list[Any]:
         await asyncio.gather(*(evicted.signal(instance_id, "go", n + 1, timeout=60) for n, instance_id in ids.items()))

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ import uuid
 from collections import defaultdict
 from pathlib import Path
 
+from tests.prometheus import free_port
 from tests.workers import EXACTLY_ONCE, ROOT, both_guarantees
 
 APP = "tests.integration.connection_apps:app"
@@ -101,12 +101,6 @@ async def main():
 
 asyncio.run(main())
 """
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def wait_for(path: Path, text: str, process: subprocess.Popen[bytes], seconds: float = 90) -> None:

@@ -15,12 +15,8 @@ activity attempts and timed runs as instances, and every partition's recovery is
 from __future__ import annotations
 
 import asyncio
-import socket
-import urllib.request
 from decimal import Decimal
 from pathlib import Path
-
-from prometheus_client.parser import text_string_to_metric_families
 
 from examples.bank.account import Deposit, Deposited, Open, Opened, Rejected, Withdraw
 from tidings import App
@@ -29,33 +25,12 @@ from tests.integration.workflow_apps import PARTITIONS, Calls
 from tests.workers import Workers, test_app  # noqa: F401 - fixture
 from tests.workflow_workers import calls, workflow_app  # noqa: F401 - fixtures
 from tests.kafka_clients import kafka
+from tests.prometheus import free_port, scrape, value
 
 ACCOUNTS = 5
 DEPOSITS_EACH = 4  # 5 opens + 20 deposits: 25 accepted commands, one event each
 REJECTED = 3
 HOSTILE = [b"\x00not avro at all", b"", b"\xff" * 40, b"{not json"]
-
-
-def free_port() -> int:
-    """A port nobody listens on now (the worker binds it a moment later)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def scrape(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-    """Every sample of ``/metrics``: (name, labels) -> value."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        text = response.read().decode()
-    return {
-        (sample.name, frozenset(sample.labels.items())): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
-
-
-def value(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], metric: str, /, **labels: str) -> float:
-    return samples.get((metric, frozenset(labels.items())), 0.0)
 
 
 def test_metrics_count_commands_in_events_out_and_dead_letters_exactly(

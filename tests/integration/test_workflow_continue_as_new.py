@@ -14,13 +14,9 @@ runs are tombstoned, and replays one run too. An input that does not fit faults,
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
-import urllib.request
 from collections import Counter
 from typing import Any
-
-from prometheus_client.parser import text_string_to_metric_families
 
 from tidings import App, Faulted
 from tidings.codec import avro
@@ -29,25 +25,13 @@ from tidings.core.workflow import ContinuedAsNew, SignalReceived, Started, Workf
 from tidings.core.workflow_records import WorkflowJournalEntry
 from tests.integration.workflow_apps import PARTITIONS, Calls
 from tests.kafka_clients import kafka
+from tests.prometheus import free_port, metric
 from tests.workflow_workers import WorkflowWorkers, calls, workflow_app, workflow_workers  # noqa: F401
 
 RUNS = 1_000
 SIGNALS = 30
 # One run's records: Started, the carried signals, the activity's start and end, ContinuedAsNew.
 ONE_RUN = 5 + SIGNALS
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def metric(port: int, name: str, **labels: str) -> float:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        text = response.read().decode()
-    return sum(sample.value for family in text_string_to_metric_families(text) for sample in family.samples
-               if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()))
 
 
 def test_a_loop_that_continued_1000_times_recovers_from_a_sigkill_by_replaying_one_run(
