@@ -7,6 +7,8 @@ import shutil
 from collections import defaultdict
 from decimal import Decimal
 
+from confluent_kafka import KafkaException
+
 from examples.bank import account
 from examples.bank.account import Deposit, Open, Rejected, Withdraw
 from tidings import App, ReplyTimeout
@@ -262,6 +264,9 @@ def test_a_worker_restarted_with_its_instance_id_rejoins_as_the_same_static_memb
         assert held == {0, 1, 2, 3}, held
         return True
 
-    assert_eventually(one_static_member_with_everything, timeout=60, interval=0.5)
+    # A describe during the rejoin may be refused (the group is rebalancing): not yet, as in
+    # tidings.testing.topics.group_assignment.
+    assert_eventually(one_static_member_with_everything, timeout=60, interval=0.5,
+                      retry_on=(AssertionError, KafkaException))
     seen = asyncio.run(observed_balances(client, ACCOUNTS[:4]))
     assert set(seen.values()) == {"Insufficient funds: 100 available"}

@@ -315,7 +315,7 @@ def test_a_json_start_gets_a_json_outcome_and_keeps_it_when_another_worker_catch
         workers.kill_all()
         workers.start("w2")
         again = until(lambda: raw_outcomes(kafka_bootstrap, outcomes),
-                      lambda rs: min(Counter(key for key, _, _ in rs).values()) >= 2 and rs,
+                      lambda rs: min(Counter(key for key, _, _ in rs).values(), default=0) >= 2 and rs,
                       "the outcome records written again on catch-up", workers.log_tail)
     finally:
         workers.kill_all()
