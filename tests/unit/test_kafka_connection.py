@@ -638,3 +638,23 @@ def test_no_help_shows_a_secret(clean_environ: pytest.MonkeyPatch, tmp_path: Pat
                     texts.append(sub.format_help())
                     stack.append(sub)
     assert "--kafka-config" in "".join(texts) and SECRET not in "".join(texts)
+
+
+def test_the_app_connection_follows_every_change_of_the_tidings_environment(clean_environ: pytest.MonkeyPatch) -> None:
+    """``connection_for`` keys its cache on a cheap stamp of the TIDINGS_* variables: each
+    change of one (set, changed, removed) resolves again; other variables do not matter."""
+    from tidings import App
+    from tidings.shell.runtime.connection import environment_stamp
+
+    app = App("a", bootstrap="app:1")
+    first = app.connection_for("other:1")
+    clean_environ.setenv("UNRELATED_TO_TIDINGS", "x")
+    assert app.connection_for("other:1") is first
+    clean_environ.setenv("TIDINGS_KAFKA_CLIENT_ID", "one")
+    stamp = environment_stamp()
+    assert app.connection_for("other:1").properties == {"client.id": "one"}
+    clean_environ.setenv("TIDINGS_KAFKA_CLIENT_ID", "two")
+    assert environment_stamp() != stamp
+    assert app.connection_for("other:1").properties == {"client.id": "two"}
+    clean_environ.delenv("TIDINGS_KAFKA_CLIENT_ID")
+    assert app.connection_for("other:1").properties == {}

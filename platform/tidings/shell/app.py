@@ -34,7 +34,7 @@ from .kinds.saga.handle import SagaHandle, declare_saga
 from .kinds.schedule.handle import ScheduleHandle, declare_schedules
 from .kinds.workflow.handle import WorkflowHandle, workflow_builder, workflow_named
 from .runtime.acls import CLIENT_NAME_ENV
-from .runtime.connection import KafkaConnection
+from .runtime.connection import KafkaConnection, environment_stamp
 from .runtime.deadletters import DEAD_LETTER_VALUE_BYTES, MAX_DEAD_LETTER_VALUE_BYTES
 from .runtime.hosting import Hosted
 from .runtime.topics import (
@@ -472,8 +472,7 @@ class App:
             stamp = os.stat(file).st_mtime_ns if file else None
         except OSError:
             stamp = None  # resolve says what is wrong with it
-        key = (bootstrap, str(file), stamp,
-               tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("TIDINGS_"))))
+        key = (bootstrap, str(file), stamp, environment_stamp())
         cached = self._resolved.get(key)
         if cached is None:
             cached = KafkaConnection.resolve(bootstrap=bootstrap or self._bootstrap, kafka=self._kafka,

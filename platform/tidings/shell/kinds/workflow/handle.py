@@ -182,7 +182,8 @@ class WorkflowHandle:
         # The end offset is noted before the start or the question is sent: an outcome the
         # worker writes after either lies beyond it.
         async with requester.outcome(self.topics.outcomes, partition, instance_id, read) as ended:
-            if start is not None and await self._started(requester, instance_id, start, ended, deadline):
+            if start is not None and await self._started(requester, instance_id, start, ended, deadline) \
+                    and not ended.done():
                 # Its outcome answers by itself. Asked about only once half the time is gone,
                 # so that a timeout can say why (still running, parked and why).
                 await asyncio.wait((ended,), timeout=_left(deadline) / 2)
