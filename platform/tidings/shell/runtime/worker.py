@@ -46,7 +46,7 @@ from .reachability import probe_kafka, wait_for_kafka
 from .readiness import Readiness
 from .stopping import DEFAULT_STOP_GRACE_S, STOP_GRACE_ENV, Grace, HardStop, check_stop_grace
 from .topics import TopicSpec, apply_topics, deadletter_topic
-from . import tracing
+from . import collector, tracing
 from .transactions import TransactionalPublisher
 from .worker_dir import WorkerDir
 
@@ -165,6 +165,7 @@ class Worker:
             with _startup_logging(loglevel):
                 self._apply_when_kafka_answers(apply)
             self.faust = self._faust_app()
+            collector.settle()  # the app is loaded: freeze it, full collections rarely
         except BaseException:
             self.close()
             raise
