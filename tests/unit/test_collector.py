@@ -41,3 +41,29 @@ def test_young_cycles_are_still_collected(restored: None) -> None:
     for _ in range(10):
         cycle()
     assert gc.collect(0) + gc.collect(1) >= 20  # not frozen, not left to the rare full ones
+
+
+def test_a_worker_settles_the_collector_before_faust_starts(restored: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Worker.run``: the app loaded (its Faust app built), the collector is settled before
+    the worker joins its group and takes records."""
+    from types import SimpleNamespace
+
+    from tidings.shell.runtime import worker as worker_module
+
+    gc.unfreeze()
+    gc.set_threshold(700, 10, 10)
+    seen: list[tuple[int, tuple[int, int, int]]] = []
+
+    class FakeFaustWorker:
+        def __init__(self, *_: object, **__: object) -> None:
+            pass
+
+        def execute_from_commandline(self) -> None:
+            seen.append((gc.get_freeze_count(), gc.get_threshold()))
+
+    monkeypatch.setattr(worker_module.faust, "Worker", FakeFaustWorker)
+    fake = SimpleNamespace(metrics_port=None, _apply_when_kafka_answers=lambda apply: None,
+                           _faust_app=lambda: object(), close=lambda: None, _hard_stop=None)
+    worker_module.Worker.run(fake)  # type: ignore[arg-type]
+    (frozen, thresholds), = seen
+    assert frozen > 0 and thresholds == (700, 10, collector.FULL_EVERY)

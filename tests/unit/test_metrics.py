@@ -223,7 +223,9 @@ def test_each_metrics_has_its_own_registry() -> None:
 
 #: prometheus_client's process collector: the standard names every exporter uses.
 PROCESS = {"process_cpu_seconds", "process_max_fds", "process_open_fds", "process_resident_memory_bytes",
-           "process_start_time_seconds", "process_virtual_memory_bytes"}
+           "process_start_time_seconds", "process_virtual_memory_bytes",
+           # and its garbage collector's, per generation
+           "python_gc_objects_collected", "python_gc_objects_uncollectable", "python_gc_collections"}
 
 
 def test_every_metric_is_named_tidings_and_documented_in_operations() -> None:

@@ -27,7 +27,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
+from prometheus_client import CollectorRegistry, Counter, GCCollector, Gauge, Histogram, ProcessCollector
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -71,6 +71,8 @@ class Metrics:
         # process_cpu_seconds_total, resident memory, open fds: what an operator (and the
         # bench's CPU per record) reads of the worker process as a whole.
         ProcessCollector(registry=r)
+        # python_gc_*: the collector's work per generation (runtime/collector.py's policy).
+        GCCollector(registry=r)
         self.records_in = Counter(
             "tidings_records_in", "Records an agent took from a topic (every record, dead-lettered ones too).",
             ["topic", "kind", "name"], registry=r)
