@@ -163,6 +163,9 @@ def describe(phase: Phase, wall_s: float, *, kind: str, exactly_once: bool,
         # The whole process (every thread), per record taken in: steadier than a rate on a
         # shared 2-core machine, so the figure to compare changes by.
         parts.append(f"worker CPU {cpu / records_in * 1e6:,.0f} µs/record in")
+    # Each walks every live object (docs/operations.md, "The worker's garbage collector").
+    full = phase.total("python_gc_collections_total", generation="2")
+    parts.append(f"full garbage collections {full:,.0f}")
     if kind == "aggregate":
         p50 = phase.quantile("tidings_command_reply_seconds", 0.50)
         p99 = phase.quantile("tidings_command_reply_seconds", 0.99)

@@ -37,11 +37,17 @@ class Outgoing:
 
 @dataclass(frozen=True, slots=True)
 class Delivered:
-    """Where a produced record landed."""
+    """Where a produced record landed.
+
+    ``offset`` is None when Kafka took the record without saying where: an idempotent
+    producer's retry of a record the broker had already stored before a leader change
+    (``DUPLICATE_SEQUENCE_NUMBER``, which librdkafka reports as delivered, offset unknown).
+    Whoever keeps an end offset from it must then stay where it was, not guess.
+    """
 
     topic: str
     partition: int
-    offset: int
+    offset: int | None
 
 
 class Publisher(Protocol):

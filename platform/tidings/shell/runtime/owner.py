@@ -200,11 +200,24 @@ class PartitionOwner:
         """
         counts: Counter[int] = Counter()
         ends: dict[int, int] = {}
+        unknown: set[int] = set()
         for position in delivered:
             if position.topic != self.journal:
                 continue
+            if position.offset is None:
+                unknown.add(position.partition)
+                continue
             counts[position.partition] += 1
             ends[position.partition] = max(ends.get(position.partition, 0), position.offset + 1)
+        for partition in unknown:
+            # A write Kafka stored without saying where (Delivered): the end is not known,
+            # so the store's offset stays behind (a catch-up reads these records again and
+            # finds them stored) and the next write is not checked against a guess.
+            log.warning("%s: Kafka acknowledged journal records of partition %d without their "
+                        "offsets (an idempotent retry after a leader change); the store's journal "
+                        "offset stays where it was until the next write", self.what, partition)
+            ends.pop(partition, None)
+            self._journal_end.pop(partition, None)
         for partition, end in list(ends.items()):
             if partition not in self._ready:
                 del ends[partition]

@@ -209,7 +209,9 @@ class AggregateAgent:
         """
         ends: dict[int, int] = {}
         for position in delivered:
-            if position.topic == self.topics.verdicts and self.owner.is_ready(position.partition):
+            # An offset Kafka did not report (Delivered) moves nothing: the end stays behind.
+            if position.topic == self.topics.verdicts and self.owner.is_ready(position.partition) \
+                    and position.offset is not None:
                 ends[position.partition] = max(ends.get(position.partition, 0), position.offset + 1)
         return ends
 

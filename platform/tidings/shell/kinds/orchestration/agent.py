@@ -498,7 +498,8 @@ class OrchestrationAgent:
         ends: dict[tuple[str, int], int] = {}
         for position in delivered:
             role = self._roles.get(position.topic)
-            if role is not None:
+            # An offset Kafka did not report (Delivered) moves nothing: the end stays behind.
+            if role is not None and position.offset is not None:
                 key = (role, position.partition)
                 ends[key] = max(ends.get(key, 0), position.offset + 1)
         return ends
