@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-import uuid
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
@@ -174,7 +173,7 @@ class Client:
             raise TypeError(
                 f"{type_name} is not a command of aggregate {handle.name!r}; known: {known}"
             )
-        command_id = command_id or uuid.uuid4().hex
+        command_id = command_id or self._requester.ids.hex()
         envelope = CommandEnvelope(
             command_id=command_id,
             correlation_id=correlation_id or command_id,

@@ -42,6 +42,7 @@ from ...core.workflow_records import WorkflowInbox, WorkflowReply
 from ...errors import BrokerError
 from .connection import KafkaConnection
 from .groups import DEFAULT_PREFIX, reader_group
+from .ids import RandomIds
 from .kafka import close_producer, is_fatal, settle_future, take_waiting, watermarks
 from .liveness import Liveness, read_statistics
 from .replies import RECOVER_AFTER_S, ReplyReader
@@ -82,6 +83,8 @@ class Requester:
         self.connection = connection
         self.replies_topic = replies_topic
         self.group_prefix = group_prefix
+        #: Request and command ids (``uuid4().hex`` would make a system call per request).
+        self.ids = RandomIds()
         self._producer: RequestSender | None = None
         # Each request is a producer span whose context travels in its metadata and headers
         # (docs/tracing.md); None when traces are off.
@@ -290,7 +293,9 @@ class RequestSender:
     def stuck_for(self) -> float:
         """Seconds the oldest record produced and not yet reported has waited (0 if none)."""
         with self._pending_lock:
-            oldest = min(self._pending.values(), default=None)
+            # Tokens are taken in produce order and the dict keeps insertion order: the first
+            # entry is the oldest (``min`` over 1,000 in flight cost 3 % of a client's loop).
+            oldest = next(iter(self._pending.values()), None)
         return 0.0 if oldest is None else time.monotonic() - oldest
 
     def produce(self, topic: str, key: bytes, value: bytes, report: Callable[[KafkaError | None, Any], None],

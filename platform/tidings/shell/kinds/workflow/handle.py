@@ -52,6 +52,7 @@ from .store import WorkflowStore
 from ...runtime.connection import KafkaConnection
 from ...runtime.context import KindClient, KindContext
 from ...runtime.hosting import Runtime, hosted_named
+from ...runtime.ids import RandomIds
 from ...runtime.requester import Requester
 from .journal import read_journal
 from ...runtime.topics import TopicSpec, deadletter_topic, spec_for, topic_name
@@ -99,7 +100,7 @@ class WorkflowHandle:
         """
         payload = self._start_payload(instance_id, input)
         requester = self.client(bootstrap).requester
-        await requester.send(self.topics.inbox, _request(instance_id, "start", None, payload=payload))
+        await requester.send(self.topics.inbox, _request(requester.ids, instance_id, "start", None, payload=payload))
 
     async def execute(
         self, instance_id: str, input: Any = None, timeout: float | None = None, *,
@@ -189,7 +190,7 @@ class WorkflowHandle:
                 await asyncio.wait((ended,), timeout=_left(deadline) / 2)
             if ended.done():
                 return ended.result()
-            query = _request(instance_id, "query", requester.replies_topic)
+            query = _request(requester.ids, instance_id, "query", requester.replies_topic)
             asked = asyncio.ensure_future(requester.ask(self.topics.inbox, query, _left(deadline)))
             try:
                 await asyncio.wait((asked, ended), timeout=_left(deadline), return_when=asyncio.FIRST_COMPLETED)
@@ -222,7 +223,7 @@ class WorkflowHandle:
         Raises:
             WorkflowNotFound: The worker refused the start (the reason says why).
         """
-        request = _request(instance_id, "start", requester.replies_topic, payload=start, wait=True)
+        request = _request(requester.ids, instance_id, "start", requester.replies_topic, payload=start, wait=True)
         async with requester.answer_to(self.topics.inbox, request) as answer:
             await asyncio.wait((answer, ended), timeout=_left(deadline), return_when=asyncio.FIRST_COMPLETED)
             reply = answer.result() if answer.done() and not ended.done() else None
@@ -419,7 +420,7 @@ class WorkflowHandle:
         deadline = time.monotonic() + wait
         # One request id for every send: whichever answer comes (to the first send's address,
         # which the journal keeps, or to a repeat's) resolves this call.
-        request = _request(instance_id, kind, requester.replies_topic, payload=text.encode(), input=input,
+        request = _request(requester.ids, instance_id, kind, requester.replies_topic, payload=text.encode(), input=input,
                            update=name, update_id=update_id, wait_for=wait_for)
         every = max(1.0, self.context.command_timeout / 3)
         reply = None
@@ -554,7 +555,7 @@ class WorkflowHandle:
         _check_id(instance_id)
         requester = self.client(bootstrap).requester
         wait = self.context.command_timeout if timeout is None else timeout
-        reply = await requester.ask(self.topics.inbox, _request(instance_id, kind, requester.replies_topic, **fields), wait)
+        reply = await requester.ask(self.topics.inbox, _request(requester.ids, instance_id, kind, requester.replies_topic, **fields), wait)
         if reply is None:
             raise ReplyTimeout(
                 f"no answer from workflow {self.name!r} about {instance_id!r} within {wait} s; "
@@ -658,13 +659,13 @@ def workflow_named(context: KindContext, name: str) -> WorkflowHandle:
 
 
 def _request(
-    instance_id: str, kind: str, reply_to: str | None, *, payload: bytes | None = None, signal: str | None = None,
-    signal_id: str | None = None, input: bytes | None = None, update: str | None = None,
+    ids: RandomIds, instance_id: str, kind: str, reply_to: str | None, *, payload: bytes | None = None,
+    signal: str | None = None, signal_id: str | None = None, input: bytes | None = None, update: str | None = None,
     update_id: str | None = None, wait_for: str | None = None, query: str | None = None, wait: bool = False,
 ) -> WorkflowInbox:
-    """Build an inbox request; ``reply_to`` None asks for no answer."""
+    """Build an inbox request with a new id from ``ids``; ``reply_to`` None asks for no answer."""
     return WorkflowInbox(
-        request_id=uuid.uuid4().hex,
+        request_id=ids.hex(),
         instance_id=instance_id,
         kind=kind,
         timestamp_ms=int(time.time() * 1000),
