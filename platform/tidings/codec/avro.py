@@ -42,6 +42,7 @@ from tidings.core import workflow_records as _workflow
 from tidings.codec import orchestration as _orchestration
 from tidings.codec import saga as _saga_codec
 from tidings.codec import workflow as _workflow_codec
+from tidings.codec import readers as _readers
 from tidings.codec import writers as _writers
 from tidings.codec.fields import plain_fields, slotted_builder
 from tidings.core.saga_records import SagaJournalEntry, SagaRouted
@@ -324,11 +325,28 @@ def encode(record: Record) -> bytes:
         raise SchemaError(f"cannot encode {type(record).__name__}: {exc}") from exc
 
 
-def _reader(writer: SchemaVersion) -> tuple[SchemaVersion, Any, Callable[[dict[str, Any]], Any]]:
+@dataclass(frozen=True, slots=True)
+class _Reader:
+    writer: SchemaVersion
     # The newest schema is the reader schema of an older version; None reads a record
     # written with the newest as it is (fastavro then resolves nothing).
+    newest: Any
+    build: Callable[[dict[str, Any]], Any]
+    # The body of a record written with the newest schema, read without fastavro
+    # (``codec.readers``); None: fastavro reads it.
+    compiled: _readers.Reader | None
+
+
+def _reader(writer: SchemaVersion) -> _Reader:
     newest = CATALOGUE.newest[writer.record_type]
-    return writer, None if newest is writer else newest.parsed, _FROM_FIELDS[writer.record_type]
+    build = _FROM_FIELDS[writer.record_type]
+    if newest is writer:
+        return _Reader(writer, None, build, _readers.compile_reader(writer.parsed))
+    return _Reader(writer, newest.parsed, build, None)
+
+
+# What fastavro and the compiled readers raise for a body that does not parse.
+_BODY_ERRORS: Final = (EOFError, ValueError, TypeError, IndexError, UnicodeDecodeError, OverflowError)
 
 
 # Per writer fingerprint: its schema, the reader schema, and the record builder.
@@ -358,16 +376,20 @@ def decode(data: bytes | None) -> Record:
     reader = _READERS.get(bytes(data[2:_HEADER_LEN]))
     if reader is None:
         raise DecodeError(f"unknown writer schema fingerprint {bytes(data[2:_HEADER_LEN]).hex()}")
-    writer, newest, build = reader
-    body = BytesIO(data)
-    body.seek(_HEADER_LEN)
+    writer = reader.writer
     try:
-        fields = schemaless_reader(body, writer.parsed, newest)
-    except (EOFError, ValueError, TypeError, IndexError, UnicodeDecodeError, OverflowError) as exc:
+        if reader.compiled is not None:
+            fields, end = reader.compiled(data if type(data) is bytes else bytes(data), _HEADER_LEN)
+        else:
+            body = BytesIO(data)
+            body.seek(_HEADER_LEN)
+            fields = cast(dict[str, Any], schemaless_reader(body, writer.parsed, reader.newest))
+            end = body.tell()
+    except _BODY_ERRORS as exc:
         raise DecodeError(f"corrupt {writer.kind}.v{writer.version} record: {exc!r}") from exc
-    if body.tell() != len(data):
-        raise DecodeError(f"{len(data) - body.tell()} trailing bytes after a {writer.kind}.v{writer.version} record")
-    return cast(Record, build(cast(dict[str, Any], fields)))
+    if end != len(data):
+        raise DecodeError(f"{len(data) - end} trailing bytes after a {writer.kind}.v{writer.version} record")
+    return cast(Record, reader.build(fields))
 
 
 def decode_as(data: bytes | None, record_type: type[R]) -> R:
