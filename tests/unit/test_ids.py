@@ -57,3 +57,18 @@ def test_a_forked_child_does_not_hand_out_its_parents_next_ids() -> None:
     parent = [ids.hex() for _ in range(10)]
     assert len(child) == 320
     assert not {child[i:i + 32] for i in range(0, 320, 32)} & set(parent)
+
+
+def test_ids_are_drawn_without_a_system_call_per_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    reads: list[int] = []
+    real = os.urandom
+
+    def counted(n: int) -> bytes:
+        reads.append(n)
+        return real(n)
+
+    monkeypatch.setattr(os, "urandom", counted)
+    ids = RandomIds(block_ids=100)
+    for _ in range(1_000):
+        ids.hex()
+    assert reads == [1_600] * 10

@@ -254,6 +254,11 @@ def test_event_ids_are_the_uuid5_they_always_were(command_id: str) -> None:
     assert event_id_for(command_id, 3) == str(uuid.uuid5(_EVENT_ID_NAMESPACE, f"{command_id}#3"))
 
 
+@given(st.text(st.characters(blacklist_categories=("Cs",))), st.integers(0, 10**6))
+def test_every_event_id_is_the_uuid5_of_its_command_id_and_index(command_id: str, index: int) -> None:
+    assert event_id_for(command_id, index) == str(uuid.uuid5(_EVENT_ID_NAMESPACE, f"{command_id}#{index}"))
+
+
 def test_an_event_id_of_a_command_id_with_a_lone_surrogate_is_stable() -> None:
     first = event_id_for(LONE_SURROGATE, 0)
     assert first == event_id_for(LONE_SURROGATE, 0) != event_id_for(LONE_SURROGATE, 1)

@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import Any, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 from ..errors import DefinitionError
 from .records import CommandEnvelope, EventEnvelope, ReplyEnvelope
@@ -47,6 +47,7 @@ DEFAULT_COMMAND_RETENTION = timedelta(days=7)
 
 # Event ids derive from the command id, so a re-processed command yields the same ids.
 _EVENT_ID_NAMESPACE = uuid.UUID("6f1d2c8e-3b1a-4c56-9a57-0e7f5b8a2d41")
+_EVENT_ID_NAMESPACE_BYTES: Final = _EVENT_ID_NAMESPACE.bytes
 _NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
@@ -169,8 +170,12 @@ def event_id_for(command_id: str, index: int) -> str:
     so this only guards callers of the core that skip the codec.
     """
     name = f"{command_id}#{index}".encode("utf-8", "surrogatepass")
-    digest = hashlib.sha1(_EVENT_ID_NAMESPACE.bytes + name, usedforsecurity=False).digest()
-    return str(uuid.UUID(bytes=digest[:16], version=5))
+    # uuid.UUID(bytes=..., version=5) and its str, by hand: half the cost per event.
+    raw = bytearray(hashlib.sha1(_EVENT_ID_NAMESPACE_BYTES + name, usedforsecurity=False).digest()[:16])
+    raw[6] = (raw[6] & 0x0F) | 0x50  # version 5
+    raw[8] = (raw[8] & 0x3F) | 0x80  # the RFC 4122 variant
+    text = raw.hex()
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
 def handle(

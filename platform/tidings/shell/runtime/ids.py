@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
+from collections.abc import Callable
 from typing import Final
 
 #: Ids drawn from one read of ``os.urandom``.
@@ -29,17 +31,31 @@ class RandomIds:
         self._lock = threading.Lock()
         self._pool = b""
         self._at = 0
-        self._pid = os.getpid()
+        # Not os.getpid() at every id (a system call each): the child is told at the fork.
+        # A weak reference, so the registration (it cannot be undone) keeps nothing alive.
+        forget = weakref.WeakMethod(self._forget)
+        os.register_at_fork(after_in_child=lambda: _call(forget))
 
     def hex(self) -> str:
         """Return a new id: 32 lowercase hex digits."""
         with self._lock:
-            pid = os.getpid()
-            if self._at >= len(self._pool) or pid != self._pid:
-                self._pool, self._at, self._pid = os.urandom(self._block), 0, pid
+            if self._at >= len(self._pool):
+                self._pool, self._at = os.urandom(self._block), 0
             at = self._at
             self._at = at + 16
             raw = bytearray(self._pool[at:at + 16])
         raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
         raw[8] = (raw[8] & 0x3F) | 0x80  # the RFC 4122 variant
         return raw.hex()
+
+    def _forget(self) -> None:
+        # In the child, right after the fork: its only thread, so no lock (one held by a
+        # parent's thread at the fork would never be released here); a fresh one instead.
+        self._lock = threading.Lock()
+        self._pool, self._at = b"", 0
+
+
+def _call(method: weakref.WeakMethod[Callable[[], None]]) -> None:
+    bound = method()
+    if bound is not None:
+        bound()
