@@ -18,6 +18,8 @@ from hypothesis import strategies as st
 
 from tidings.codec import avro, writers
 from tidings.core.records import CommandEnvelope, EventEnvelope, ReplyEnvelope
+from tidings.core.workflow.journal import JOURNAL_TYPES
+from tidings.core.workflow_records import WorkflowJournalEntry
 from tidings.errors import SchemaError
 
 _FASTAVRO_ERRORS = (TypeError, ValueError, AttributeError, OverflowError)
@@ -46,7 +48,20 @@ def _same_as_fastavro(record: Any) -> None:
 def test_every_envelope_type_has_a_compiled_writer() -> None:
     # A schema change that falls back to schemaless_writer would silently lose the speed.
     for record_type, encoder in avro._ENCODERS.items():
-        assert encoder.__name__ in ("encode_attributes", "encode_fields"), record_type
+        assert encoder.__name__ in ("encode_attributes", "encode_fields", "encode_journal_entry"), record_type
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(st.text(), st.sampled_from(sorted(JOURNAL_TYPES.values(), key=lambda t: t.__name__)).flatmap(st.from_type))
+def test_a_journal_entry_of_every_record_type_encodes_to_the_bytes_of_plain_fastavro(
+        instance_id: str, record: Any) -> None:
+    _same_as_fastavro(WorkflowJournalEntry(instance_id, record))
+
+
+def test_every_journal_record_type_has_a_writer_of_its_own() -> None:
+    # A journal entry of a type without one is written from the dict of all 32 fields.
+    journal = avro.CATALOGUE.newest[WorkflowJournalEntry]
+    assert set(avro._journal_writers(journal)) == set(JOURNAL_TYPES.values())
 
 
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])

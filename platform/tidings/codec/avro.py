@@ -38,6 +38,7 @@ from tidings.core.records import (
 )
 from tidings.errors import DecodeError, SchemaError
 from tidings.core import workflow_records as _workflow
+from tidings.core.workflow.journal import JOURNAL_TYPES as _JOURNAL_TYPES
 
 from tidings.codec import orchestration as _orchestration
 from tidings.codec import saga as _saga_codec
@@ -280,6 +281,8 @@ def _encoder(record_type: type, schema: SchemaVersion) -> Callable[[Any], bytes]
 
         return encode_with_fastavro
     compiled = write
+    if record_type is _workflow.WorkflowJournalEntry:
+        return _journal_encoder(header, schema, compiled, to_fields)
     if from_dict:
 
         def encode_fields(record: Any) -> bytes:
@@ -295,6 +298,49 @@ def _encoder(record_type: type, schema: SchemaVersion) -> Callable[[Any], bytes]
         return bytes(out)
 
     return encode_attributes
+
+
+def _journal_writers(schema: SchemaVersion) -> dict[type, _writers.Writer]:
+    """A writer of the journal entry per journal record type it compiles for.
+
+    The flat Avro record has a nullable field for every slot of every record type; the
+    writer of one type reads its slots from the record and writes the null index for the
+    rest, with no dict of all 32 fields built first (7.6 -> 3 us an entry). A type it does
+    not compile (a slot that is no field of the flat record) is written from that dict.
+    """
+    names = _record_names(schema.parsed)
+    modes = {name: (_writers.TO_JSON if name in _TO_JSON_RECORDS
+                    else _writers.ITEMS if name in _ITEM_RECORDS else _writers.ATTRIBUTES) for name in names}
+    by_type: dict[type, _writers.Writer] = {}
+    for type_name, record_class in _JOURNAL_TYPES.items():
+        slots = set(record_class.__slots__)
+        sources: dict[str, str | None] = {"instance_id": "record.instance_id", "type": repr(type_name)}
+        for field in schema.parsed["fields"]:
+            name = field["name"]
+            if name not in sources:
+                sources[name] = f"record.record.{name}" if name in slots else None
+        if not slots <= set(sources):
+            continue  # the dict's writer drops such a slot, as fastavro would
+        write = _writers.compile_writer(schema.parsed, modes, sources)
+        if write is not None:
+            by_type[record_class] = write
+    return by_type
+
+
+def _journal_encoder(header: bytes, schema: SchemaVersion, general: _writers.Writer,
+                     to_fields: Callable[[Any], dict[str, Any]]) -> Callable[[Any], bytes]:
+    by_type = _journal_writers(schema)
+
+    def encode_journal_entry(entry: Any) -> bytes:
+        out = bytearray(header)
+        write = by_type.get(type(entry.record))
+        if write is None:
+            general(to_fields(entry), out)
+        else:
+            write(entry, out)
+        return bytes(out)
+
+    return encode_journal_entry
 
 
 # One encoder per envelope type, built at import next to the catalogue.

@@ -155,6 +155,29 @@ class _Compiler:
     def source(self) -> str:
         return "\n".join(["def write(record, out):", *self._lines, "    return None"])
 
+    def top(self, schema: Mapping[str, Any], sources: Mapping[str, str | None], indent: int) -> None:
+        """The top record's fields, each read by its own expression; None: always null."""
+        nulls = bytearray()  # the null indexes of absent fields in a row, written at once
+        for field in schema["fields"]:
+            name = field["name"]
+            if name not in sources:
+                raise _unsupported(f"no source for field {name}")
+            expression = sources[name]
+            if expression is None:
+                branches = field["type"]
+                if not isinstance(branches, list) or "null" not in branches:
+                    raise _unsupported(f"an absent field {name} that is not nullable")
+                nulls.append(branches.index("null") << 1)  # a null is its branch index alone
+                continue
+            if nulls:
+                self.emit(indent, f"out += {bytes(nulls)!r}")
+                nulls.clear()
+            value = self.fresh("v")
+            self.emit(indent, f"{value} = {expression}")
+            self.value(field["type"], value, indent)
+        if nulls:
+            self.emit(indent, f"out += {bytes(nulls)!r}")
+
     def record(self, schema: Mapping[str, Any], source: str, indent: int, mode: str) -> None:
         if mode == TO_JSON:
             converted = self.fresh("j")
@@ -251,21 +274,29 @@ class _Compiler:
         self.value(other, source, indent + 1)
 
 
-def compile_writer(schema: Mapping[str, Any], modes: Mapping[str, str]) -> Writer | None:
+def compile_writer(schema: Mapping[str, Any], modes: Mapping[str, str],
+                   sources: Mapping[str, str | None] | None = None) -> Writer | None:
     """Compile the writer of a parsed Avro record schema.
 
     Args:
         schema: A record schema as ``fastavro.parse_schema`` returns it (names are full).
         modes: How to read each record of the schema by its full name, the top record
             included: ``ATTRIBUTES``, ``ITEMS`` or ``TO_JSON``.
+        sources: Instead of the top record's mode, a Python expression per top field that
+            reads its value from ``record`` (``"record.record.seq"``, ``"'Ended'"``), or
+            None for a nullable field that is always null (the journal's flat record, one
+            writer per journal record type).
 
     Returns:
         ``write(record, out)``, or None when the schema has a type this module leaves to
-        fastavro (or a record without a mode).
+        fastavro (or a record without a mode, a field without a source).
     """
     compiler = _Compiler(modes)
     try:
-        compiler.record(schema, "record", 1, compiler._mode(schema))
+        if sources is None:
+            compiler.record(schema, "record", 1, compiler._mode(schema))
+        else:
+            compiler.top(schema, sources, 1)
     except SchemaError:  # a type left to fastavro, from _unsupported
         return None
     namespace: dict[str, Any] = {
