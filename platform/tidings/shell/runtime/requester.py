@@ -123,10 +123,13 @@ class Requester:
             BrokerError: The replies topic cannot be read, or producing failed.
         """
         async with self.answer_to(topic, request) as answered:
+            # Not asyncio.wait_for: it waits on a future of its own that a callback of this
+            # one resolves, one more turn of the loop per request; the timer ends this one.
+            timer = asyncio.get_running_loop().call_later(timeout, _no_answer, answered)
             try:
-                return await asyncio.wait_for(answered, timeout)
-            except TimeoutError:
-                return None
+                return await answered
+            finally:
+                timer.cancel()
 
     @asynccontextmanager
     async def answer_to(
@@ -350,6 +353,12 @@ class RequestSender:
     def _serve(self) -> None:
         while not self._stopping.is_set():
             self._producer.poll(0.05)
+
+
+def _no_answer(answered: asyncio.Future[Any]) -> None:
+    """End a wait whose time is up: the caller gets None, an answer after it is dropped."""
+    if not answered.done():
+        answered.set_result(None)
 
 
 def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[..., object], *args: Any) -> None:
