@@ -251,6 +251,12 @@ _TO_JSON_RECORDS: Final = frozenset({"tidings.StepError"})
 _ITEM_RECORDS: Final = frozenset({"tidings.StepCause"})
 
 
+def _modes(names: set[str]) -> dict[str, str]:
+    """How a compiled writer reads each named record: its attributes unless listed above."""
+    return {name: (_writers.TO_JSON if name in _TO_JSON_RECORDS
+                   else _writers.ITEMS if name in _ITEM_RECORDS else _writers.ATTRIBUTES) for name in names}
+
+
 def _encoder(record_type: type, schema: SchemaVersion) -> Callable[[Any], bytes]:
     """Build the encoder of one envelope type: a compiled writer, else fastavro's.
 
@@ -265,8 +271,7 @@ def _encoder(record_type: type, schema: SchemaVersion) -> Callable[[Any], bytes]
     slots = set(getattr(record_type, "__slots__", ()))
     if not from_dict and not {f["name"] for f in schema.parsed["fields"]} <= slots:
         from_dict = True  # attributes that are not the fields: read the mapped dict instead
-    modes = {name: (_writers.TO_JSON if name in _TO_JSON_RECORDS
-                    else _writers.ITEMS if name in _ITEM_RECORDS else _writers.ATTRIBUTES) for name in names}
+    modes = _modes(names)
     if from_dict:
         modes = {name: _writers.ITEMS for name in names}
     write = _writers.compile_writer(schema.parsed, modes)
@@ -308,9 +313,7 @@ def _journal_writers(schema: SchemaVersion) -> dict[type, _writers.Writer]:
     rest, with no dict of all 32 fields built first (7.6 -> 3 us an entry). A type it does
     not compile (a slot that is no field of the flat record) is written from that dict.
     """
-    names = _record_names(schema.parsed)
-    modes = {name: (_writers.TO_JSON if name in _TO_JSON_RECORDS
-                    else _writers.ITEMS if name in _ITEM_RECORDS else _writers.ATTRIBUTES) for name in names}
+    modes = _modes(_record_names(schema.parsed))
     by_type: dict[type, _writers.Writer] = {}
     for type_name, record_class in _JOURNAL_TYPES.items():
         slots = set(record_class.__slots__)
@@ -395,7 +398,7 @@ def _reader(writer: SchemaVersion) -> _Reader:
 _BODY_ERRORS: Final = (EOFError, ValueError, TypeError, IndexError, UnicodeDecodeError, OverflowError)
 
 
-# Per writer fingerprint: its schema, the reader schema, and the record builder.
+# Per writer fingerprint: its schema, the reader schema, the record builder and its compiled reader.
 _READERS: Final = MappingProxyType({fp: _reader(writer) for fp, writer in CATALOGUE.by_fingerprint.items()})
 
 

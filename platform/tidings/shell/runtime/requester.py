@@ -125,7 +125,8 @@ class Requester:
         async with self.answer_to(topic, request) as answered:
             # Not asyncio.wait_for: it waits on a future of its own that a callback of this
             # one resolves, one more turn of the loop per request; the timer ends this one.
-            timer = asyncio.get_running_loop().call_later(timeout, _no_answer, answered)
+            # Its time up, the caller gets None; an answer after that is dropped.
+            timer = asyncio.get_running_loop().call_later(timeout, settle_future, answered, None, None)
             try:
                 return await answered
             finally:
@@ -353,12 +354,6 @@ class RequestSender:
     def _serve(self) -> None:
         while not self._stopping.is_set():
             self._producer.poll(0.05)
-
-
-def _no_answer(answered: asyncio.Future[Any]) -> None:
-    """End a wait whose time is up: the caller gets None, an answer after it is dropped."""
-    if not answered.done():
-        answered.set_result(None)
 
 
 def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[..., object], *args: Any) -> None:

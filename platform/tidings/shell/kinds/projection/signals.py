@@ -46,7 +46,6 @@ from __future__ import annotations
 import hashlib
 import inspect
 import time
-import uuid
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
@@ -113,7 +112,7 @@ class ProjectionSignals:
         if self._requester is None:
             self._requester = Requester(self.connection, replies_topic=self.replies_topic)
         request = WorkflowInbox(
-            request_id=uuid.uuid4().hex,
+            request_id=self._requester.ids.hex(),
             instance_id=instance_id,
             kind="signal",
             timestamp_ms=int(time.time() * 1000),

@@ -40,7 +40,6 @@ import asyncio
 import heapq
 import json
 import logging
-import uuid
 from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -57,6 +56,7 @@ from ....core.schedule.runs import ScheduledRun, format_due, run_id
 from ....core.workflow_records import WorkflowInbox
 from ....errors import RecordError, SchemaError
 from ...runtime.hosting import Input, Runtime, TopicPartition
+from ...runtime.ids import RandomIds
 from ...runtime.io import Incoming, Outgoing
 from ...runtime.journaled import Journaled
 from ...runtime.tracing import PRODUCER, headers_of
@@ -94,6 +94,8 @@ class ScheduleDispatcher:
     ) -> None:
         self._definition = aggregate.definition
         self._topics = aggregate.topics
+        # A fire or report command per schedule: ids without a system call each (runtime/ids.py).
+        self._ids = RandomIds()
         self._workflow = workflow
         self._store = store
         self._runtime = runtime
@@ -426,7 +428,7 @@ class ScheduleDispatcher:
     def _command(self, schedule_id: str, partition: int, command: FireSchedule | ReportStart) -> Outgoing:
         type_name, payload = payload_of(command)
         envelope = check_command(CommandEnvelope(
-            command_id=uuid.uuid4().hex,
+            command_id=self._ids.hex(),
             correlation_id=schedule_id,
             aggregate_id=schedule_id,
             type=type_name,
